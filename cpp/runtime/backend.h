@@ -1,0 +1,59 @@
+#pragma once
+// The backend interface: the only things a device does for the runtime. A backend allocates and
+// frees device memory, copies between host and device, runs a committed command buffer
+// asynchronously (in submission order) and reports its completion, and synchronizes. It never
+// decides when a buffer is free: buffer lifetimes, ordering, host-read waits and the ledger live
+// in the runtime (cpp/runtime/), once, for every backend (RUNTIME.md, rules R1-R4).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+
+namespace tl {
+
+// One encoded op: calls exactly one Kernels method (with Views captured by value).
+using Command = std::function<void(Kernels&)>;
+
+// Called exactly once per submitted command buffer, from any thread, when all its commands have
+// finished. `error` is empty on success, else the first error message (later commands of that
+// command buffer are skipped). It must not throw, take the GIL, or block.
+using CompletionFn = std::function<void(const std::string& error)>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;  // "cpu", "cuda", "metal"
+
+  // Returns nullptr when the device is out of memory (the runtime then trims its cache and
+  // retries once before raising an out-of-memory error).
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+
+  // Host <-> device copies. The runtime calls these only after waiting for every command buffer
+  // that writes (or, for copy_to_device, reads) the range (rule R2); they return when done.
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Fill a whole buffer with one byte value (poison on recycle). Returns when done.
+  virtual void fill_bytes(void* dst, uint8_t value, size_t bytes) = 0;
+
+  // Run `commands` in order after every earlier submitted command buffer, asynchronously; the
+  // call itself returns without waiting for them. `on_complete` is registered before the work
+  // can start and is called exactly once.
+  virtual void submit(std::vector<Command> commands, CompletionFn on_complete) = 0;
+  // Block until every submitted command buffer has completed.
+  virtual void synchronize() = 0;
+
+  virtual Kernels& kernels() = 0;
+};
+
+// Factories, defined by each backend that is built. make_backend("cuda") on a machine without
+// a usable GPU throws std::runtime_error with a one-line reason.
+std::unique_ptr<Backend> make_cpu_backend(int threads);  // threads <= 0: all cores
+std::unique_ptr<Backend> make_cuda_backend();
+std::unique_ptr<Backend> make_metal_backend();
+
+}  // namespace tl

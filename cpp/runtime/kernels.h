@@ -1,0 +1,134 @@
+#pragma once
+// The kernel interface every backend implements (CPU, CUDA, Metal). The runtime's ops layer
+// (cpp/runtime/ops.*) validates shapes and dtypes, allocates outputs and encodes one call of
+// this interface per op into a command buffer; the backend executes the calls in encode order
+// (rule R4). Kernels never allocate device memory, never wait on the host and never decide
+// buffer lifetimes. A kernel reports bad data it can only see at run time (e.g. an id out of
+// range in gather_rows) by throwing KernelError; the runtime records it as the command buffer's
+// error and raises it at the next wait (rule R3).
+//
+// Conventions for every method:
+//  - Views describe device memory: data points at the first element; strides are in elements
+//    and may be 0 on broadcast dims; shapes are exact (no implicit broadcasting in kernels).
+//  - Float compute is f32 (f16/bf16 are converted on load and store); integer compute is int64.
+//  - "contiguous" means row-major with no gaps; the ops layer makes a copy first when needed.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "dtype.h"
+
+namespace tl {
+
+constexpr int kMaxDims = 8;
+
+struct View {
+  void* data = nullptr;  // nullptr means "absent" for optional operands
+  DType dtype = DType::F32;
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};  // elements; unused for quantized views (row-major blocks)
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
+  bool is_contiguous() const {
+    int64_t expect = 1;
+    for (int i = ndim - 1; i >= 0; --i) {
+      if (shape[i] != 1 && strides[i] != expect) return false;
+      expect *= shape[i];
+    }
+    return true;
+  }
+};
+
+struct KernelError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Mod,
+  Eq, Ne, Lt, Le, Gt, Ge,     // output Bool
+  LogicalAnd, LogicalOr,      // inputs read as truth values, output Bool
+};
+
+enum class UnaryOp : uint8_t {
+  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tan, Tanh, Sigmoid, Relu,
+  GeluTanh, GeluErf, Silu, Square, Floor, Ceil, Round,
+  LogicalNot,  // output Bool
+  Step,        // x > 0 ? 1 : 0, output in out's dtype (Tensor Logic's step function)
+};
+
+enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin };
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+
+  // out = a op b. a and b already have out's shape (stride 0 where broadcast), any strides,
+  // any plain dtypes; out is contiguous. Computed in f32 if either input is floating, else int64.
+  virtual void binary(BinaryOp op, const View& a, const View& b, const View& out) = 0;
+  // out = a op s, or s op a when scalar_first. Same rules as binary.
+  virtual void binary_scalar(BinaryOp op, const View& a, double s, bool scalar_first,
+                             const View& out) = 0;
+  // out = op(a); same shape, any strides on a, out contiguous.
+  virtual void unary(UnaryOp op, const View& a, const View& out) = 0;
+  // Elementwise copy with dtype conversion between plain dtypes; same shape, any strides on both
+  // sides (dst may be a strided view into a larger buffer, e.g. a KV-cache slot).
+  virtual void copy(const View& src, const View& dst) = 0;
+  // Every element of out (any strides) = value.
+  virtual void fill(const View& out, double value) = 0;
+  // out contiguous 1-D: out[i] = start + i * step.
+  virtual void arange(const View& out, double start, double step) = 0;
+  // out = cond ? a : b; all already of out's shape (stride 0 where broadcast); out contiguous.
+  virtual void where(const View& cond, const View& a, const View& b, const View& out) = 0;
+
+  // Reduce `in` (contiguous, viewed as [outer, n, inner]) over the middle axis into out
+  // (contiguous [outer, inner]). Sum/Mean/Max/Min write out's float dtype; ArgMax/ArgMin write
+  // I64 (first index on ties).
+  virtual void reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, int64_t inner,
+                      const View& out) = 0;
+  // Numerically stable softmax over the middle axis of [outer, n, inner]; in/out contiguous.
+  virtual void softmax(const View& in, int64_t outer, int64_t n, int64_t inner,
+                       const View& out) = 0;
+
+  // Batched matmul: a [batch, M, K], b [batch, K, N] (3-D views, any strides: a transposed b has
+  // strides {.., 1, K}; batch stride 0 broadcasts), out contiguous [batch, M, N] (f32 or f16).
+  virtual void matmul(const View& a, const View& b, const View& out) = 0;
+  // out = x @ w^T: x contiguous [M, K] (f32), w contiguous [N, K] of any dtype incl. quantized,
+  // out contiguous [M, N] f32. Quantized weights are dequantized block by block inside the dot
+  // product, never into a full f32 copy. M == 1 is the decode (matrix-vector) case.
+  virtual void linear(const View& x, const View& w, const View& out) = 0;
+  // out[i, :] = table[ids[i], :]: table contiguous [V, D] of any dtype incl. quantized, ids
+  // contiguous I32/I64 [n], out contiguous [n, D] (f32/f16). Throws KernelError if an id is
+  // outside [0, V).
+  virtual void gather_rows(const View& table, const View& ids, const View& out) = 0;
+
+  // x, out contiguous [rows, D]; w [D] or absent. out = x / sqrt(mean(x^2) + eps) * w.
+  virtual void rms_norm(const View& x, const View& w, float eps, const View& out) = 0;
+  // x, out contiguous [rows, D]; w, b [D] or absent.
+  virtual void layer_norm(const View& x, const View& w, const View& b, float eps,
+                          const View& out) = 0;
+  // x, out contiguous 4-D [outer, S, H, D] (D even). Row s is at position pos_offset + s.
+  // neox=false rotates adjacent pairs (2i, 2i+1) (llama.cpp "normal", GGUF llama);
+  // neox=true rotates (i, i + D/2). theta_i = pos * base^(-2i/D).
+  virtual void rope(const View& x, int64_t pos_offset, float base, bool neox,
+                    const View& out) = 0;
+  // out contiguous [n, m] f32: 0 where j <= i + offset, -inf elsewhere.
+  virtual void causal_mask(int64_t offset, const View& out) = 0;
+  // Scaled dot-product attention with grouped-query heads.
+  // q [Sq, Hq, D], k and v [Sk, Hkv, D] (3-D views, any strides: k/v may be the first Sk rows
+  // of a preallocated KV cache), Hq % Hkv == 0 (query head h uses kv head h / (Hq / Hkv)).
+  // mask: additive [Sq, Sk] f32 or absent. causal: query i (absolute position q_pos_offset + i)
+  // sees keys j <= q_pos_offset + i. out contiguous [Sq, Hq, D] f32.
+  virtual void attention(const View& q, const View& k, const View& v, const View& mask,
+                         float scale, bool causal, int64_t q_pos_offset, const View& out) = 0;
+
+  // Debug delay injection (TL_DEBUG_DELAY_US): wait about `us` microseconds on the device
+  // timeline before the next kernel (CPU: sleep in the worker; CUDA: a spin kernel).
+  virtual void delay(uint32_t us) = 0;
+};
+
+}  // namespace tl

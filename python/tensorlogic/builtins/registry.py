@@ -1,0 +1,53 @@
+"""The one table of TL builtins: name, signature, docstring, implementation.
+
+Every builtin is registered here with `@builtin(...)`; the interpreter resolves names through
+`BUILTINS` once per call site, `tl check` uses the arities, and `tl help builtins` prints the table.
+Implementations receive TL values (int, float, bool, str, list, `_core.Tensor`, TLObject, ...)
+positionally; with `needs_ctx=True` the interpreter's call context comes first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    fn: Callable[..., Any]
+    signature: str  # e.g. "softmax(x, dim=-1)"
+    doc: str  # one line
+    min_args: int
+    max_args: int | None  # None: variadic
+    needs_ctx: bool = False
+    category: str = "misc"
+
+
+BUILTINS: dict[str, Builtin] = {}
+
+
+def builtin(name: str, signature: str, doc: str, *, min_args: int, max_args: int | None,
+            needs_ctx: bool = False, category: str = "misc"):
+    """Register the decorated function as the TL builtin `name`."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in BUILTINS:
+            raise ValueError(f"builtin {name!r} registered twice")
+        BUILTINS[name] = Builtin(name, fn, signature, doc, min_args, max_args, needs_ctx, category)
+        return fn
+
+    return register
+
+
+class TLObject:
+    """A host object TL code can use with `.field` and `.method(args)` (models, tokenizers,
+    KV caches, statistics). The interpreter calls these two hooks; AttributeError becomes a TL
+    error naming the type and the field."""
+
+    tl_type_name = "object"
+
+    def tl_get_field(self, name: str) -> Any:
+        raise AttributeError(name)
+
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        raise AttributeError(name)
