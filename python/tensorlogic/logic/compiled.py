@@ -1,0 +1,70 @@
+"""Rules after compilation: variables numbered, constants turned into domain indices, sizes fixed.
+
+Invariant: a CompiledRule is only valid for the domain sizes it was compiled with; the engine
+recompiles whenever a domain grows or rules/facts change (compilation is cheap, evaluation is not).
+Every head variable and every variable of a negated atom occurs in a positive body atom.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .terms import Rule
+
+
+@dataclass(frozen=True)
+class CompiledAtom:
+    relation: str
+    terms: tuple  # ("v", var_id) or ("c", index) per argument position
+    negated: bool
+    sizes: tuple  # domain size per argument position
+    existential: tuple = ()  # `_` variables of a negated atom: "no tuple with any value here"
+
+    @property
+    def bound_variables(self) -> tuple:
+        """Variables that must be bound before a negated atom can be checked."""
+        return tuple(v for v in self.variables if v not in self.existential)
+
+    @property
+    def variables(self) -> tuple:
+        """Distinct variable ids, in order of first occurrence."""
+        seen: list[int] = []
+        for kind, value in self.terms:
+            if kind == "v" and value not in seen:
+                seen.append(value)
+        return tuple(seen)
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    head: CompiledAtom
+    body: tuple  # tuple[CompiledAtom, ...]
+    temperature: float  # 0.0: hard step
+    var_names: tuple  # name per var id
+    var_sizes: tuple  # domain size per var id
+    source: Rule
+
+    @property
+    def positive(self) -> tuple:
+        return tuple(a for a in self.body if not a.negated)
+
+    @property
+    def negative(self) -> tuple:
+        return tuple(a for a in self.body if a.negated)
+
+
+def hard_step(x: np.ndarray) -> np.ndarray:
+    return (x > 0).astype(np.float32)
+
+
+def soft_step(x: np.ndarray, temperature: float) -> np.ndarray:
+    """2·sigmoid(x/T) - 1 = tanh(x / 2T): 0 stays 0 (no evidence, false), grows to 1 with the
+    evidence x >= 0, and tends to the hard step as T -> 0."""
+    if temperature <= 0:
+        return hard_step(x)
+    return np.tanh(np.asarray(x, np.float64) / (2.0 * temperature)).astype(np.float32)
+
+
+def rule_step(x: np.ndarray, temperature: float) -> np.ndarray:
+    return hard_step(x) if temperature <= 0 else soft_step(x, temperature)

@@ -1,0 +1,508 @@
+"""LogicEngine: relations as tensors over entity indices, rules as joins + step, run to a fixpoint.
+
+Invariants: facts, rules and declarations are the only state a program changes; everything derived
+(compiled rules, relation tables) is recomputed from them by `infer()` whenever they changed, so a
+query always sees the fixpoint of all facts and rules added so far. Entity indices never change.
+
+Hook API the interpreter calls (one engine per program run; `pos` is any position object the
+interpreter wants back on a LogicError it raises, e.g. the AST node's (line, column)):
+
+    engine = LogicEngine()
+    engine.declare_entity("person", ["alice", "bob"] | None, pos)   # `entity person { ... }`
+    engine.declare_relation("Parent", ["person", "person"], pos)   # `relation Parent(x: person, ...)`
+    engine.add_fact(Atom("Parent", (Name("alice"), Name("bob")), pos=p), weight=1.0)
+    engine.add_rule(Rule(head_atom, body_atoms, temperature=None | T, pos=p))   # `@temperature(T)`
+    engine.infer()                       # explicit `infer`; query() also infers when needed
+    result = engine.query(Atom("Ancestor", (Name("X"), Name("dave")), pos=p))
+    result.value                         # list of tuples of constants, or a bool for a ground query
+    result.text()                        # the line(s) `?` prints, e.g. "Ancestor(X, dave): alice, bob"
+    engine.relation_tensor("Ancestor")   # NumPy array over entity indices (bool, or float32 if weighted)
+    engine.has_relation("Parent")        # lets the interpreter tell a relation call from a function call
+
+Terms: `Name(text)` for a bare identifier (the engine decides variable vs constant: see terms.py),
+`Const(value)` for a string or integer literal, `Var(name)` to force a variable; `not` atoms have
+`negated=True`. Every error is a LogicError subclass (errors.py) with `.message` and `.pos`.
+Tensor equations in index notation (`Y[i] = W[i, j] X[j]`) are `tensor_equation.py`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from .compiled import CompiledAtom, CompiledRule
+from .domains import EntityDomain, constant_sort_key
+from .errors import (ArityError, LogicError, LogicTypeError, UnknownRelationError,
+                     UnsafeRuleError)
+from .query import QueryResult
+from .relation_table import RelationTable, check_key_space, encode, key_space
+from .sparse_eval import SparseStratum, scan
+from .stratify import stratify
+from .terms import Atom, Const, Name, Rule, Var
+
+DEFAULT_ENTITY_TYPE = "entity"
+DEFAULT_DENSE_LIMIT = 1 << 16  # a stratum whose relations all have at most this many cells runs dense
+DENSE_TENSOR_LIMIT = 1 << 26  # relation_tensor refuses to materialize more cells than this
+
+
+@dataclass
+class RelationInfo:
+    name: str
+    arity: int
+    types: tuple | None  # entity type per argument; None until inferred from rules
+    declared: bool  # by a `relation` declaration (else implied by facts or rule heads)
+    pos: Any = None
+
+
+@dataclass
+class StratumStats:
+    relations: tuple
+    mode: str  # "dense" or "sparse"
+    soft: bool
+    iterations: int
+    seconds: float
+
+
+class _TypeClasses:
+    """Union-find over argument slots and rule variables, each class with at most one type."""
+
+    def __init__(self):
+        self.parent: dict = {}
+        self.fixed_type: dict = {}
+        self.origin: dict = {}  # class root -> text saying where its type came from
+
+    def find(self, node):
+        self.parent.setdefault(node, node)
+        root = node
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[node] != root:
+            self.parent[node], node = root, self.parent[node]
+        return root
+
+    def fix(self, node, type_name: str, origin: str):
+        root = self.find(node)
+        self.fixed_type[root] = type_name
+        self.origin[root] = origin
+
+    def union(self, a, b, describe_conflict):
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        ta, tb = self.fixed_type.get(ra), self.fixed_type.get(rb)
+        if ta is not None and tb is not None and ta != tb:
+            raise describe_conflict(ta, self.origin[ra], tb, self.origin[rb])
+        self.parent[rb] = ra
+        if ta is None and tb is not None:
+            self.fixed_type[ra] = tb
+            self.origin[ra] = self.origin[rb]
+
+    def type_of(self, node) -> str | None:
+        return self.fixed_type.get(self.find(node))
+
+
+class LogicEngine:
+    def __init__(self, *, dense_limit: int = DEFAULT_DENSE_LIMIT, tolerance: float = 1e-6,
+                 max_soft_iterations: int = 1000, dense_evaluator: Any = "auto"):
+        self.dense_limit = dense_limit
+        self.tolerance = tolerance
+        self.max_soft_iterations = max_soft_iterations
+        self.domains: dict[str, EntityDomain] = {}
+        self.relations: dict[str, RelationInfo] = {}
+        self.facts: dict[str, dict] = {}  # relation -> {index tuple: weight}
+        self.rules: list[Rule] = []
+        self.last_stats: list[StratumStats] = []
+        self._dense_evaluator = dense_evaluator
+        self._tables: dict[str, RelationTable] | None = None
+        self._slot_types: dict[tuple, str] = {}
+
+    # -- declarations and facts -------------------------------------------------------------
+    def declare_entity(self, name: str, members: Iterable | None = None, pos: Any = None) -> None:
+        if name in self.domains and (self.domains[name].closed or members is not None):
+            if members is None or list(members) != self.domains[name].values:
+                raise LogicTypeError(f"entity type {name} is declared twice", pos)
+            return
+        if name in self.domains:
+            return
+        self.domains[name] = EntityDomain(name, [self._const_value(m) for m in members]
+                                          if members is not None else None)
+        self._changed()
+
+    def declare_relation(self, name: str, arg_types: Iterable[str | None], pos: Any = None) -> None:
+        types = tuple(t or DEFAULT_ENTITY_TYPE for t in arg_types)
+        known = self.relations.get(name)
+        if known is not None and known.declared:
+            if known.types != types:
+                raise LogicError(f"relation {name} is declared twice with different argument types", pos)
+            return
+        if known is not None and known.arity != len(types):
+            raise ArityError(f"relation {name} is declared with {len(types)} arguments but was "
+                             f"used with {known.arity}", pos)
+        if known is not None and name in self.facts and known.types != types:
+            self._retype_facts(name, known.types, types, pos)
+        for type_name in types:
+            self._domain(type_name)
+        self.relations[name] = RelationInfo(name, len(types), types, True, pos)
+        self._changed()
+
+    def add_fact(self, atom: Atom, weight: float = 1.0, pos: Any = None) -> None:
+        """Assert `atom` (all arguments are constants) with a truth value in [0, 1]."""
+        pos = pos if pos is not None else atom.pos
+        if atom.negated:
+            raise LogicError(f"a fact cannot be negated: {atom}", pos)
+        weight = float(weight)
+        if not (0.0 <= weight <= 1.0):
+            raise LogicError(f"the weight of fact {atom} must be between 0 and 1, got {weight:g}", pos)
+        info = self._relation_for_fact(atom.relation, len(atom.args), pos)
+        indices = []
+        for term, type_name in zip(atom.args, info.types):
+            if isinstance(term, Var):
+                raise LogicError(f"fact {atom} has a variable {term.name}; facts take constants "
+                                 f"(use a rule with <- to derive tuples)", pos)
+            value = term.value if isinstance(term, Const) else term.text
+            indices.append(self._domain(type_name).add(value, term.pos or pos))
+        table = self.facts.setdefault(atom.relation, {})
+        if weight == 0.0:
+            table.pop(tuple(indices), None)
+        else:
+            table[tuple(indices)] = weight
+        self._changed()
+
+    def add_facts(self, relation: str, rows: Iterable[tuple], pos: Any = None) -> None:
+        """Bulk form of add_fact for true facts given as tuples of constants (Python API, benchmarks)."""
+        rows = list(rows)
+        if not rows:
+            return
+        info = self._relation_for_fact(relation, len(rows[0]), pos)
+        domains = [self._domain(t) for t in info.types]
+        table = self.facts.setdefault(relation, {})
+        for row in rows:
+            if len(row) != info.arity:
+                raise ArityError(f"{relation} takes {info.arity} arguments, got {len(row)}", pos)
+            table[tuple(d.add(self._const_value(v), pos) for d, v in zip(domains, row))] = 1.0
+        self._changed()
+
+    def add_rule(self, rule: Rule) -> None:
+        head = rule.head
+        if head.negated:
+            raise LogicError(f"a rule head cannot be negated: {rule}", rule.pos)
+        if rule.temperature is not None and rule.temperature < 0:
+            raise LogicError(f"temperature must be >= 0, got {rule.temperature:g}", rule.pos)
+        known = self.relations.get(head.relation)
+        if known is not None and known.arity != len(head.args):
+            raise ArityError(f"{head.relation} takes {known.arity} arguments, but the head of rule "
+                             f"`{rule}` gives {len(head.args)}", head.pos or rule.pos)
+        if known is None:
+            self.relations[head.relation] = RelationInfo(head.relation, len(head.args), None, False,
+                                                         head.pos or rule.pos)
+        self.rules.append(rule)
+        self._changed()
+
+    def has_relation(self, name: str) -> bool:
+        return name in self.relations
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def infer(self) -> list[StratumStats]:
+        """Run every stratum to its fixpoint (no-op when nothing changed since the last run)."""
+        if self._tables is not None:
+            return self.last_stats
+        compiled = self._compile()
+        tables = {name: self._fact_table(name) for name in self.relations}
+        stats = []
+        for component in stratify(sorted(self.relations), compiled):
+            rules = [r for r in compiled if r.head.relation in component]
+            if not rules:
+                continue
+            stratum = set(component)
+            soft = any(r.temperature > 0 for r in rules)
+            touched = stratum | {a.relation for r in rules for a in r.body}
+            dense = all(key_space(tables[name].sizes) <= self.dense_limit for name in touched)
+            started = time.perf_counter()
+            if dense and self._dense_evaluator is not None:
+                from .dense_eval import DenseStratum
+                runner = DenseStratum(rules, stratum, tables, soft, self.tolerance,
+                                      self.max_soft_iterations, self._dense_evaluator)
+            else:
+                runner = SparseStratum(rules, stratum, tables, soft, self.tolerance,
+                                       self.max_soft_iterations)
+                dense = False
+            runner.run()
+            stats.append(StratumStats(tuple(component), "dense" if dense else "sparse", soft,
+                                      runner.iterations, time.perf_counter() - started))
+        self._tables = tables
+        self.last_stats = stats
+        return stats
+
+    def query(self, atom: Atom) -> QueryResult:
+        """Answers of `atom` (sorted, stable), inferring first if facts or rules changed."""
+        pos = atom.pos
+        info = self.relations.get(atom.relation)
+        if info is None:
+            raise UnknownRelationError(f"unknown relation {atom.relation} in query {atom}", pos)
+        if info.arity != len(atom.args):
+            raise ArityError(f"{atom.relation} takes {info.arity} arguments, the query {atom} "
+                             f"gives {len(atom.args)}", pos)
+        if atom.negated:
+            raise LogicError(f"a query cannot be negated: {atom}", pos)
+        self.infer()
+        table = self._tables[atom.relation]
+        types = self._types_of(atom.relation)
+        known = self._known_constants()
+        terms = []
+        var_ids: dict[str, int] = {}
+        names: list[str] = []
+        impossible = False
+        for term, type_name in zip(atom.args, types):
+            resolved = self._resolve(term, known)
+            if isinstance(resolved, Var):
+                if resolved.name == "_":
+                    terms.append(("v", len(var_ids) + 1000000 + len(terms)))
+                    continue
+                if resolved.name not in var_ids:
+                    var_ids[resolved.name] = len(var_ids)
+                    names.append(resolved.name)
+                terms.append(("v", var_ids[resolved.name]))
+            else:
+                index = self._domain(type_name).lookup(resolved.value)
+                if index is None:
+                    impossible = True
+                    index = 0
+                terms.append(("c", index))
+        weighted = table.is_weighted
+        domains = [self._domain(t) for t in types]
+        if impossible or len(table) == 0:
+            rows_out: list[tuple] = []
+            weights_out: list[float] = []
+        else:
+            compiled = CompiledAtom(atom.relation, tuple(terms), False, table.sizes)
+            bindings = scan(compiled, table, weighted=True)
+            var_positions = {}
+            for position, (kind, value) in enumerate(terms):
+                if kind == "v" and value < 1000000 and value not in var_positions:
+                    var_positions[value] = position
+            columns = [bindings.columns[v] for v in range(len(names))]
+            sizes = tuple(table.sizes[var_positions[v]] for v in range(len(names)))
+            keys = encode(columns, sizes, bindings.rows)
+            projected = RelationTable.from_unsorted(sizes, keys, bindings.weights)
+            out_columns = projected.columns()
+            value_lists = [[domains[var_positions[v]].values[i] for i in out_columns[v].tolist()]
+                           for v in range(len(names))]
+            rows_out = list(zip(*value_lists)) if names else [()] * len(projected)
+            weights_out = projected.value_array().tolist()
+            order = sorted(range(len(rows_out)),
+                           key=lambda i: tuple(constant_sort_key(v) for v in rows_out[i]))
+            rows_out = [rows_out[i] for i in order]
+            weights_out = [weights_out[i] for i in order]
+        return QueryResult(atom=atom, variables=tuple(names), rows=rows_out,
+                           weights=weights_out if weighted else None)
+
+    def relation_tensor(self, name: str, pos: Any = None) -> np.ndarray:
+        """The relation as a dense array over entity indices: bool, or float32 if weighted."""
+        if name not in self.relations:
+            raise UnknownRelationError(f"unknown relation {name}", pos)
+        self.infer()
+        table = self._tables[name]
+        cells = key_space(table.sizes)
+        if cells > DENSE_TENSOR_LIMIT:
+            dims = " x ".join(str(s) for s in table.sizes)
+            raise LogicError(f"relation {name} spans {dims} cells ({len(table)} true), too large "
+                             f"for a dense tensor; query it instead", pos)
+        dense = table.to_dense()
+        return dense if table.is_weighted else dense > 0
+
+    def relation_axes(self, name: str) -> list[list]:
+        """For each axis of relation_tensor(name), the constants in index order."""
+        self.infer()
+        return [list(self._domain(t).values) for t in self._types_of(name)]
+
+    # -- internals ----------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self._tables = None
+
+    @staticmethod
+    def _const_value(value):
+        if isinstance(value, Const):
+            return value.value
+        if isinstance(value, Name):
+            return value.text
+        if isinstance(value, (bool, float)) or not isinstance(value, (str, int, np.integer)):
+            raise LogicError(f"entity constants are names or integers, got {value!r}")
+        return int(value) if isinstance(value, np.integer) else value
+
+    def _domain(self, name: str) -> EntityDomain:
+        domain = self.domains.get(name)
+        if domain is None:
+            domain = self.domains[name] = EntityDomain(name)
+        return domain
+
+    def _relation_for_fact(self, name: str, arity: int, pos) -> RelationInfo:
+        info = self.relations.get(name)
+        if info is None:
+            info = self.relations[name] = RelationInfo(name, arity, (DEFAULT_ENTITY_TYPE,) * arity,
+                                                       False, pos)
+        elif info.arity != arity:
+            raise ArityError(f"{name} takes {info.arity} arguments, got {arity}", pos)
+        elif info.types is None:
+            info.types = self._inferred_types(name)
+        return info
+
+    def _inferred_types(self, name: str) -> tuple:
+        """Types of a rule-defined relation before it gets facts (compiles the rules once)."""
+        self._compile()
+        return tuple(self._slot_types[(name, i)] for i in range(self.relations[name].arity))
+
+    def _retype_facts(self, name: str, old: tuple, new: tuple, pos) -> None:
+        old_domains = [self._domain(t) for t in old]
+        new_domains = [self._domain(t) for t in new]
+        retyped = {}
+        for indices, weight in self.facts[name].items():
+            retyped[tuple(nd.add(od.values[i], pos) for i, od, nd in
+                          zip(indices, old_domains, new_domains))] = weight
+        self.facts[name] = retyped
+
+    def _types_of(self, name: str) -> tuple:
+        info = self.relations[name]
+        if info.types is not None:
+            return info.types
+        return tuple(self._slot_types.get((name, i), DEFAULT_ENTITY_TYPE) for i in range(info.arity))
+
+    def _known_constants(self) -> set:
+        known = set()
+        for domain in self.domains.values():
+            known.update(domain.values)
+        return known
+
+    @staticmethod
+    def _resolve(term, known: set):
+        if isinstance(term, (Var, Const)):
+            return term
+        text = term.text
+        if text == "_" or ((text[0].isupper() or text[0] == "_") and text not in known):
+            return Var(text, term.pos)
+        return Const(text, term.pos)
+
+    def _fact_table(self, name: str) -> RelationTable:
+        sizes = tuple(len(self._domain(t)) for t in self._types_of(name))
+        facts = self.facts.get(name)
+        if not facts:
+            return RelationTable.empty(sizes)
+        check_key_space(sizes, f"relation {name}")
+        coords = np.array(list(facts.keys()), dtype=np.int64).reshape(len(facts), len(sizes))
+        keys = encode([coords[:, i] for i in range(len(sizes))], sizes, len(facts))
+        weights = np.fromiter(facts.values(), dtype=np.float32, count=len(facts))
+        return RelationTable.from_unsorted(sizes, keys, None if np.all(weights == 1.0) else weights)
+
+    def _compile(self) -> list[CompiledRule]:
+        known = self._known_constants()
+        classes = _TypeClasses()
+        for info in self.relations.values():
+            if info.types is not None:
+                for i, type_name in enumerate(info.types):
+                    how = "declared" if info.declared else "given by its facts"
+                    classes.fix(("slot", info.name, i), type_name,
+                                f"argument {i + 1} of {info.name} ({how})")
+        resolved_rules = []
+        for rule_index, rule in enumerate(self.rules):
+            resolved_rules.append(self._resolve_rule(rule_index, rule, known, classes))
+        for info in self.relations.values():
+            for i in range(info.arity):
+                self._slot_types[(info.name, i)] = (classes.type_of(("slot", info.name, i))
+                                                    or DEFAULT_ENTITY_TYPE)
+        # Rule constants join their domains before any size is fixed.
+        for rule, atoms, _ in resolved_rules:
+            for atom, terms in atoms:
+                for i, term in enumerate(terms):
+                    if isinstance(term, Const):
+                        self._domain(self._slot_types[(atom.relation, i)]).add(term.value,
+                                                                               term.pos or rule.pos)
+        compiled = []
+        for rule, atoms, var_names in resolved_rules:
+            var_sizes = [0] * len(var_names)
+            compiled_atoms = []
+            for atom, terms in atoms:
+                types = [self._slot_types[(atom.relation, i)] for i in range(len(terms))]
+                sizes = tuple(len(self._domain(t)) for t in types)
+                out_terms = []
+                for i, term in enumerate(terms):
+                    if isinstance(term, Const):
+                        out_terms.append(("c", self._domain(types[i]).lookup(term.value)))
+                    else:
+                        out_terms.append(("v", term))
+                        var_sizes[term] = sizes[i]
+                existential = ()
+                if atom.negated:
+                    existential = tuple(t for t in out_terms_vars(out_terms)
+                                        if var_names[t].startswith("_#"))
+                compiled_atoms.append(CompiledAtom(atom.relation, tuple(out_terms), atom.negated,
+                                                   sizes, existential))
+            compiled.append(CompiledRule(compiled_atoms[0], tuple(compiled_atoms[1:]),
+                                         float(rule.temperature or 0.0), tuple(var_names),
+                                         tuple(var_sizes), rule))
+        return compiled
+
+    def _resolve_rule(self, rule_index: int, rule: Rule, known: set, classes: _TypeClasses):
+        """Check the rule's relations, arities and safety; number its variables; unify types."""
+        var_ids: dict[str, int] = {}
+        var_names: list[str] = []
+        atoms = []
+
+        def var_id(name: str) -> int:
+            if name == "_":
+                var_names.append(f"_#{len(var_names)}")
+                return len(var_names) - 1
+            if name not in var_ids:
+                var_ids[name] = len(var_names)
+                var_names.append(name)
+            return var_ids[name]
+
+        for atom in (rule.head,) + rule.body:
+            info = self.relations.get(atom.relation)
+            where = atom.pos or rule.pos
+            if info is None:
+                raise UnknownRelationError(f"unknown relation {atom.relation} in rule `{rule}` "
+                                           f"(declare it with `relation` or give it facts)", where)
+            if info.arity != len(atom.args):
+                raise ArityError(f"{atom.relation} takes {info.arity} arguments, but rule `{rule}` "
+                                 f"gives it {len(atom.args)}", where)
+            terms = []
+            for i, term in enumerate(atom.args):
+                resolved = self._resolve(term, known)
+                if isinstance(resolved, Var):
+                    vid = var_id(resolved.name)
+                    terms.append(vid)
+                    shown = resolved.name
+
+                    def conflict(t1, o1, t2, o2, shown=shown):
+                        return LogicTypeError(f"variable {shown} in rule `{rule}` is used both as "
+                                              f"{t1} ({o1}) and as {t2} ({o2})", where)
+
+                    classes.union(("var", rule_index, vid), ("slot", atom.relation, i), conflict)
+                else:
+                    terms.append(resolved)
+            atoms.append((atom, terms))
+
+        positive_vars = {t for atom, terms in atoms[1:] if not atom.negated for t in terms
+                         if isinstance(t, int)}
+        head_atom, head_terms = atoms[0]
+        for t in head_terms:
+            if isinstance(t, int) and t not in positive_vars:
+                name = var_names[t] if not var_names[t].startswith("_#") else "_"
+                raise UnsafeRuleError(f"variable {name} in the head of rule `{rule}` does not occur "
+                                      f"in a positive body atom", rule.pos or head_atom.pos)
+        for atom, terms in atoms[1:]:
+            if atom.negated:
+                for t in terms:
+                    if isinstance(t, int) and t not in positive_vars and not var_names[t].startswith("_#"):
+                        raise UnsafeRuleError(f"variable {var_names[t]} of `{atom}` in rule `{rule}` "
+                                              f"does not occur in a positive body atom", atom.pos or rule.pos)
+        return rule, atoms, var_names
+
+
+def out_terms_vars(terms) -> list[int]:
+    seen = []
+    for kind, value in terms:
+        if kind == "v" and value not in seen:
+            seen.append(value)
+    return seen

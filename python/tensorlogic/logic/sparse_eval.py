@@ -1,0 +1,295 @@
+"""Sparse evaluation of one stratum: relations as sorted key arrays, rule bodies as sort-merge joins.
+
+A rule body is evaluated left to right over a table of variable bindings (one int64 column per
+bound variable, plus a weight per row in soft mode); each positive atom is a sorted join on the
+variables it shares with the table, each negated atom a filter once its variables are bound.
+Boolean strata run semi-naive (each round joins only the previous round's new tuples at one
+recursive position); soft strata (any rule with temperature > 0) iterate to a numeric fixpoint.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .compiled import CompiledAtom, CompiledRule, rule_step
+from .errors import ConvergenceError
+from .relation_table import KeySet, RelationTable, check_key_space, encode, key_space
+
+
+class Bindings:
+    """Rows of variable bindings: columns[var_id] -> int64 array; weights None in Boolean mode."""
+
+    __slots__ = ("columns", "weights", "rows")
+
+    def __init__(self, columns: dict, weights, rows: int):
+        self.columns = columns
+        self.weights = weights
+        self.rows = rows
+
+    def take(self, index: np.ndarray) -> "Bindings":
+        return Bindings({v: c[index] for v, c in self.columns.items()},
+                        None if self.weights is None else self.weights[index], len(index))
+
+
+def scan(atom: CompiledAtom, table: RelationTable, weighted: bool) -> Bindings:
+    """Bindings of the atom's variables for every tuple of the table that matches its constants
+    and repeated variables."""
+    columns = table.columns()
+    mask = None
+    first_column: dict[int, int] = {}
+    for position, (kind, value) in enumerate(atom.terms):
+        condition = None
+        if kind == "c":
+            condition = columns[position] == value
+        elif value in first_column:
+            condition = columns[position] == columns[first_column[value]]
+        else:
+            first_column[value] = position
+        if condition is not None:
+            mask = condition if mask is None else (mask & condition)
+    weights = table.value_array() if weighted else None
+    if mask is None:
+        out = {v: columns[p] for v, p in first_column.items()}
+        return Bindings(out, weights, len(table))
+    index = np.flatnonzero(mask)
+    out = {v: columns[p][index] for v, p in first_column.items()}
+    return Bindings(out, None if weights is None else weights[index], len(index))
+
+
+def _join_keys(left: Bindings, right: Bindings, shared: list[int], var_sizes) -> tuple:
+    sizes = tuple(var_sizes[v] for v in shared)
+    check_key_space(sizes, "a join on " + str(len(shared)) + " variables")
+    return (encode([left.columns[v] for v in shared], sizes, left.rows),
+            encode([right.columns[v] for v in shared], sizes, right.rows))
+
+
+def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None) -> Bindings:
+    """Natural join on shared variables; `right_sorted` may hold (sorted keys, order) of right."""
+    shared = [v for v in left.columns if v in right.columns]
+    if not shared:
+        left_index = np.repeat(np.arange(left.rows), right.rows)
+        right_index = np.tile(np.arange(right.rows), left.rows)
+    else:
+        left_keys, right_keys = _join_keys(left, right, shared, var_sizes)
+        if right_sorted is None:
+            order = np.argsort(right_keys, kind="stable")
+            sorted_keys = right_keys[order]
+        else:
+            sorted_keys, order = right_sorted
+        low = np.searchsorted(sorted_keys, left_keys, "left")
+        high = np.searchsorted(sorted_keys, left_keys, "right")
+        counts = high - low
+        total = int(counts.sum())
+        left_index = np.repeat(np.arange(left.rows), counts)
+        run_starts = np.cumsum(counts) - counts
+        right_index = order[np.repeat(low, counts) + (np.arange(total) - np.repeat(run_starts, counts))]
+    columns = {v: c[left_index] for v, c in left.columns.items()}
+    for v, c in right.columns.items():
+        if v not in columns:
+            columns[v] = c[right_index]
+    weights = None
+    if left.weights is not None:
+        weights = left.weights[left_index] * right.weights[right_index]
+    return Bindings(columns, weights, len(left_index))
+
+
+def apply_negation(rows: Bindings, atom: CompiledAtom, table: RelationTable, var_sizes) -> Bindings:
+    """Keep rows whose tuple is not certainly true in `table`; in soft mode scale by 1 - value."""
+    negated = scan(atom, table, weighted=True)
+    variables = list(atom.bound_variables)
+    sizes = tuple(var_sizes[v] for v in variables)
+    check_key_space(sizes, f"negated atom {atom.relation}")
+    row_keys = encode([rows.columns[v] for v in variables], sizes, rows.rows)
+    neg_keys = encode([negated.columns[v] for v in variables], sizes, negated.rows)
+    if rows.weights is None:
+        neg_keys = np.unique(neg_keys[negated.weights >= 1.0])
+        if len(neg_keys) == 0:
+            return rows
+        at = np.minimum(np.searchsorted(neg_keys, row_keys), len(neg_keys) - 1)
+        return rows.take(np.flatnonzero(neg_keys[at] != row_keys))
+    negated_values = RelationTable.from_unsorted(sizes, neg_keys, negated.weights)
+    scaled = rows.weights * (1.0 - negated_values.lookup_values(row_keys))
+    keep = np.flatnonzero(scaled > 0)
+    out = rows.take(keep)
+    out.weights = scaled[keep].astype(np.float32)
+    return out
+
+
+class SparseStratum:
+    """Evaluates the rules of one stratum over `tables` (updated in place)."""
+
+    def __init__(self, rules: list[CompiledRule], stratum: set[str], tables: dict,
+                 soft: bool, tolerance: float, max_iterations: int):
+        self.rules = rules
+        self.stratum = stratum
+        self.tables = tables
+        self.soft = soft
+        self.tolerance = tolerance
+        self.max_iterations = max_iterations
+        self.iterations = 0
+        self._sorted_cache: dict = {}
+
+    # -- one rule ---------------------------------------------------------------------------
+    def _scan_sorted(self, atom: CompiledAtom, table: RelationTable, shared: list[int], var_sizes,
+                     cacheable: bool):
+        key = (id(table), atom.terms, tuple(shared))
+        if cacheable and key in self._sorted_cache:
+            return self._sorted_cache[key][0], self._sorted_cache[key][1]
+        rows = scan(atom, table, self.soft)
+        sorted_pair = None
+        if shared:
+            sizes = tuple(var_sizes[v] for v in shared)
+            check_key_space(sizes, "a join")
+            keys = encode([rows.columns[v] for v in shared], sizes, rows.rows)
+            order = np.argsort(keys, kind="stable")
+            sorted_pair = (keys[order], order)
+        if cacheable:
+            self._sorted_cache[key] = (rows, sorted_pair, table)  # keep table alive: id() stays unique
+        return rows, sorted_pair
+
+    def evaluate_rule(self, rule: CompiledRule, inputs: dict, delta_position: int | None) -> RelationTable:
+        """The head tuples (with values in soft mode) derived by one rule; `inputs[i]` is the table
+        used for body atom i."""
+        positive = [i for i, a in enumerate(rule.body) if not a.negated]
+        pending_negations = [i for i, a in enumerate(rule.body) if a.negated]
+        order = []
+        remaining = list(positive)
+        if delta_position is not None:
+            order.append(delta_position)
+            remaining.remove(delta_position)
+        bound: set[int] = set(rule.body[order[0]].variables) if order else set()
+        while remaining:
+            best = max(remaining, key=lambda i: (len(bound & set(rule.body[i].variables)), -i))
+            if not order:
+                best = remaining[0]
+            order.append(best)
+            remaining.remove(best)
+            bound |= set(rule.body[best].variables)
+
+        rows = Bindings({}, np.ones(1, np.float32) if self.soft else None, 1)
+        for i in order:
+            atom = rule.body[i]
+            table = inputs[i]
+            shared = [v for v in atom.variables if v in rows.columns]
+            cacheable = atom.relation not in self.stratum
+            right, sorted_pair = self._scan_sorted(atom, table, shared, rule.var_sizes, cacheable)
+            rows = join(rows, right, rule.var_sizes, sorted_pair)
+            for j in list(pending_negations):
+                if all(v in rows.columns for v in rule.body[j].bound_variables):
+                    rows = apply_negation(rows, rule.body[j], inputs[j], rule.var_sizes)
+                    pending_negations.remove(j)
+            if rows.rows == 0:
+                break
+        for j in pending_negations:  # ground negated atoms (no variables)
+            rows = apply_negation(rows, rule.body[j], inputs[j], rule.var_sizes)
+
+        head = rule.head
+        if rows.rows == 0:
+            return RelationTable.empty(head.sizes, self.soft)
+        columns = [rows.columns[value] if kind == "v" else np.full(rows.rows, value, np.int64)
+                   for kind, value in head.terms]
+        keys = encode(columns, head.sizes, rows.rows)
+        if not self.soft:
+            return RelationTable(head.sizes, np.unique(keys), None)
+        unique_keys, inverse = np.unique(keys, return_inverse=True)
+        sums = np.bincount(inverse, weights=rows.weights, minlength=len(unique_keys))
+        values = rule_step(sums, rule.temperature)
+        keep = values > 0
+        return RelationTable(head.sizes, unique_keys[keep], values[keep].astype(np.float32))
+
+    # -- the stratum --------------------------------------------------------------------------
+    def run(self) -> None:
+        if self.soft:
+            self._run_soft()
+        else:
+            self._run_boolean()
+
+    def _inputs(self, rule: CompiledRule, current: dict, delta: dict | None, position):
+        return [delta[a.relation] if i == position else current[a.relation]
+                for i, a in enumerate(rule.body)]
+
+    def _run_boolean(self) -> None:
+        heads = {r.head.relation for r in self.rules}
+        facts = {name: self.tables[name] for name in heads}
+        true_sets = {}
+        for name in heads:
+            table = facts[name]
+            check_key_space(table.sizes, f"relation {name}")
+            true_sets[name] = KeySet(key_space(table.sizes))
+            true_sets[name].add(table.true_keys())
+        derived_runs: dict[str, list] = {name: [] for name in heads}
+        current = dict(self.tables)
+
+        def absorb(found: dict) -> dict:
+            delta = {}
+            for name, parts in found.items():
+                keys = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+                if len(keys):
+                    keys = keys[~true_sets[name].contains(keys)]
+                true_sets[name].add(keys)
+                delta[name] = RelationTable(facts[name].sizes, keys, None)
+                if len(keys):
+                    derived_runs[name].append(keys)
+            return delta
+
+        found = {name: [] for name in heads}
+        for rule in self.rules:
+            result = self.evaluate_rule(rule, self._inputs(rule, current, None, None), None)
+            found[rule.head.relation].append(result.keys)
+        delta = absorb(found)
+        self.iterations = 1
+        recursive = [(rule, i) for rule in self.rules for i, a in enumerate(rule.body)
+                     if not a.negated and a.relation in self.stratum]
+        needs_full = {a.relation for rule, i in recursive for j, a in enumerate(rule.body)
+                      if j != i and a.relation in self.stratum}
+        while any(len(t) for t in delta.values()):
+            for name in needs_full:
+                current[name] = self._materialize(facts[name], derived_runs[name])
+            found = {name: [] for name in heads}
+            for rule, position in recursive:
+                if len(delta[rule.body[position].relation]) == 0:
+                    continue
+                result = self.evaluate_rule(rule, self._inputs(rule, current, delta, position), position)
+                found[rule.head.relation].append(result.keys)
+            delta = absorb(found)
+            self.iterations += 1
+        for name in heads:
+            self.tables[name] = self._materialize(facts[name], derived_runs[name])
+
+    @staticmethod
+    def _materialize(facts: RelationTable, runs: list) -> RelationTable:
+        if not runs:
+            return facts
+        derived = RelationTable(facts.sizes, np.unique(np.concatenate(runs)), None)
+        return facts.union_max(derived)
+
+    def _run_soft(self) -> None:
+        heads = {r.head.relation for r in self.rules}
+        facts = {name: self.tables[name] for name in heads}
+        current = dict(self.tables)
+        change = float("inf")
+        while self.iterations < self.max_iterations:
+            new = {}
+            for name in heads:
+                new[name] = facts[name] if facts[name].values is not None else RelationTable(
+                    facts[name].sizes, facts[name].keys, np.ones(len(facts[name]), np.float32))
+            for rule in self.rules:
+                result = self.evaluate_rule(rule, self._inputs(rule, current, None, None), None)
+                new[rule.head.relation] = new[rule.head.relation].union_max(result)
+            self.iterations += 1
+            change = max(_max_change(current[name], new[name]) for name in heads)
+            current.update(new)
+            self._sorted_cache.clear()
+            if change <= self.tolerance:
+                break
+        else:
+            raise ConvergenceError(f"soft rules for {', '.join(sorted(heads))} did not converge in "
+                                   f"{self.max_iterations} iterations (last change {change:.3g})")
+        for name in heads:
+            self.tables[name] = current[name]
+
+
+def _max_change(old: RelationTable, new: RelationTable) -> float:
+    keys = np.union1d(old.keys, new.keys)
+    if len(keys) == 0:
+        return 0.0
+    return float(np.max(np.abs(old.lookup_values(keys) - new.lookup_values(keys))))

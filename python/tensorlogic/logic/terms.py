@@ -1,0 +1,114 @@
+"""Terms, atoms and rules: the engine's own small data model, independent of the TL AST.
+
+A `Name` is a bare identifier whose role is decided by the engine: in facts it is a constant;
+in rules and queries it is a variable when it starts with an upper-case letter or `_` and is not
+already a known constant of any entity type, else a constant. `Var`/`Const` force the role.
+`pos` is an opaque source position carried into errors; it never takes part in equality.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    pos: Any = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Union[str, int]
+    pos: Any = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class Name:
+    text: str
+    pos: Any = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Term = Union[Var, Const, Name]
+
+
+@dataclass(frozen=True)
+class Atom:
+    relation: str
+    args: tuple  # tuple[Term, ...]
+    negated: bool = False
+    pos: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "args", tuple(self.args))
+
+    def __str__(self) -> str:
+        text = f"{self.relation}({', '.join(str(a) for a in self.args)})"
+        return f"not {text}" if self.negated else text
+
+
+@dataclass(frozen=True)
+class Rule:
+    head: Atom
+    body: tuple  # tuple[Atom, ...]
+    temperature: float | None = None  # None or 0: hard step; > 0: soft step
+    pos: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "body", tuple(self.body))
+
+    def __str__(self) -> str:
+        return f"{self.head} <- {', '.join(str(a) for a in self.body)}"
+
+
+def parse_atom(text: str, pos: Any = None) -> Atom:
+    """Build an Atom from `Rel(a, X)` or `not Rel(a, X)` text (tests and the Python API)."""
+    text = text.strip()
+    negated = False
+    if text.startswith("not "):
+        negated, text = True, text[4:].strip()
+    open_at = text.find("(")
+    if open_at <= 0 or not text.endswith(")"):
+        raise ValueError(f"not an atom: {text!r}")
+    relation = text[:open_at].strip()
+    inner = text[open_at + 1:-1].strip()
+    args = []
+    for part in (inner.split(",") if inner else []):
+        part = part.strip()
+        if part.lstrip("-").isdigit():
+            args.append(Const(int(part)))
+        elif len(part) >= 2 and part[0] == part[-1] == '"':
+            args.append(Const(part[1:-1]))
+        else:
+            args.append(Name(part))
+    return Atom(relation, tuple(args), negated, pos)
+
+
+def parse_rule(text: str, temperature: float | None = None, pos: Any = None) -> Rule:
+    """Build a Rule from `Head(X) <- A(X, Y), not B(Y)` text (tests and the Python API)."""
+    head_text, sep, body_text = text.partition("<-")
+    if not sep:
+        raise ValueError(f"not a rule: {text!r}")
+    parts, depth, current = [], 0, ""
+    for ch in body_text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return Rule(parse_atom(head_text), tuple(parse_atom(p) for p in parts if p.strip()),
+                temperature, pos)
