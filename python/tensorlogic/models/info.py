@@ -1,0 +1,72 @@
+"""A summary of a GGUF model file for `tl model info`: what it is, without loading weights."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelError
+from .gguf_file import GGUFFile
+from .llama_config import LlamaConfig
+
+
+def model_info(path: str | Path) -> dict[str, Any]:
+    with GGUFFile(path) as g:
+        info: dict[str, Any] = {
+            "path": str(g.path),
+            "file_size": g.file_size,
+            "gguf_version": g.version,
+            "name": g.get("general.name"),
+            "architecture": g.get("general.architecture"),
+            "tensor_count": len(g.tensors),
+            "tensor_types": dict(Counter(t.type_name for t in g.tensors.values()).most_common()),
+            "unsupported_tensor_types": sorted({t.type_name for t in g.unsupported_tensors()}),
+            "tokenizer": g.get("tokenizer.ggml.model"),
+            "tokenizer_pre": g.get("tokenizer.ggml.pre"),
+            "vocab_size": len(g.get("tokenizer.ggml.tokens") or []),
+            "bos_token_id": g.get("tokenizer.ggml.bos_token_id"),
+            "eos_token_id": g.get("tokenizer.ggml.eos_token_id"),
+            "chat_template": isinstance(g.get("tokenizer.chat_template"), str),
+        }
+        try:
+            info["config"] = LlamaConfig.from_gguf(g).as_dict()
+            info["config_error"] = None
+        except ModelError as e:
+            info["config"] = None
+            info["config_error"] = str(e)
+        return info
+
+
+def format_info(info: dict[str, Any]) -> str:
+    mib = info["file_size"] / (1 << 20)
+    lines = [
+        f"file:          {info['path']} ({mib:.1f} MiB, GGUF v{info['gguf_version']})",
+        f"name:          {info['name'] or '?'}",
+        f"architecture:  {info['architecture'] or '?'}",
+    ]
+    cfg = info["config"]
+    if cfg:
+        lines += [
+            f"layers:        {cfg['n_layers']}",
+            f"d_model:       {cfg['d_model']}",
+            f"heads:         {cfg['n_heads']} query, {cfg['n_kv_heads']} key/value (head dim {cfg['head_dim']})",
+            f"ffn:           {cfg['d_ff']}",
+            f"vocab:         {cfg['vocab_size']}",
+            f"context:       {cfg['context_length']}",
+            f"rope base:     {cfg['rope_base']:g}",
+            f"rms eps:       {cfg['rms_eps']:g}",
+            f"output:        {'tied to token_embd.weight' if cfg['tied_output'] else 'output.weight'}",
+        ]
+    else:
+        lines.append(f"not loadable:  {info['config_error']}")
+    types = ", ".join(f"{k} {v}" for k, v in info["tensor_types"].items())
+    lines.append(f"tensors:       {info['tensor_count']} ({types})")
+    if info["unsupported_tensor_types"]:
+        lines.append(f"unsupported:   {', '.join(info['unsupported_tensor_types'])}")
+    tok = info["tokenizer"] or "none"
+    if info["tokenizer_pre"]:
+        tok += f" (pre: {info['tokenizer_pre']})"
+    lines.append(f"tokenizer:     {tok}, {info['vocab_size']} tokens, bos {info['bos_token_id']}, "
+                 f"eos {info['eos_token_id']}")
+    lines.append(f"chat template: {'yes' if info['chat_template'] else 'no (a default is used)'}")
+    return "\n".join(lines)
