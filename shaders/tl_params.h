@@ -1,0 +1,159 @@
+// Parameter structs passed to the Metal kernels with setBytes. This one header is included both by
+// the shaders (Metal Shading Language) and by objc/metal_kernels.mm (C++), so the two sides can
+// never disagree on a field's offset: every field is 4 or 8 bytes, 64-bit fields come first, and
+// each struct's size is a multiple of 8 (checked by static_assert on the C++ side).
+// Dtype codes equal the numeric values of tl::DType (cpp/runtime/dtype.h).
+#ifndef TL_SHADERS_PARAMS_H
+#define TL_SHADERS_PARAMS_H
+
+#ifdef __METAL_VERSION__
+typedef long tl_i64;
+#else
+#include <cstdint>
+typedef int64_t tl_i64;
+#endif
+
+#define TL_MAX_DIMS 8
+
+#define TL_F32 0
+#define TL_F16 1
+#define TL_BF16 2
+#define TL_I32 3
+#define TL_I64 4
+#define TL_BOOL 5
+#define TL_Q4_0 6
+#define TL_Q4_1 7
+#define TL_Q5_0 8
+#define TL_Q5_1 9
+#define TL_Q8_0 10
+#define TL_Q4_K 11
+#define TL_Q5_K 12
+#define TL_Q6_K 13
+
+// Shape and element strides of one operand (a tl::View without its pointer, which is bound as a
+// buffer + offset instead).
+struct TLViewDesc {
+  tl_i64 shape[TL_MAX_DIMS];
+  tl_i64 strides[TL_MAX_DIMS];
+  int ndim;
+  int dtype;
+};
+
+// binary, binary_scalar and where. `a`, `b` (and `c` = the condition for where) share out's
+// shape; out is contiguous with n elements.
+struct TLElementwiseParams {
+  TLViewDesc a;
+  TLViewDesc b;
+  TLViewDesc c;
+  tl_i64 n;
+  tl_i64 scalar_i;   // binary_scalar: the scalar as int64 (integer compute)
+  float scalar_f;    // binary_scalar: the scalar as f32 (float compute)
+  int op;            // tl::BinaryOp or tl::UnaryOp value
+  int out_dtype;
+  int float_compute; // 1: compute in f32, 0: compute in int64
+  int scalar_first;  // binary_scalar: s op a instead of a op s
+  int pad0;
+};
+
+// copy, fill and arange. copy: src -> dst, same shape; fill/arange: dst only.
+struct TLCopyParams {
+  TLViewDesc src;
+  TLViewDesc dst;
+  tl_i64 n;
+  tl_i64 value_i;   // fill value / arange start as int64
+  tl_i64 step_i;    // arange step as int64
+  float value_f;    // fill value / arange start as f32
+  float step_f;     // arange step as f32
+  int integer_compute;
+  int pad0;
+};
+
+// reduce and softmax over the middle axis of a contiguous [outer, n, inner] tensor.
+struct TLReduceParams {
+  tl_i64 outer;
+  tl_i64 n;
+  tl_i64 inner;
+  int op;         // tl::ReduceOp value (reduce only)
+  int in_dtype;
+  int out_dtype;
+  int pad0;
+};
+
+// matmul: a [batch, M, K], b [batch, K, N] with any strides, out contiguous [batch, M, N].
+struct TLMatmulParams {
+  TLViewDesc a;
+  TLViewDesc b;
+  tl_i64 batch;
+  tl_i64 m;
+  tl_i64 n;
+  tl_i64 k;
+  int out_dtype;
+  int pad0;
+};
+
+// linear: x contiguous [M, K] f32, w contiguous [N, K] of any dtype, out contiguous [M, N] f32.
+// gather_rows: table contiguous [V, D] of any dtype, ids [n], out contiguous [n, D].
+struct TLRowsParams {
+  tl_i64 m;          // linear: rows of x; gather: number of ids
+  tl_i64 n;          // linear: rows of w; gather: rows of the table (V)
+  tl_i64 k;          // linear: K; gather: D
+  tl_i64 row_bytes;  // bytes of one row of w / table
+  int w_dtype;       // dtype of w / table
+  int ids_dtype;     // gather: I32 or I64
+  int out_dtype;
+  int pad0;
+};
+
+// rms_norm, layer_norm (x, out contiguous [rows, d]) and rope (x, out contiguous [outer, s, h, d]).
+struct TLNormParams {
+  tl_i64 rows;
+  tl_i64 d;
+  tl_i64 seq;         // rope: S
+  tl_i64 heads;       // rope: H
+  tl_i64 pos_offset;  // rope
+  float eps;
+  float base;         // rope
+  int x_dtype;
+  int out_dtype;
+  int w_dtype;        // -1 when w is absent
+  int b_dtype;        // -1 when b is absent
+  int neox;           // rope
+  int pad0;
+};
+
+// causal_mask (out [n, m]) and attention.
+struct TLAttentionParams {
+  TLViewDesc q;
+  TLViewDesc k;
+  TLViewDesc v;
+  TLViewDesc mask;      // [Sq, Sk] f32 when has_mask
+  tl_i64 sq;
+  tl_i64 sk;
+  tl_i64 hq;
+  tl_i64 hkv;
+  tl_i64 d;
+  tl_i64 q_pos_offset;  // causal_mask: the offset
+  tl_i64 mask_cols;     // causal_mask: m
+  float scale;
+  int causal;
+  int has_mask;
+  int pad0;
+};
+
+// delay: spin for about `iterations` dependent multiply-adds on one GPU thread.
+struct TLDelayParams {
+  tl_i64 iterations;
+};
+
+// Layout of the per-command-buffer error record that kernels which can detect bad data at run
+// time (gather_rows) write; the completion handler turns it into the command buffer's error.
+#define TL_ERROR_NONE 0
+#define TL_ERROR_GATHER_ID_OUT_OF_RANGE 1
+struct TLErrorRecord {
+  int code;       // written with an atomic compare-exchange from TL_ERROR_NONE: first error wins
+  int pad0;
+  tl_i64 value;   // the offending id
+  tl_i64 limit;   // the valid range is [0, limit)
+};
+
+#endif  // TL_SHADERS_PARAMS_H
