@@ -1,0 +1,107 @@
+#pragma once
+// Internals shared by the CPU kernel files (one file per kernel family). CpuKernels holds the
+// thread pool; the free functions here convert rows between storage dtypes and f32/int64,
+// walk strided views row by row, and dequantize GGUF blocks. Row helpers take element strides
+// and never allocate; every kernel file stays free of per-element dtype switches.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "half.h"
+#include "thread_pool.h"
+
+namespace tl::cpu {
+
+class CpuKernels final : public Kernels {
+ public:
+  explicit CpuKernels(int threads) : pool_(threads) {}
+
+  void binary(BinaryOp op, const View& a, const View& b, const View& out) override;
+  void binary_scalar(BinaryOp op, const View& a, double s, bool scalar_first,
+                     const View& out) override;
+  void unary(UnaryOp op, const View& a, const View& out) override;
+  void copy(const View& src, const View& dst) override;
+  void fill(const View& out, double value) override;
+  void arange(const View& out, double start, double step) override;
+  void where(const View& cond, const View& a, const View& b, const View& out) override;
+  void reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, int64_t inner,
+              const View& out) override;
+  void softmax(const View& in, int64_t outer, int64_t n, int64_t inner, const View& out) override;
+  void matmul(const View& a, const View& b, const View& out) override;
+  void linear(const View& x, const View& w, const View& out) override;
+  void gather_rows(const View& table, const View& ids, const View& out) override;
+  void rms_norm(const View& x, const View& w, float eps, const View& out) override;
+  void layer_norm(const View& x, const View& w, const View& b, float eps,
+                  const View& out) override;
+  void rope(const View& x, int64_t pos_offset, float base, bool neox, const View& out) override;
+  void causal_mask(int64_t offset, const View& out) override;
+  void attention(const View& q, const View& k, const View& v, const View& mask, float scale,
+                 bool causal, int64_t q_pos_offset, const View& out) override;
+  void delay(uint32_t us) override;
+
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  ThreadPool pool_;
+};
+
+[[noreturn]] void kernel_fail(const std::string& msg);
+void require_plain(const char* op, const View& v);
+void require_float(const char* op, const View& v);
+void require_contiguous(const char* op, const View& v);
+
+// Address of element `index` (in elements) of a plain-dtype view.
+inline char* element_ptr(const View& v, int64_t index) {
+  return static_cast<char*>(v.data) + index * block_bytes(v.dtype);
+}
+
+// Row conversions for plain dtypes. `src`/`dst` point at the row's first element; stride is in
+// elements (0 broadcasts one element). Bool loads as 0/1 and stores nonzero as 1; float -> int
+// stores truncate toward zero (NaN stores 0).
+void load_f32(DType t, const void* src, int64_t stride, int64_t n, float* dst);
+void store_f32(DType t, void* dst, int64_t stride, int64_t n, const float* src);
+void load_i64(DType t, const void* src, int64_t stride, int64_t n, int64_t* dst);
+void store_i64(DType t, void* dst, int64_t stride, int64_t n, const int64_t* src);
+
+// A loop nest over up to 4 operands of one shape: size-1 dims dropped, adjacent dims merged
+// where every operand is contiguous across them. Rows are the innermost dim.
+struct LoopNest {
+  static constexpr int kMaxOps = 4;
+  int nops = 0;
+  int ndim = 0;  // >= 1
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxOps][kMaxDims] = {};
+
+  int64_t inner() const { return shape[ndim - 1]; }
+  int64_t inner_stride(int op) const { return strides[op][ndim - 1]; }
+  int64_t rows() const {
+    int64_t r = 1;
+    for (int d = 0; d < ndim - 1; ++d) r *= shape[d];
+    return r;
+  }
+  // Element offsets of row `r`'s first element, one per operand.
+  void row_offsets(int64_t r, int64_t* offsets) const;
+};
+LoopNest make_loop_nest(int nops, const View* const* views);
+
+// Elements processed per stack-buffer chunk in row loops.
+constexpr int64_t kChunk = 512;
+
+// ---- quantized blocks (kernels_quant.cpp) ----
+// Dequantizes `n` elements (a multiple of the block size) of one row of type `t` into dst.
+void dequantize_row(DType t, const void* src, int64_t n, float* dst);
+
+// f32 dot product, vectorised (AVX2/FMA when the CPU has it).
+float dot_f32(const float* a, const float* b, int64_t n);
+// C[m, n] = sum_k A[m, k] * B[n, k] (both operands K-contiguous; rows lda/ldb apart), AVX2
+// register-tiled when available.
+void gemm_nt_f32(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_t ldb,
+                 int64_t n_rows, int64_t k, float* c, int64_t ldc);
+// y[i] += alpha * x[i]
+void axpy_f32(float alpha, const float* x, float* y, int64_t n);
+
+// Whether the running CPU has AVX2 + FMA + F16C (always false off x86-64).
+bool cpu_has_avx2();
+
+}  // namespace tl::cpu

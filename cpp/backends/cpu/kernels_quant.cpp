@@ -1,0 +1,613 @@
+// linear (x @ w^T) for plain and GGUF block-quantized weights, and gather_rows (embedding).
+// Block layouts are ggml's, byte for byte (see dtype.h). Weights are never expanded into a full
+// f32 matrix: M == 1 (decode) takes one dot product per weight row, dequantizing inside it
+// (hand-written AVX2 for Q4_0/Q4_1/Q8_0/F16/F32, auto-vectorised block dequantizers for the
+// rest); M > 1 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
+// and multiplies every row of x against it, so each weight block is decoded once per call.
+// Activations and accumulation stay f32 (no activation quantization).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu_kernels_impl.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define TL_INLINE inline __attribute__((always_inline))
+
+namespace tl::cpu {
+namespace {
+
+TL_INLINE float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// ---------------------------------------------------------------- block dequantizers
+
+TL_INLINE void deq_q4_0(const uint8_t* b, float* y) {
+  const float d = half_at(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
+    y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+  }
+}
+
+TL_INLINE void deq_q4_1(const uint8_t* b, float* y) {
+  const float d = half_at(b), m = half_at(b + 2);
+  const uint8_t* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
+    y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
+TL_INLINE void deq_q5_0(const uint8_t* b, float* y) {
+  const float d = half_at(b);
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  const uint8_t* qs = b + 6;
+  for (int j = 0; j < 16; ++j) {
+    int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+    int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    y[j] = static_cast<float>(lo - 16) * d;
+    y[j + 16] = static_cast<float>(hi - 16) * d;
+  }
+}
+
+TL_INLINE void deq_q5_1(const uint8_t* b, float* y) {
+  const float d = half_at(b), m = half_at(b + 2);
+  uint32_t qh;
+  std::memcpy(&qh, b + 4, 4);
+  const uint8_t* qs = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+    int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    y[j] = static_cast<float>(lo) * d + m;
+    y[j + 16] = static_cast<float>(hi) * d + m;
+  }
+}
+
+TL_INLINE void deq_q8_0(const uint8_t* b, float* y) {
+  const float d = half_at(b);
+  const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
+}
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block.
+TL_INLINE void k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+TL_INLINE void deq_q4_k(const uint8_t* b, float* y) {
+  const float d = half_at(b), dmin = half_at(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qs = b + 16;
+  for (int s = 0; s < 8; ++s) {
+    int sc, mn;
+    k_scale_min(scales, s, &sc, &mn);
+    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(mn);
+    const uint8_t* q = qs + (s / 2) * 32;
+    const int shift = (s % 2) * 4;
+    for (int l = 0; l < 32; ++l) y[s * 32 + l] = ds * static_cast<float>((q[l] >> shift) & 0x0F) - ms;
+  }
+}
+
+TL_INLINE void deq_q5_k(const uint8_t* b, float* y) {
+  const float d = half_at(b), dmin = half_at(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int s = 0; s < 8; ++s) {
+    int sc, mn;
+    k_scale_min(scales, s, &sc, &mn);
+    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(mn);
+    const uint8_t* q = qs + (s / 2) * 32;
+    const int shift = (s % 2) * 4;
+    for (int l = 0; l < 32; ++l) {
+      int v = ((q[l] >> shift) & 0x0F) | (((qh[l] >> s) & 1) << 4);
+      y[s * 32 + l] = ds * static_cast<float>(v) - ms;
+    }
+  }
+}
+
+TL_INLINE void deq_q6_k(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = half_at(b + 208);
+  for (int h = 0; h < 2; ++h) {
+    for (int r = 0; r < 128; ++r) {
+      int lo = (ql[64 * h + (r % 64)] >> (4 * (r / 64))) & 0x0F;
+      int hi = (qh[32 * h + (r % 32)] >> (2 * (r / 32))) & 0x03;
+      int e = h * 128 + r;
+      y[e] = d * static_cast<float>(scales[e / 16]) * static_cast<float>((lo | (hi << 4)) - 32);
+    }
+  }
+}
+
+template <DType T>
+TL_INLINE void deq_block(const uint8_t* b, float* y) {
+  if constexpr (T == DType::Q4_0) deq_q4_0(b, y);
+  else if constexpr (T == DType::Q4_1) deq_q4_1(b, y);
+  else if constexpr (T == DType::Q5_0) deq_q5_0(b, y);
+  else if constexpr (T == DType::Q5_1) deq_q5_1(b, y);
+  else if constexpr (T == DType::Q8_0) deq_q8_0(b, y);
+  else if constexpr (T == DType::Q4_K) deq_q4_k(b, y);
+  else if constexpr (T == DType::Q5_K) deq_q5_k(b, y);
+  else if constexpr (T == DType::Q6_K) deq_q6_k(b, y);
+  else if constexpr (T == DType::F32) std::memcpy(y, b, 4);
+  else if constexpr (T == DType::F16) y[0] = half_at(b);
+  else if constexpr (T == DType::BF16) {
+    uint16_t h;
+    std::memcpy(&h, b, 2);
+    y[0] = bf16_to_f32(h);
+  }
+}
+
+template <DType T>
+constexpr int64_t kBlockElems = (T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K) ? 256
+                                : (T == DType::F32 || T == DType::F16 || T == DType::BF16) ? 1
+                                                                                          : 32;
+template <DType T>
+constexpr int64_t kBlockBytes = T == DType::Q4_0 ? 18 : T == DType::Q4_1 ? 20 : T == DType::Q5_0 ? 22
+                              : T == DType::Q5_1 ? 24 : T == DType::Q8_0 ? 34 : T == DType::Q4_K ? 144
+                              : T == DType::Q5_K ? 176 : T == DType::Q6_K ? 210 : T == DType::F32 ? 4 : 2;
+
+template <DType T>
+TL_INLINE void dequantize_row_t(const uint8_t* src, int64_t n, float* dst) {
+  if constexpr (T == DType::F16) {
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+  } else if constexpr (T == DType::BF16) {
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+  } else if constexpr (T == DType::F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+  } else {
+    const int64_t nb = n / kBlockElems<T>;
+    for (int64_t i = 0; i < nb; ++i) deq_block<T>(src + i * kBlockBytes<T>, dst + i * kBlockElems<T>);
+  }
+}
+
+// Dot product of a short f32 run written so the compiler vectorises it for the target.
+TL_INLINE float dot_inline(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// Elements dequantized per step in the generic dot: a multiple of every block size.
+constexpr int64_t kDotChunk = 512;
+
+template <DType T>
+TL_INLINE float dot_row_generic_t(const uint8_t* w, const float* x, int64_t k) {
+  alignas(32) float buf[kDotChunk];
+  float acc = 0.0f;
+  for (int64_t c = 0; c < k; c += kDotChunk) {
+    int64_t n = std::min(kDotChunk, k - c);
+    dequantize_row_t<T>(w + (c / kBlockElems<T>) * kBlockBytes<T>, n, buf);
+    acc += dot_inline(buf, x + c, n);
+  }
+  return acc;
+}
+
+// Row dot product: w is one weight row of k elements, x is f32[k]; xsum holds the sums of x
+// over each 32-element block (used by the offset-carrying formats' fast paths).
+using RowDotFn = float (*)(const uint8_t* w, const float* x, const float* xsum, int64_t k);
+using DequantRowFn = void (*)(const uint8_t* src, int64_t n, float* dst);
+
+template <DType T>
+float dot_row_portable(const uint8_t* w, const float* x, const float*, int64_t k) {
+  return dot_row_generic_t<T>(w, x, k);
+}
+template <DType T>
+void dequantize_row_portable(const uint8_t* src, int64_t n, float* dst) {
+  dequantize_row_t<T>(src, n, dst);
+}
+
+#if defined(__x86_64__)
+#define TL_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+template <DType T>
+TL_AVX2 float dot_row_avx2_generic(const uint8_t* w, const float* x, const float*, int64_t k) {
+  return dot_row_generic_t<T>(w, x, k);
+}
+template <DType T>
+TL_AVX2 void dequantize_row_avx2(const uint8_t* src, int64_t n, float* dst) {
+  dequantize_row_t<T>(src, n, dst);
+}
+
+TL_AVX2 TL_INLINE float hsum256(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+TL_AVX2 TL_INLINE float half_avx2(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// sum_j q_j * x_j for one block of 32 unsigned nibbles (low nibbles are elements 0..15).
+TL_AVX2 TL_INLINE __m256 nibble_block_dot(const uint8_t* qs, const float* xb) {
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  __m128i lo = _mm_and_si128(q, mask);
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+  __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), _mm256_loadu_ps(xb));
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), _mm256_loadu_ps(xb + 8), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), _mm256_loadu_ps(xb + 16), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), _mm256_loadu_ps(xb + 24), s);
+  return s;
+}
+
+// Q4_1: sum_b d_b * (q . x)_b + m_b * sum(x_b).
+TL_AVX2 float dot_q4_1_avx2(const uint8_t* w, const float* x, const float* xsum, int64_t k) {
+  const int64_t nb = k / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float msum0 = 0.0f, msum1 = 0.0f;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const uint8_t* p0 = w + b * 20;
+    const uint8_t* p1 = p0 + 20;
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p0)), nibble_block_dot(p0 + 4, x + b * 32), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p1)), nibble_block_dot(p1 + 4, x + b * 32 + 32), acc1);
+    msum0 += half_avx2(p0 + 2) * xsum[b];
+    msum1 += half_avx2(p1 + 2) * xsum[b + 1];
+  }
+  for (; b < nb; ++b) {
+    const uint8_t* p = w + b * 20;
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p)), nibble_block_dot(p + 4, x + b * 32), acc0);
+    msum0 += half_avx2(p + 2) * xsum[b];
+  }
+  return hsum256(_mm256_add_ps(acc0, acc1)) + (msum0 + msum1);
+}
+
+// Q4_0: sum_b d_b * ((q . x)_b - 8 * sum(x_b)).
+TL_AVX2 float dot_q4_0_avx2(const uint8_t* w, const float* x, const float* xsum, int64_t k) {
+  const int64_t nb = k / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float off0 = 0.0f, off1 = 0.0f;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const uint8_t* p0 = w + b * 18;
+    const uint8_t* p1 = p0 + 18;
+    const float d0 = half_avx2(p0), d1 = half_avx2(p1);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), nibble_block_dot(p0 + 2, x + b * 32), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), nibble_block_dot(p1 + 2, x + b * 32 + 32), acc1);
+    off0 += d0 * xsum[b];
+    off1 += d1 * xsum[b + 1];
+  }
+  for (; b < nb; ++b) {
+    const uint8_t* p = w + b * 18;
+    const float d = half_avx2(p);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d), nibble_block_dot(p + 2, x + b * 32), acc0);
+    off0 += d * xsum[b];
+  }
+  return hsum256(_mm256_add_ps(acc0, acc1)) - 8.0f * (off0 + off1);
+}
+
+TL_AVX2 TL_INLINE __m256 int8_block_dot(const uint8_t* qs, const float* xb) {
+  const __m128i* q = reinterpret_cast<const __m128i*>(qs);
+  __m128i a = _mm_loadu_si128(q), b = _mm_loadu_si128(q + 1);
+  __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)), _mm256_loadu_ps(xb));
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8))), _mm256_loadu_ps(xb + 8), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_loadu_ps(xb + 16), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), _mm256_loadu_ps(xb + 24), s);
+  return s;
+}
+
+TL_AVX2 float dot_q8_0_avx2(const uint8_t* w, const float* x, const float*, int64_t k) {
+  const int64_t nb = k / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const uint8_t* p0 = w + b * 34;
+    const uint8_t* p1 = p0 + 34;
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p0)), int8_block_dot(p0 + 2, x + b * 32), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p1)), int8_block_dot(p1 + 2, x + b * 32 + 32), acc1);
+  }
+  for (; b < nb; ++b) {
+    const uint8_t* p = w + b * 34;
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p)), int8_block_dot(p + 2, x + b * 32), acc0);
+  }
+  return hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+TL_AVX2 float dot_f16_avx2(const uint8_t* w, const float* x, const float*, int64_t k) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(w);
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))), _mm256_loadu_ps(x + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + 8))), _mm256_loadu_ps(x + i + 8), s1);
+  }
+  float r = hsum256(_mm256_add_ps(s0, s1));
+  for (; i < k; ++i) r += _cvtsh_ss(h[i]) * x[i];
+  return r;
+}
+
+TL_AVX2 float dot_bf16_avx2(const uint8_t* w, const float* x, const float*, int64_t k) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(w);
+  __m256 s0 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))), 16);
+    s0 = _mm256_fmadd_ps(_mm256_castsi256_ps(v), _mm256_loadu_ps(x + i), s0);
+  }
+  float r = hsum256(s0);
+  for (; i < k; ++i) r += bf16_to_f32(h[i]) * x[i];
+  return r;
+}
+
+TL_AVX2 void dequantize_q4_1_avx2(const uint8_t* src, int64_t n, float* dst) {
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* p = src + b * 20;
+    const __m256 d = _mm256_set1_ps(half_avx2(p)), m = _mm256_set1_ps(half_avx2(p + 2));
+    __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
+    __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    float* y = dst + b * 32;
+    _mm256_storeu_ps(y, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), d, m));
+    _mm256_storeu_ps(y + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d, m));
+    _mm256_storeu_ps(y + 16, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), d, m));
+    _mm256_storeu_ps(y + 24, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), d, m));
+  }
+}
+
+TL_AVX2 void dequantize_q8_0_avx2(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* p = src + b * 34;
+    const __m256 d = _mm256_set1_ps(half_avx2(p));
+    const __m128i* q = reinterpret_cast<const __m128i*>(p + 2);
+    __m128i a = _mm_loadu_si128(q), c = _mm_loadu_si128(q + 1);
+    float* y = dst + b * 32;
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)), d));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8))), d));
+    _mm256_storeu_ps(y + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)), d));
+    _mm256_storeu_ps(y + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8))), d));
+  }
+}
+
+// C[m, n] = sum_k A[m, k] * B[n, k] for a 4 x 2 register tile; A rows lda apart, B rows ldb.
+TL_AVX2 void gemm_nt_avx2(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_t ldb,
+                          int64_t n_rows, int64_t k, float* c, int64_t ldc) {
+  const int64_t k8 = k & ~int64_t{7};
+  int64_t m = 0;
+  for (; m + 4 <= m_rows; m += 4) {
+    const float* a0 = a + m * lda;
+    const float* a1 = a0 + lda;
+    const float* a2 = a1 + lda;
+    const float* a3 = a2 + lda;
+    int64_t n = 0;
+    for (; n + 2 <= n_rows; n += 2) {
+      const float* b0 = b + n * ldb;
+      const float* b1 = b0 + ldb;
+      __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+      __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+      __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+      __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k8; i += 8) {
+        __m256 vb0 = _mm256_loadu_ps(b0 + i), vb1 = _mm256_loadu_ps(b1 + i);
+        __m256 va = _mm256_loadu_ps(a0 + i);
+        c00 = _mm256_fmadd_ps(va, vb0, c00);
+        c01 = _mm256_fmadd_ps(va, vb1, c01);
+        va = _mm256_loadu_ps(a1 + i);
+        c10 = _mm256_fmadd_ps(va, vb0, c10);
+        c11 = _mm256_fmadd_ps(va, vb1, c11);
+        va = _mm256_loadu_ps(a2 + i);
+        c20 = _mm256_fmadd_ps(va, vb0, c20);
+        c21 = _mm256_fmadd_ps(va, vb1, c21);
+        va = _mm256_loadu_ps(a3 + i);
+        c30 = _mm256_fmadd_ps(va, vb0, c30);
+        c31 = _mm256_fmadd_ps(va, vb1, c31);
+      }
+      float r[8] = {hsum256(c00), hsum256(c01), hsum256(c10), hsum256(c11),
+                    hsum256(c20), hsum256(c21), hsum256(c30), hsum256(c31)};
+      for (int64_t i = k8; i < k; ++i) {
+        r[0] += a0[i] * b0[i]; r[1] += a0[i] * b1[i];
+        r[2] += a1[i] * b0[i]; r[3] += a1[i] * b1[i];
+        r[4] += a2[i] * b0[i]; r[5] += a2[i] * b1[i];
+        r[6] += a3[i] * b0[i]; r[7] += a3[i] * b1[i];
+      }
+      c[m * ldc + n] = r[0]; c[m * ldc + n + 1] = r[1];
+      c[(m + 1) * ldc + n] = r[2]; c[(m + 1) * ldc + n + 1] = r[3];
+      c[(m + 2) * ldc + n] = r[4]; c[(m + 2) * ldc + n + 1] = r[5];
+      c[(m + 3) * ldc + n] = r[6]; c[(m + 3) * ldc + n + 1] = r[7];
+    }
+    for (; n < n_rows; ++n)
+      for (int64_t mm = m; mm < m + 4; ++mm) c[mm * ldc + n] = dot_f32(a + mm * lda, b + n * ldb, k);
+  }
+  for (; m < m_rows; ++m)
+    for (int64_t n = 0; n < n_rows; ++n) c[m * ldc + n] = dot_f32(a + m * lda, b + n * ldb, k);
+}
+#endif  // __x86_64__
+
+void gemm_nt_portable(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_t ldb,
+                      int64_t n_rows, int64_t k, float* c, int64_t ldc) {
+  for (int64_t m = 0; m < m_rows; ++m)
+    for (int64_t n = 0; n < n_rows; ++n) c[m * ldc + n] = dot_inline(a + m * lda, b + n * ldb, k);
+}
+
+struct WeightKernels {
+  RowDotFn dot = nullptr;
+  DequantRowFn dequantize = nullptr;
+};
+
+template <DType T>
+WeightKernels kernels_for() {
+  WeightKernels k{&dot_row_portable<T>, &dequantize_row_portable<T>};
+#if defined(__x86_64__)
+  if (cpu_has_avx2()) {
+    k.dot = &dot_row_avx2_generic<T>;
+    k.dequantize = &dequantize_row_avx2<T>;
+    if constexpr (T == DType::Q4_0) k.dot = &dot_q4_0_avx2;
+    if constexpr (T == DType::Q4_1) {
+      k.dot = &dot_q4_1_avx2;
+      k.dequantize = &dequantize_q4_1_avx2;
+    }
+    if constexpr (T == DType::Q8_0) {
+      k.dot = &dot_q8_0_avx2;
+      k.dequantize = &dequantize_q8_0_avx2;
+    }
+    if constexpr (T == DType::F16) k.dot = &dot_f16_avx2;
+    if constexpr (T == DType::BF16) k.dot = &dot_bf16_avx2;
+  }
+#endif
+  return k;
+}
+
+WeightKernels weight_kernels(DType t) {
+  switch (t) {
+    case DType::F32: return kernels_for<DType::F32>();
+    case DType::F16: return kernels_for<DType::F16>();
+    case DType::BF16: return kernels_for<DType::BF16>();
+    case DType::Q4_0: return kernels_for<DType::Q4_0>();
+    case DType::Q4_1: return kernels_for<DType::Q4_1>();
+    case DType::Q5_0: return kernels_for<DType::Q5_0>();
+    case DType::Q5_1: return kernels_for<DType::Q5_1>();
+    case DType::Q8_0: return kernels_for<DType::Q8_0>();
+    case DType::Q4_K: return kernels_for<DType::Q4_K>();
+    case DType::Q5_K: return kernels_for<DType::Q5_K>();
+    case DType::Q6_K: return kernels_for<DType::Q6_K>();
+    default: kernel_fail(std::string("linear: weights of dtype ") + dtype_name(t) + " are not supported");
+  }
+}
+
+void gemm_nt(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_t ldb,
+             int64_t n_rows, int64_t k, float* c, int64_t ldc) {
+#if defined(__x86_64__)
+  if (cpu_has_avx2()) return gemm_nt_avx2(a, lda, m_rows, b, ldb, n_rows, k, c, ldc);
+#endif
+  gemm_nt_portable(a, lda, m_rows, b, ldb, n_rows, k, c, ldc);
+}
+
+// Weight rows dequantized together in the M > 1 path (tile = kTileRows x K floats per thread).
+constexpr int64_t kTileRows = 16;
+// Rows of x multiplied against one tile at a time (keeps those x rows in L1/L2).
+constexpr int64_t kXRowsPerPass = 64;
+
+}  // namespace
+
+void dequantize_row(DType t, const void* src, int64_t n, float* dst) {
+  if (n % block_elems(t) != 0)
+    kernel_fail(std::string("dequantize: row length not a multiple of the ") + dtype_name(t) + " block");
+  weight_kernels(t).dequantize(static_cast<const uint8_t*>(src), n, dst);
+}
+
+void gemm_nt_f32(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_t ldb,
+                 int64_t n_rows, int64_t k, float* c, int64_t ldc) {
+  gemm_nt(a, lda, m_rows, b, ldb, n_rows, k, c, ldc);
+}
+
+void CpuKernels::linear(const View& x, const View& w, const View& out) {
+  if (x.dtype != DType::F32 || out.dtype != DType::F32)
+    kernel_fail("linear: x and out must be f32");
+  if (x.ndim != 2 || w.ndim != 2 || out.ndim != 2) kernel_fail("linear: expected 2-D operands");
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  if (w.shape[1] != K || out.shape[0] != M || out.shape[1] != N)
+    kernel_fail("linear: shape mismatch");
+  if (K % block_elems(w.dtype) != 0)
+    kernel_fail(std::string("linear: K=") + std::to_string(K) + " is not a multiple of the " +
+                dtype_name(w.dtype) + " block size");
+  if (M == 0 || N == 0) return;
+  const WeightKernels wk = weight_kernels(w.dtype);
+  const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
+  const size_t wrow = row_bytes(w.dtype, K);
+  const float* xd = static_cast<const float*>(x.data);
+  float* od = static_cast<float*>(out.data);
+
+  if (M == 1) {
+    std::vector<float> xsum(static_cast<size_t>((K + 31) / 32));
+    for (int64_t b = 0; b < K / 32; ++b) {
+      float s = 0.0f;
+      for (int j = 0; j < 32; ++j) s += xd[b * 32 + j];
+      xsum[static_cast<size_t>(b)] = s;
+    }
+    // At least ~32 KiB of weights per chunk so small matrices don't pay for dispatch.
+    int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(wrow, 1)));
+    pool().parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) od[n] = wk.dot(wdata + n * wrow, xd, xsum.data(), K);
+    });
+    return;
+  }
+
+  if (w.dtype == DType::F32) {
+    const float* wf = reinterpret_cast<const float*>(wdata);
+    int64_t tiles = (N + kTileRows - 1) / kTileRows;
+    pool().parallel_for(tiles, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t m0 = 0; m0 < M; m0 += kXRowsPerPass) {
+        int64_t mr = std::min(kXRowsPerPass, M - m0);
+        for (int64_t t = t0; t < t1; ++t) {
+          int64_t n0 = t * kTileRows, nr = std::min(kTileRows, N - n0);
+          gemm_nt(xd + m0 * K, K, mr, wf + n0 * K, K, nr, K, od + m0 * N + n0, N);
+        }
+      }
+    });
+    return;
+  }
+
+  int64_t tiles = (N + kTileRows - 1) / kTileRows;
+  pool().parallel_for(tiles, 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> tile;
+    tile.resize(static_cast<size_t>(kTileRows * K));
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t n0 = t * kTileRows, nr = std::min(kTileRows, N - n0);
+      for (int64_t r = 0; r < nr; ++r) wk.dequantize(wdata + (n0 + r) * wrow, K, tile.data() + r * K);
+      gemm_nt(xd, K, M, tile.data(), K, nr, K, od + n0, N);
+    }
+  });
+}
+
+void CpuKernels::gather_rows(const View& table, const View& ids, const View& out) {
+  if (table.ndim != 2) kernel_fail("gather_rows: table must be 2-D");
+  if (ids.dtype != DType::I32 && ids.dtype != DType::I64) kernel_fail("gather_rows: ids must be i32 or i64");
+  require_float("gather_rows", out);
+  const int64_t V = table.shape[0], D = table.shape[1];
+  const int64_t n = ids.numel();
+  if (D % block_elems(table.dtype) != 0) kernel_fail("gather_rows: row length not a multiple of the block size");
+  const size_t trow = row_bytes(table.dtype, D);
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  load_i64(ids.dtype, ids.data, 1, n, idx.data());
+  for (int64_t i = 0; i < n; ++i) {
+    if (idx[static_cast<size_t>(i)] < 0 || idx[static_cast<size_t>(i)] >= V)
+      kernel_fail("embedding: id " + std::to_string(idx[static_cast<size_t>(i)]) +
+                  " is out of range for a table of " + std::to_string(V) + " rows");
+  }
+  const uint8_t* tdata = static_cast<const uint8_t*>(table.data);
+  const size_t orow = row_bytes(out.dtype, D);
+  if (table.dtype == out.dtype) {
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(static_cast<char*>(out.data) + i * orow, tdata + idx[static_cast<size_t>(i)] * trow, trow);
+    return;
+  }
+  std::vector<float> row(static_cast<size_t>(D));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* src = tdata + idx[static_cast<size_t>(i)] * trow;
+    if (is_quantized(table.dtype))
+      dequantize_row(table.dtype, src, D, row.data());
+    else
+      load_f32(table.dtype, src, 1, D, row.data());
+    store_f32(out.dtype, static_cast<char*>(out.data) + i * orow, 1, D, row.data());
+  }
+}
+
+}  // namespace tl::cpu
