@@ -1,0 +1,137 @@
+"""The few tensor operations dense logic evaluation needs, on NumPy or on `tensorlogic._core`.
+
+Invariant: both classes compute the same float32 results for the same inputs (the tests check the
+core one against the NumPy one when `_core` is importable); everything above this file is
+backend-agnostic and only calls these methods.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class NumpyOps:
+    name = "numpy"
+
+    def from_numpy(self, array: np.ndarray):
+        return np.ascontiguousarray(array, dtype=np.float32)
+
+    def to_numpy(self, tensor) -> np.ndarray:
+        return np.asarray(tensor, dtype=np.float32)
+
+    def permute(self, tensor, dims):
+        return np.transpose(tensor, dims)
+
+    def reshape(self, tensor, shape):
+        return np.reshape(tensor, tuple(shape))
+
+    def matmul(self, a, b):
+        return np.matmul(a, b)
+
+    def sum(self, tensor, dim: int):
+        return np.sum(tensor, axis=dim)
+
+    def max(self, tensor, dim: int):
+        return np.max(tensor, axis=dim)
+
+    def select(self, tensor, dim: int, index: int):
+        return np.take(tensor, index, axis=dim)
+
+    def mul(self, a, b):
+        return a * b
+
+    def one_minus(self, tensor):
+        return 1.0 - tensor
+
+    def maximum(self, a, b):
+        return np.maximum(a, b)
+
+    def hard_step(self, tensor):
+        return (tensor > 0).astype(np.float32)
+
+    def soft_step(self, tensor, temperature: float):
+        return np.tanh(tensor / (2.0 * temperature)).astype(np.float32)
+
+    def eye(self, n: int):
+        return np.eye(n, dtype=np.float32)
+
+    def one_hot(self, n: int, index: int):
+        out = np.zeros(n, np.float32)
+        out[index] = 1.0
+        return out
+
+    def any_positive(self, tensor) -> bool:
+        return bool(np.any(tensor > 0))
+
+    def max_abs_diff(self, a, b) -> float:
+        return float(np.max(np.abs(a - b))) if np.size(a) else 0.0
+
+
+class CoreOps:
+    """The same operations on the native runtime (any backend `_core.init` selected)."""
+
+    name = "core"
+
+    def __init__(self, core_module):
+        self.core = core_module
+
+    def from_numpy(self, array: np.ndarray):
+        return self.core.from_numpy(np.ascontiguousarray(array, dtype=np.float32), dtype="f32")
+
+    def to_numpy(self, tensor) -> np.ndarray:
+        return tensor.numpy()
+
+    def permute(self, tensor, dims):
+        return self.core.contiguous(self.core.permute(tensor, list(dims)))
+
+    def reshape(self, tensor, shape):
+        return self.core.reshape(self.core.contiguous(tensor), [int(s) for s in shape])
+
+    def matmul(self, a, b):
+        return self.core.matmul(a, b)
+
+    def sum(self, tensor, dim: int):
+        return self.core.sum(tensor, dim=dim)
+
+    def max(self, tensor, dim: int):
+        return self.core.max(tensor, dim=dim)
+
+    def select(self, tensor, dim: int, index: int):
+        return self.core.contiguous(self.core.select(tensor, dim, int(index)))
+
+    def mul(self, a, b):
+        return self.core.mul(a, b)
+
+    def one_minus(self, tensor):
+        return self.core.sub(1.0, tensor)
+
+    def maximum(self, a, b):
+        return self.core.maximum(a, b)
+
+    def hard_step(self, tensor):
+        return self.core.astype(self.core.gt(tensor, 0.0), "f32")
+
+    def soft_step(self, tensor, temperature: float):
+        return self.core.tanh(self.core.div(tensor, 2.0 * temperature))
+
+    def eye(self, n: int):
+        return self.from_numpy(np.eye(n, dtype=np.float32))
+
+    def one_hot(self, n: int, index: int):
+        out = np.zeros(n, np.float32)
+        out[index] = 1.0
+        return self.from_numpy(out)
+
+    def any_positive(self, tensor) -> bool:
+        return bool(self.core.max(tensor).item() > 0) if tensor.numel else False
+
+    def max_abs_diff(self, a, b) -> float:
+        return float(self.core.max(self.core.abs(self.core.sub(a, b))).item()) if a.numel else 0.0
+
+
+def default_ops():
+    """CoreOps when the native runtime is importable, else NumpyOps."""
+    try:
+        from tensorlogic import _core  # noqa: PLC0415
+    except ImportError:
+        return NumpyOps()
+    return CoreOps(_core)
