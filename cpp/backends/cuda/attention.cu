@@ -1,0 +1,179 @@
+// Scaled dot-product attention with grouped-query heads, and the causal mask builder.
+// One block per (query row, query head); each warp walks a strided subset of the keys with an
+// online softmax (running max, running sum, f32 accumulators of D/32 values per lane), and the
+// warps' partial results are merged in shared memory. k and v are read through their strides,
+// so they may be the first Sk rows of a preallocated KV cache. A row whose keys are all masked
+// gets NaN, like a plain softmax of all -inf.
+#include <cmath>
+
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+
+namespace tl {
+namespace cuda {
+namespace {
+
+constexpr int kAttnWarps = 4;
+constexpr int kMaxHeadDim = 512;
+
+struct Strided3 {
+  const void* data;
+  DType dtype;
+  int64_t s0, s1, s2;
+};
+
+Strided3 strided3(const View& v) {
+  return Strided3{v.data, v.dtype, v.strides[0], v.strides[1], v.strides[2]};
+}
+
+template <int kPerLane>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    attention_kernel(Strided3 q, Strided3 k, Strided3 v, const float* mask, int64_t mask_s0,
+                     int64_t mask_s1, float scale, bool causal, int64_t q_pos_offset, int64_t Sq,
+                     int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out) {
+  __shared__ float s_max[kAttnWarps];
+  __shared__ float s_sum[kAttnWarps];
+  __shared__ float s_acc[kAttnWarps][kPerLane * 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t group = Hq / Hkv;
+  for (int64_t task = blockIdx.x; task < Sq * Hq; task += gridDim.x) {
+    const int64_t i = task / Hq;
+    const int64_t h = task - i * Hq;
+    const int64_t hk = h / group;
+    float qv[kPerLane], acc[kPerLane];
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) {
+      const int64_t d = lane + 32 * r;
+      qv[r] = d < D ? load_float(q.data, q.dtype, i * q.s0 + h * q.s1 + d * q.s2) : 0.0f;
+      acc[r] = 0.0f;
+    }
+    int64_t keys = Sk;
+    if (causal) {
+      const int64_t last = q_pos_offset + i;  // keys j <= last are visible
+      keys = last < 0 ? 0 : (last + 1 < Sk ? last + 1 : Sk);
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = warp; j < keys; j += kAttnWarps) {
+      const int64_t kbase = j * k.s0 + hk * k.s1;
+      float part = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int64_t d = lane + 32 * r;
+        if (d < D) part = fmaf(qv[r], load_float(k.data, k.dtype, kbase + d * k.s2), part);
+      }
+      float s = warp_sum(part) * scale;
+      if (mask != nullptr) s += mask[i * mask_s0 + j * mask_s1];
+      if (s == -INFINITY) continue;  // contributes nothing (uniform across the warp)
+      const float m_new = fmaxf(m, s);
+      const float corr = expf(m - m_new);
+      const float p = expf(s - m_new);
+      l = l * corr + p;
+      const int64_t vbase = j * v.s0 + hk * v.s1;
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int64_t d = lane + 32 * r;
+        const float vv = d < D ? load_float(v.data, v.dtype, vbase + d * v.s2) : 0.0f;
+        acc[r] = fmaf(p, vv, acc[r] * corr);
+      }
+      m = m_new;
+    }
+    if (lane == 0) {
+      s_max[warp] = m;
+      s_sum[warp] = l;
+    }
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) s_acc[warp][lane + 32 * r] = acc[r];
+    __syncthreads();
+    float gmax = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) gmax = fmaxf(gmax, s_max[w]);
+    float total = 0.0f;
+    float weight[kAttnWarps];
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) {
+      weight[w] = s_max[w] == -INFINITY ? 0.0f : expf(s_max[w] - gmax);
+      total += s_sum[w] * weight[w];
+    }
+    const float inv = total > 0.0f ? 1.0f / total : nanf("");
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[w][d], weight[w], o);
+      out[(i * Hq + h) * D + d] = o * inv;
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void causal_mask_kernel(int64_t offset, int64_t n, int64_t m, float* out) {
+  const int64_t total = n * m;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = t / m;
+    const int64_t j = t - i * m;
+    out[t] = j <= i + offset ? 0.0f : -INFINITY;
+  }
+}
+
+}  // namespace
+
+void CudaKernels::attention(const View& q, const View& k, const View& v, const View& mask,
+                            float scale, bool causal, int64_t q_pos_offset, const View& out) {
+  if (q.ndim != 3 || k.ndim != 3 || v.ndim != 3) {
+    throw KernelError("attention: cuda kernel expects 3-D q, k, v views");
+  }
+  if (!is_floating(q.dtype) || !is_floating(k.dtype) || !is_floating(v.dtype) ||
+      out.dtype != DType::F32) {
+    throw KernelError("attention: q, k, v must be floating and out f32");
+  }
+  if (mask.data != nullptr && mask.dtype != DType::F32) {
+    throw KernelError(std::string("attention: mask must be f32, got ") + dtype_name(mask.dtype));
+  }
+  const int64_t Sq = q.shape[0], Hq = q.shape[1], D = q.shape[2];
+  const int64_t Sk = k.shape[0], Hkv = k.shape[1];
+  if (Hkv == 0 || Hq % Hkv != 0) {
+    throw KernelError("attention: query heads must be a multiple of kv heads");
+  }
+  if (D > kMaxHeadDim) {
+    throw KernelError("attention: head dim " + std::to_string(D) +
+                      " is larger than the cuda kernel's limit of " + std::to_string(kMaxHeadDim));
+  }
+  if (Sq == 0 || Hq == 0 || D == 0) return;
+  const int64_t tasks = Sq * Hq;
+  const unsigned grid = static_cast<unsigned>(tasks < (1 << 30) ? tasks : (1 << 30));
+  const float* mp = static_cast<const float*>(mask.data);
+  const int64_t ms0 = mask.data ? mask.strides[0] : 0, ms1 = mask.data ? mask.strides[1] : 0;
+  auto* op = static_cast<float*>(out.data);
+#define TL_LAUNCH_ATTENTION(PER_LANE)                                                          \
+  attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                           \
+      strided3(q), strided3(k), strided3(v), mp, ms0, ms1, scale, causal, q_pos_offset, Sq, Sk, \
+      Hq, Hkv, D, op)
+  if (D <= 32) {
+    TL_LAUNCH_ATTENTION(1);
+  } else if (D <= 64) {
+    TL_LAUNCH_ATTENTION(2);
+  } else if (D <= 128) {
+    TL_LAUNCH_ATTENTION(4);
+  } else if (D <= 256) {
+    TL_LAUNCH_ATTENTION(8);
+  } else {
+    TL_LAUNCH_ATTENTION(16);
+  }
+#undef TL_LAUNCH_ATTENTION
+  check_launch("attention");
+}
+
+void CudaKernels::causal_mask(int64_t offset, const View& out) {
+  if (out.dtype != DType::F32 || out.ndim != 2) {
+    throw KernelError("causal_mask: output must be a 2-D f32 view");
+  }
+  const int64_t n = out.shape[0], m = out.shape[1];
+  if (n * m == 0) return;
+  causal_mask_kernel<<<grid_for(n * m, 256), 256, 0, stream_>>>(offset, n, m,
+                                                                 static_cast<float*>(out.data));
+  check_launch("causal_mask");
+}
+
+}  // namespace cuda
+}  // namespace tl

@@ -1,0 +1,382 @@
+// The CUDA backend: one device, one non-blocking stream, plain cudaMalloc memory.
+// Invariants: submit() only launches work and records an event, it never waits; a single
+// completion thread waits for those events in submission order and calls each command buffer's
+// on_complete exactly once, outside every lock, with the first error (a host-side KernelError, a
+// failed launch, an asynchronous device fault, or an id-out-of-range flag raised by a kernel).
+// Buffer lifetimes are the runtime's business (RUNTIME.md R1-R3); this file never frees memory
+// it was not asked to.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_kernels.h"
+#include "runtime/backend.h"
+
+namespace tl {
+namespace cuda {
+
+cudaError_t probe_kernel_image();  // delay.cu: is there device code for the current GPU?
+
+namespace {
+
+std::string cuda_message(const char* what, cudaError_t err) {
+  return std::string("cuda: ") + what + ": " + cudaGetErrorString(err);
+}
+
+// Device error slots, one per command buffer that uses one, with a pinned host mirror that is
+// filled by an asynchronous copy at the end of the command buffer.
+class ErrorSlotPool {
+ public:
+  static constexpr int kChunk = 256;
+
+  ~ErrorSlotPool() {
+    for (auto& c : chunks_) {
+      cudaFree(c.device);
+      cudaFreeHost(c.host);
+    }
+  }
+
+  // Returns a free slot index, growing by a chunk when none is free.
+  int acquire() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) {
+      Chunk c{};
+      cudaError_t err = cudaMalloc(&c.device, kChunk * sizeof(DeviceErrorSlot));
+      if (err != cudaSuccess) throw KernelError(cuda_message("error slot allocation", err));
+      err = cudaMallocHost(&c.host, kChunk * sizeof(DeviceErrorSlot));
+      if (err != cudaSuccess) {
+        cudaFree(c.device);
+        throw KernelError(cuda_message("error slot allocation", err));
+      }
+      const int base = static_cast<int>(chunks_.size()) * kChunk;
+      chunks_.push_back(c);
+      for (int i = kChunk - 1; i >= 0; --i) free_.push_back(base + i);
+    }
+    const int slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+
+  void release(int slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(slot);
+  }
+
+  DeviceErrorSlot* device(int slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return chunks_[slot / kChunk].device + slot % kChunk;
+  }
+  DeviceErrorSlot* host(int slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return chunks_[slot / kChunk].host + slot % kChunk;
+  }
+
+ private:
+  struct Chunk {
+    DeviceErrorSlot* device;
+    DeviceErrorSlot* host;
+  };
+  std::mutex mutex_;
+  std::vector<Chunk> chunks_;
+  std::vector<int> free_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device)
+      : device_(device),
+        stream_(create_stream(device)),
+        kernels_(stream_, [this] { return current_error_slot(); }) {
+    completion_thread_ = std::thread([this] { completion_loop(); });
+  }
+
+  ~CudaBackend() override {
+    synchronize();
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    completion_thread_.join();
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    slots_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  const char* name() const override { return "cuda"; }
+
+  void* allocate(size_t bytes) override {
+    void* ptr = nullptr;
+    const cudaError_t err = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear the non-sticky error so later calls are unaffected
+      return nullptr;
+    }
+    if (err != cudaSuccess) throw std::runtime_error(cuda_message("allocate", err));
+    return ptr;
+  }
+
+  void deallocate(void* ptr, size_t /*bytes*/) override {
+    if (ptr != nullptr) (void)cudaFree(ptr);  // errors here only mean the device is already gone
+  }
+
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy_to_device");
+    check(cudaStreamSynchronize(stream_), "copy_to_device");
+  }
+
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy_to_host");
+    check(cudaStreamSynchronize(stream_), "copy_to_host");
+  }
+
+  void fill_bytes(void* dst, uint8_t value, size_t bytes) override {
+    if (bytes == 0) return;
+    check(cudaMemsetAsync(dst, value, bytes, stream_), "fill_bytes");
+    check(cudaStreamSynchronize(stream_), "fill_bytes");
+  }
+
+  void submit(std::vector<Command> commands, CompletionFn on_complete) override {
+    Pending pending;
+    pending.on_complete = std::move(on_complete);
+    {
+      std::lock_guard<std::mutex> lock(submit_mutex_);
+      encoding_slot_ = -1;
+      for (Command& command : commands) {
+        try {
+          command(kernels_);
+        } catch (const std::exception& e) {
+          pending.error = e.what();
+          break;
+        } catch (...) {
+          pending.error = "cuda: a command failed with an unknown exception";
+          break;
+        }
+      }
+      pending.slot = encoding_slot_;
+      encoding_slot_ = -1;
+      if (pending.slot >= 0) {
+        const cudaError_t err =
+            cudaMemcpyAsync(slots_->host(pending.slot), slots_->device(pending.slot),
+                            sizeof(DeviceErrorSlot), cudaMemcpyDeviceToHost, stream_);
+        if (err != cudaSuccess && pending.error.empty()) {
+          pending.error = cuda_message("error slot read-back", err);
+        }
+      }
+      pending.event = take_event();
+      if (pending.event != nullptr) {
+        const cudaError_t err = cudaEventRecord(pending.event, stream_);
+        if (err != cudaSuccess) {
+          if (pending.error.empty()) pending.error = cuda_message("event record", err);
+          give_back_event(pending.event);
+          pending.event = nullptr;
+        }
+      } else if (pending.error.empty()) {
+        pending.error = "cuda: cannot create an event to track a command buffer";
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      queue_.push_back(std::move(pending));
+      ++submitted_;
+    }
+    queue_cv_.notify_one();
+  }
+
+  void synchronize() override {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    const uint64_t target = submitted_;
+    done_cv_.wait(lock, [&] { return completed_ >= target; });
+  }
+
+  Kernels& kernels() override { return kernels_; }
+
+ private:
+  struct Pending {
+    cudaEvent_t event = nullptr;
+    CompletionFn on_complete;
+    std::string error;
+    int slot = -1;
+  };
+
+  static cudaStream_t create_stream(int device) {
+    cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) throw std::runtime_error(cuda_message("cannot use the device", err));
+    cudaStream_t stream = nullptr;
+    err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (err != cudaSuccess) throw std::runtime_error(cuda_message("cannot create a stream", err));
+    return stream;
+  }
+
+  static void check(cudaError_t err, const char* what) {
+    if (err != cudaSuccess) throw std::runtime_error(cuda_message(what, err));
+  }
+
+  // Called by kernels (under submit_mutex_) that can report data errors.
+  DeviceErrorSlot* current_error_slot() {
+    if (encoding_slot_ < 0) {
+      encoding_slot_ = slots_->acquire();
+      const cudaError_t err =
+          cudaMemsetAsync(slots_->device(encoding_slot_), 0, sizeof(DeviceErrorSlot), stream_);
+      if (err != cudaSuccess) throw KernelError(cuda_message("error slot reset", err));
+    }
+    return slots_->device(encoding_slot_);
+  }
+
+  cudaEvent_t take_event() {
+    {
+      std::lock_guard<std::mutex> lock(event_mutex_);
+      if (!free_events_.empty()) {
+        cudaEvent_t e = free_events_.back();
+        free_events_.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return e;
+  }
+
+  void give_back_event(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(event_mutex_);
+    free_events_.push_back(e);
+  }
+
+  // Spins briefly (most command buffers of a decode step finish within microseconds of each
+  // other), then sleeps in the driver until the event completes.
+  static cudaError_t wait_for(cudaEvent_t e) {
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (true) {
+      const cudaError_t st = cudaEventQuery(e);
+      if (st != cudaErrorNotReady) return st;
+      if (std::chrono::steady_clock::now() >= spin_until) break;
+      std::this_thread::yield();
+    }
+    return cudaEventSynchronize(e);
+  }
+
+  void completion_loop() {
+    (void)cudaSetDevice(device_);
+    while (true) {
+      Pending p;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex_);
+        queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+        if (queue_.empty()) return;  // stopping and drained
+        p = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::string error = std::move(p.error);
+      if (p.event != nullptr) {
+        const cudaError_t st = wait_for(p.event);
+        if (st != cudaSuccess && error.empty()) {
+          error = cuda_message("a kernel failed on the device", st);
+        }
+        give_back_event(p.event);
+      }
+      if (p.slot >= 0) {
+        const DeviceErrorSlot* h = slots_->host(p.slot);
+        if (error.empty() && h->code == kErrorIdOutOfRange) {
+          error = "gather_rows: id " + std::to_string(h->value) + " is out of range [0, " +
+                  std::to_string(h->limit) + ")";
+        }
+        slots_->release(p.slot);
+      }
+      try {
+        p.on_complete(error);
+      } catch (...) {
+        // on_complete must not throw; if it does, the runtime's state is its own concern.
+      }
+      {
+        std::lock_guard<std::mutex> lock(queue_mutex_);
+        ++completed_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  CudaKernels kernels_;
+  std::unique_ptr<ErrorSlotPool> slots_ = std::make_unique<ErrorSlotPool>();
+
+  std::mutex submit_mutex_;
+  int encoding_slot_ = -1;  // guarded by submit_mutex_
+
+  std::mutex event_mutex_;
+  std::vector<cudaEvent_t> free_events_;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::condition_variable done_cv_;
+  std::deque<Pending> queue_;
+  uint64_t submitted_ = 0;
+  uint64_t completed_ = 0;
+  bool stopping_ = false;
+  std::thread completion_thread_;
+};
+
+int device_from_env() {
+  const char* s = std::getenv("TL_CUDA_DEVICE");
+  if (s == nullptr || *s == '\0') return 0;
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (*end != '\0' || v < 0) {
+    throw std::runtime_error(std::string("cuda: TL_CUDA_DEVICE must be a device index, got '") +
+                             s + "'");
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    std::string reason = "cuda: no CUDA device found";
+    if (err != cudaSuccess && err != cudaErrorNoDevice) {
+      reason += std::string(" (") + cudaGetErrorString(err) + ")";
+    }
+    throw std::runtime_error(reason);
+  }
+  const int device = cuda::device_from_env();
+  if (device >= count) {
+    throw std::runtime_error("cuda: TL_CUDA_DEVICE=" + std::to_string(device) + " but only " +
+                             std::to_string(count) + " device(s) found");
+  }
+  cudaError_t st = cudaSetDevice(device);
+  if (st == cudaSuccess) st = cuda::probe_kernel_image();
+  if (st != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaDeviceProp prop{};
+    std::string what = "device " + std::to_string(device);
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+      what = std::string(prop.name) + " (compute capability " + std::to_string(prop.major) + "." +
+             std::to_string(prop.minor) + ")";
+    }
+    throw std::runtime_error("cuda: cannot run on " + what + ": " + cudaGetErrorString(st) +
+                             "; rebuild with TL_CUDA_ARCHITECTURES including this GPU");
+  }
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+}  // namespace tl

@@ -1,0 +1,171 @@
+#pragma once
+// Device-side helpers shared by every CUDA kernel file: element loads/stores that convert any
+// plain dtype to and from f32 (or int64), the strided layout passed to kernels by value, and the
+// launch check that turns a failed launch into a KernelError. Invariant: every index is int64
+// and every launch is followed by check_launch(), so a bad launch is never silent.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/kernels.h"
+
+namespace tl {
+namespace cuda {
+
+// Shape and element strides of one operand, small enough to pass to a kernel by value.
+struct Layout {
+  int ndim;
+  int64_t shape[kMaxDims];
+  int64_t strides[kMaxDims];
+};
+
+// dtype predicates usable in `if constexpr` and device code (dtype.h's are host inline).
+__host__ __device__ constexpr bool quantized_dtype(DType t) { return t >= DType::Q4_0; }
+
+inline Layout layout_of(const View& v) {
+  Layout l{};
+  l.ndim = v.ndim;
+  for (int i = 0; i < v.ndim; ++i) {
+    l.shape[i] = v.shape[i];
+    l.strides[i] = v.strides[i];
+  }
+  return l;
+}
+
+// Element offset of the row-major linear index `i` under `l`.
+__device__ __forceinline__ int64_t strided_offset(const Layout& l, int64_t i) {
+  int64_t off = 0;
+  for (int d = l.ndim - 1; d >= 0; --d) {
+    const int64_t extent = l.shape[d];
+    const int64_t q = i / extent;
+    off += (i - q * extent) * l.strides[d];
+    i = q;
+  }
+  return off;
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t bits) {
+  return __half2float(__ushort_as_half(bits));
+}
+
+__device__ __forceinline__ float load_float(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::F16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::BF16: return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::I32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case DType::I64: return static_cast<float>(static_cast<const int64_t*>(p)[i]);
+    case DType::Bool: return static_cast<const uint8_t*>(p)[i] != 0 ? 1.0f : 0.0f;
+    default: return 0.0f;
+  }
+}
+
+__device__ __forceinline__ int64_t float_to_int64(float f) {
+  // Truncation toward zero, NaN -> 0, saturating at the int64 range (defined behaviour on device).
+  return __float2ll_rz(f);
+}
+
+__device__ __forceinline__ int64_t load_int(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return float_to_int64(static_cast<const float*>(p)[i]);
+    case DType::F16: return float_to_int64(__half2float(static_cast<const __half*>(p)[i]));
+    case DType::BF16: return float_to_int64(bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]));
+    case DType::I32: return static_cast<const int32_t*>(p)[i];
+    case DType::I64: return static_cast<const int64_t*>(p)[i];
+    case DType::Bool: return static_cast<const uint8_t*>(p)[i] != 0 ? 1 : 0;
+    default: return 0;
+  }
+}
+
+__device__ __forceinline__ bool load_truth(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i] != 0.0f;
+    case DType::F16: return __half2float(static_cast<const __half*>(p)[i]) != 0.0f;
+    case DType::BF16: return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]) != 0.0f;
+    case DType::I32: return static_cast<const int32_t*>(p)[i] != 0;
+    case DType::I64: return static_cast<const int64_t*>(p)[i] != 0;
+    case DType::Bool: return static_cast<const uint8_t*>(p)[i] != 0;
+    default: return false;
+  }
+}
+
+__device__ __forceinline__ void store_float(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(p)[i] = v; break;
+    case DType::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    case DType::BF16: static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v); break;
+    case DType::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(float_to_int64(v)); break;
+    case DType::I64: static_cast<int64_t*>(p)[i] = float_to_int64(v); break;
+    case DType::Bool: static_cast<uint8_t*>(p)[i] = v != 0.0f ? 1 : 0; break;
+    default: break;
+  }
+}
+
+__device__ __forceinline__ void store_int(void* p, DType t, int64_t i, int64_t v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::F16: static_cast<__half*>(p)[i] = __float2half_rn(static_cast<float>(v)); break;
+    case DType::BF16: static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(static_cast<float>(v)); break;
+    case DType::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::I64: static_cast<int64_t*>(p)[i] = v; break;
+    case DType::Bool: static_cast<uint8_t*>(p)[i] = v != 0 ? 1 : 0; break;
+    default: break;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+// `scratch` holds 32 floats of shared memory; the call ends with the block synchronized.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = lane < warps ? scratch[lane] : 0.0f;
+  total = warp_sum(total);
+  return total;
+}
+
+// Grid size for a grid-stride loop over n elements with `threads` threads per block.
+inline unsigned grid_for(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  const int64_t cap = 65536;  // grid-stride loops cover the rest
+  return static_cast<unsigned>(blocks < cap ? blocks : cap);
+}
+
+// Throws KernelError naming `what` if the last launch failed.
+inline void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    throw KernelError(std::string("cuda: ") + what + ": " + cudaGetErrorString(err));
+  }
+}
+
+}  // namespace cuda
+}  // namespace tl

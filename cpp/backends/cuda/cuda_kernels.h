@@ -1,0 +1,68 @@
+#pragma once
+// The CUDA implementation of the Kernels interface. Every method only validates what the ops
+// layer cannot (dtype combinations), then launches on the backend's single stream and returns
+// without waiting: kernels of one command buffer run in launch order on that stream (rule R4).
+// Errors only visible on the device (an id out of range) are written to the command buffer's
+// DeviceErrorSlot, which the backend reads back when the command buffer completes.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "runtime/kernels.h"
+
+namespace tl {
+namespace cuda {
+
+// Written by a kernel that finds bad data; the first writer (code 0 -> nonzero) wins.
+struct DeviceErrorSlot {
+  int32_t code;    // 0: no error; kErrorIdOutOfRange
+  int32_t unused;
+  int64_t value;   // the offending id
+  int64_t limit;   // the exclusive bound it broke
+};
+
+constexpr int32_t kErrorIdOutOfRange = 1;
+
+class CudaKernels final : public Kernels {
+ public:
+  // `error_slot` returns the device slot of the command buffer being encoded (allocating and
+  // zeroing it on first use); only kernels that can report data errors call it.
+  CudaKernels(cudaStream_t stream, std::function<DeviceErrorSlot*()> error_slot)
+      : stream_(stream), error_slot_(std::move(error_slot)) {}
+
+  void binary(BinaryOp op, const View& a, const View& b, const View& out) override;
+  void binary_scalar(BinaryOp op, const View& a, double s, bool scalar_first,
+                     const View& out) override;
+  void unary(UnaryOp op, const View& a, const View& out) override;
+  void copy(const View& src, const View& dst) override;
+  void fill(const View& out, double value) override;
+  void arange(const View& out, double start, double step) override;
+  void where(const View& cond, const View& a, const View& b, const View& out) override;
+
+  void reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, int64_t inner,
+              const View& out) override;
+  void softmax(const View& in, int64_t outer, int64_t n, int64_t inner,
+               const View& out) override;
+
+  void matmul(const View& a, const View& b, const View& out) override;
+  void linear(const View& x, const View& w, const View& out) override;
+  void gather_rows(const View& table, const View& ids, const View& out) override;
+
+  void rms_norm(const View& x, const View& w, float eps, const View& out) override;
+  void layer_norm(const View& x, const View& w, const View& b, float eps,
+                  const View& out) override;
+  void rope(const View& x, int64_t pos_offset, float base, bool neox, const View& out) override;
+  void causal_mask(int64_t offset, const View& out) override;
+  void attention(const View& q, const View& k, const View& v, const View& mask, float scale,
+                 bool causal, int64_t q_pos_offset, const View& out) override;
+
+  void delay(uint32_t us) override;
+
+ private:
+  cudaStream_t stream_;
+  std::function<DeviceErrorSlot*()> error_slot_;
+};
+
+}  // namespace cuda
+}  // namespace tl

@@ -1,0 +1,279 @@
+// Matrix products: batched strided matmul, and linear (x @ w^T) for plain and quantized w.
+// Both use one shared-memory tiled f32 kernel (64x64 output tile, 32-deep k steps, 4x4 outputs
+// per thread). linear with few rows (M <= kMatvecMaxRows, the decode case) instead gives each
+// output row of w to one warp, which reads that row once for all M rows of x. Quantized w is
+// dequantized eight elements at a time straight into registers or the shared tile, never into
+// a full f32 copy; every sum is f32.
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+#include "quant_blocks.cuh"
+
+namespace tl {
+namespace cuda {
+namespace {
+
+constexpr int kTileM = 64;
+constexpr int kTileN = 64;
+constexpr int kTileK = 32;
+constexpr int kTileThreads = 256;  // 16 x 16 threads, each 4 x 4 outputs
+constexpr int kMatvecWarps = 4;
+constexpr int kMatvecMaxRows = 8;
+
+// A 3-D operand [batch, rows, cols] read through strides.
+struct Strided3 {
+  const void* data;
+  DType dtype;
+  int64_t batch_stride, row_stride, col_stride;
+};
+
+// Shared tiles, k-major; the +1 column keeps the transposing stores free of bank conflicts.
+struct Tiles {
+  float a[kTileK][kTileM + 1];
+  float b[kTileK][kTileN + 1];
+};
+
+__device__ __forceinline__ void multiply_tiles(const Tiles& t, float (&acc)[4][4]) {
+  const int tx = threadIdx.x & 15;
+  const int ty = threadIdx.x >> 4;
+#pragma unroll 8
+  for (int kk = 0; kk < kTileK; ++kk) {
+    float av[4], bv[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) av[i] = t.a[kk][ty + 16 * i];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) bv[j] = t.b[kk][tx + 16 * j];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+  }
+}
+
+// Loads the [kTileM x kTileK] tile of A at (row0, k0) into t.a[k][m]; zeros outside [M, K).
+__device__ __forceinline__ void load_a_tile(Tiles& t, const Strided3& a, int64_t batch,
+                                            int64_t row0, int64_t k0, int64_t M, int64_t K) {
+  for (int e = threadIdx.x; e < kTileM * kTileK; e += kTileThreads) {
+    const int kk = e % kTileK;
+    const int mm = e / kTileK;
+    const int64_t m = row0 + mm, k = k0 + kk;
+    t.a[kk][mm] = (m < M && k < K)
+                      ? load_float(a.data, a.dtype,
+                                   batch * a.batch_stride + m * a.row_stride + k * a.col_stride)
+                      : 0.0f;
+  }
+}
+
+__device__ __forceinline__ void store_tile(const float (&acc)[4][4], void* out, DType out_dtype,
+                                           int64_t out_base, int64_t row0, int64_t col0,
+                                           int64_t M, int64_t N) {
+  const int tx = threadIdx.x & 15;
+  const int ty = threadIdx.x >> 4;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t m = row0 + ty + 16 * i;
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t n = col0 + tx + 16 * j;
+      if (n < N) store_float(out, out_dtype, out_base + m * N + n, acc[i][j]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kTileThreads)
+    matmul_kernel(Strided3 a, Strided3 b, void* out, DType out_dtype, int64_t batch, int64_t M,
+                  int64_t N, int64_t K) {
+  __shared__ Tiles tiles;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileM;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  for (int64_t bz = blockIdx.z; bz < batch; bz += gridDim.z) {
+    float acc[4][4] = {};
+    for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
+      load_a_tile(tiles, a, bz, row0, k0, M, K);
+      for (int e = threadIdx.x; e < kTileK * kTileN; e += kTileThreads) {
+        const int nn = e % kTileN;
+        const int kk = e / kTileN;
+        const int64_t n = col0 + nn, k = k0 + kk;
+        tiles.b[kk][nn] =
+            (n < N && k < K)
+                ? load_float(b.data, b.dtype, bz * b.batch_stride + k * b.row_stride + n * b.col_stride)
+                : 0.0f;
+      }
+      __syncthreads();
+      multiply_tiles(tiles, acc);
+      __syncthreads();
+    }
+    store_tile(acc, out, out_dtype, bz * M * N, row0, col0, M, N);
+  }
+}
+
+// linear, many rows: w is [N, K] row-major, plain (any K) or quantized (K % 32 == 0).
+template <DType WT>
+__global__ void __launch_bounds__(kTileThreads)
+    linear_tiled_kernel(const float* x, const uint8_t* w, size_t w_row_bytes, float* out,
+                        int64_t M, int64_t N, int64_t K) {
+  __shared__ Tiles tiles;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileM;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  const Strided3 xa{x, DType::F32, 0, K, 1};
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
+    load_a_tile(tiles, xa, 0, row0, k0, M, K);
+    if constexpr (quantized_dtype(WT)) {
+      // 64 rows x 4 chunks of 8 = one chunk per thread.
+      const int nn = threadIdx.x >> 2;
+      const int ch = threadIdx.x & 3;
+      const int64_t n = col0 + nn;
+      float vals[8];
+      if (n < N) {
+        dequant_chunk8<WT>(w + n * w_row_bytes, k0 / 8 + ch, vals);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) vals[i] = 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) tiles.b[ch * 8 + i][nn] = vals[i];
+    } else {
+      for (int e = threadIdx.x; e < kTileK * kTileN; e += kTileThreads) {
+        const int kk = e % kTileK;
+        const int nn = e / kTileK;
+        const int64_t n = col0 + nn, k = k0 + kk;
+        tiles.b[kk][nn] = (n < N && k < K) ? load_float(w, WT, n * K + k) : 0.0f;
+      }
+    }
+    __syncthreads();
+    multiply_tiles(tiles, acc);
+    __syncthreads();
+  }
+  store_tile(acc, out, DType::F32, 0, row0, col0, M, N);
+}
+
+// linear, M <= kMatvecMaxRows: one warp per output column n (a row of w).
+template <DType WT>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    linear_matvec_kernel(const float* x, const uint8_t* w, size_t w_row_bytes, float* out,
+                         int M, int64_t N, int64_t K) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const uint8_t* row = w + n * w_row_bytes;
+  float acc[kMatvecMaxRows] = {};
+  if constexpr (quantized_dtype(WT)) {
+    const int64_t chunks = K / 8;
+    for (int64_t c = lane; c < chunks; c += 32) {
+      float vals[8];
+      dequant_chunk8<WT>(row, c, vals);
+      const float* xc = x + c * 8;
+#pragma unroll
+      for (int m = 0; m < kMatvecMaxRows; ++m) {
+        if (m < M) {
+          float s = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) s = fmaf(vals[i], xc[m * K + i], s);
+          acc[m] += s;
+        }
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += 32) {
+      const float wv = load_float(row, WT, k);
+#pragma unroll
+      for (int m = 0; m < kMatvecMaxRows; ++m) {
+        if (m < M) acc[m] = fmaf(wv, x[m * K + k], acc[m]);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kMatvecMaxRows; ++m) {
+    if (m < M) {
+      const float s = warp_sum(acc[m]);
+      if (lane == 0) out[m * N + n] = s;
+    }
+  }
+}
+
+template <DType WT>
+void launch_linear(const View& x, const View& w, const View& out, cudaStream_t stream) {
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  const size_t w_row_bytes = row_bytes(WT, K);
+  const auto* xp = static_cast<const float*>(x.data);
+  const auto* wp = static_cast<const uint8_t*>(w.data);
+  auto* op = static_cast<float*>(out.data);
+  if (M <= kMatvecMaxRows) {
+    const unsigned grid = static_cast<unsigned>((N + kMatvecWarps - 1) / kMatvecWarps);
+    linear_matvec_kernel<WT><<<grid, kMatvecWarps * 32, 0, stream>>>(
+        xp, wp, w_row_bytes, op, static_cast<int>(M), N, K);
+  } else {
+    const dim3 grid(static_cast<unsigned>((N + kTileN - 1) / kTileN),
+                    static_cast<unsigned>((M + kTileM - 1) / kTileM));
+    linear_tiled_kernel<WT><<<grid, kTileThreads, 0, stream>>>(xp, wp, w_row_bytes, op, M, N, K);
+  }
+}
+
+// Launches launch_linear<T> for the weight dtype chosen at run time (see dispatch_quantized).
+struct LinearLauncher {
+  const View& x;
+  const View& w;
+  const View& out;
+  cudaStream_t stream;
+  template <DType T>
+  void operator()() { launch_linear<T>(x, w, out, stream); }
+};
+
+}  // namespace
+
+void CudaKernels::matmul(const View& a, const View& b, const View& out) {
+  if (a.ndim != 3 || b.ndim != 3 || out.ndim != 3) {
+    throw KernelError("matmul: cuda kernel expects 3-D views");
+  }
+  if (!is_floating(a.dtype) || !is_floating(b.dtype) ||
+      (out.dtype != DType::F32 && out.dtype != DType::F16)) {
+    throw KernelError(std::string("matmul: unsupported dtypes ") + dtype_name(a.dtype) + ", " +
+                      dtype_name(b.dtype) + " -> " + dtype_name(out.dtype));
+  }
+  const int64_t batch = out.shape[0], M = out.shape[1], N = out.shape[2], K = a.shape[2];
+  if (batch == 0 || M == 0 || N == 0) return;
+  if (K == 0) {
+    fill(out, 0.0);
+    return;
+  }
+  const Strided3 sa{a.data, a.dtype, a.strides[0], a.strides[1], a.strides[2]};
+  const Strided3 sb{b.data, b.dtype, b.strides[0], b.strides[1], b.strides[2]};
+  const dim3 grid(static_cast<unsigned>((N + kTileN - 1) / kTileN),
+                  static_cast<unsigned>((M + kTileM - 1) / kTileM),
+                  static_cast<unsigned>(batch < 65535 ? batch : 65535));
+  matmul_kernel<<<grid, kTileThreads, 0, stream_>>>(sa, sb, out.data, out.dtype, batch, M, N, K);
+  check_launch("matmul");
+}
+
+void CudaKernels::linear(const View& x, const View& w, const View& out) {
+  if (x.dtype != DType::F32 || out.dtype != DType::F32) {
+    throw KernelError(std::string("linear: cuda kernel expects f32 x and out, got ") +
+                      dtype_name(x.dtype) + " and " + dtype_name(out.dtype));
+  }
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    fill(out, 0.0);
+    return;
+  }
+  if (is_quantized(w.dtype) && K % block_elems(w.dtype) != 0) {
+    throw KernelError(std::string("linear: ") + dtype_name(w.dtype) + " weight has " +
+                      std::to_string(K) + " columns, not a multiple of its block size");
+  }
+  LinearLauncher launch{x, w, out, stream_};
+  switch (w.dtype) {
+    case DType::F32: launch.operator()<DType::F32>(); break;
+    case DType::F16: launch.operator()<DType::F16>(); break;
+    case DType::BF16: launch.operator()<DType::BF16>(); break;
+    default:
+      if (!dispatch_quantized(w.dtype, launch)) {
+        throw KernelError(std::string("linear: unsupported weight dtype ") + dtype_name(w.dtype));
+      }
+  }
+  check_launch("linear");
+}
+
+}  // namespace cuda
+}  // namespace tl

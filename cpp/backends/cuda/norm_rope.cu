@@ -1,0 +1,137 @@
+// Row normalizations (rms_norm, layer_norm: one block per row, f32 sums) and rotary position
+// embedding (one thread per rotated pair; reads both elements before writing either, so it is
+// safe in place). RoPE angles are computed in double so that long positions keep their
+// precision: theta_i = pos * base^(-2i/D).
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+
+namespace tl {
+namespace cuda {
+namespace {
+
+constexpr int kNormThreads = 256;
+constexpr int kRopeThreads = 256;
+
+__global__ void rms_norm_kernel(const void* x, DType x_dtype, const void* w, DType w_dtype,
+                                float eps, int64_t rows, int64_t D, void* out, DType out_dtype) {
+  __shared__ float scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * D;
+    float ss = 0.0f;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      const float v = load_float(x, x_dtype, base + d);
+      ss = fmaf(v, v, ss);
+    }
+    const float total = block_sum(ss, scratch);
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(D) + eps);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float v = load_float(x, x_dtype, base + d) * inv;
+      if (w != nullptr) v *= load_float(w, w_dtype, d);
+      store_float(out, out_dtype, base + d, v);
+    }
+  }
+}
+
+__global__ void layer_norm_kernel(const void* x, DType x_dtype, const void* w, DType w_dtype,
+                                  const void* b, DType b_dtype, float eps, int64_t rows,
+                                  int64_t D, void* out, DType out_dtype) {
+  __shared__ float scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * D;
+    float s = 0.0f;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) s += load_float(x, x_dtype, base + d);
+    const float mean = block_sum(s, scratch) / static_cast<float>(D);
+    float sq = 0.0f;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      const float c = load_float(x, x_dtype, base + d) - mean;
+      sq = fmaf(c, c, sq);
+    }
+    const float var = block_sum(sq, scratch) / static_cast<float>(D);
+    const float inv = 1.0f / sqrtf(var + eps);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float v = (load_float(x, x_dtype, base + d) - mean) * inv;
+      if (w != nullptr) v *= load_float(w, w_dtype, d);
+      if (b != nullptr) v += load_float(b, b_dtype, d);
+      store_float(out, out_dtype, base + d, v);
+    }
+  }
+}
+
+__global__ void rope_kernel(const void* x, DType x_dtype, void* out, DType out_dtype,
+                            int64_t outer, int64_t S, int64_t H, int64_t D, int64_t pos_offset,
+                            double base, bool neox) {
+  const int64_t half = D / 2;
+  const int64_t total = outer * S * H * half;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = t % half;
+    const int64_t row = t / half;  // (outer, s, h) flattened
+    const int64_t s = (row / H) % S;
+    const double pos = static_cast<double>(pos_offset + s);
+    const double theta = pos * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    double sn, cs;
+    sincos(theta, &sn, &cs);
+    const int64_t i0 = row * D + (neox ? i : 2 * i);
+    const int64_t i1 = row * D + (neox ? i + half : 2 * i + 1);
+    const float x0 = load_float(x, x_dtype, i0);
+    const float x1 = load_float(x, x_dtype, i1);
+    const float c = static_cast<float>(cs), sv = static_cast<float>(sn);
+    store_float(out, out_dtype, i0, x0 * c - x1 * sv);
+    store_float(out, out_dtype, i1, x0 * sv + x1 * c);
+  }
+}
+
+unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? rows : 65535); }
+
+void require_float(const View& v, const char* op) {
+  if (v.data != nullptr && !is_floating(v.dtype)) {
+    throw KernelError(std::string(op) + ": expects floating operands, got " +
+                      dtype_name(v.dtype));
+  }
+}
+
+}  // namespace
+
+void CudaKernels::rms_norm(const View& x, const View& w, float eps, const View& out) {
+  require_float(x, "rms_norm");
+  require_float(w, "rms_norm");
+  require_float(out, "rms_norm");
+  const int64_t D = x.shape[x.ndim - 1];
+  const int64_t rows = D == 0 ? 0 : x.numel() / D;
+  if (rows == 0) return;
+  rms_norm_kernel<<<row_grid(rows), kNormThreads, 0, stream_>>>(
+      x.data, x.dtype, w.data, w.dtype, eps, rows, D, out.data, out.dtype);
+  check_launch("rms_norm");
+}
+
+void CudaKernels::layer_norm(const View& x, const View& w, const View& b, float eps,
+                             const View& out) {
+  require_float(x, "layer_norm");
+  require_float(w, "layer_norm");
+  require_float(b, "layer_norm");
+  require_float(out, "layer_norm");
+  const int64_t D = x.shape[x.ndim - 1];
+  const int64_t rows = D == 0 ? 0 : x.numel() / D;
+  if (rows == 0) return;
+  layer_norm_kernel<<<row_grid(rows), kNormThreads, 0, stream_>>>(
+      x.data, x.dtype, w.data, w.dtype, b.data, b.dtype, eps, rows, D, out.data, out.dtype);
+  check_launch("layer_norm");
+}
+
+void CudaKernels::rope(const View& x, int64_t pos_offset, float base, bool neox,
+                       const View& out) {
+  require_float(x, "rope");
+  require_float(out, "rope");
+  if (x.ndim != 4) throw KernelError("rope: cuda kernel expects a 4-D [outer, S, H, D] view");
+  const int64_t outer = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+  if (D % 2 != 0) throw KernelError("rope: head dim must be even, got " + std::to_string(D));
+  const int64_t total = outer * S * H * (D / 2);
+  if (total == 0) return;
+  rope_kernel<<<grid_for(total, kRopeThreads), kRopeThreads, 0, stream_>>>(
+      x.data, x.dtype, out.data, out.dtype, outer, S, H, D, pos_offset, static_cast<double>(base),
+      neox);
+  check_launch("rope");
+}
+
+}  // namespace cuda
+}  // namespace tl

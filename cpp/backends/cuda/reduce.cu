@@ -1,0 +1,220 @@
+// Reductions and softmax over the middle axis of a contiguous [outer, n, inner] tensor.
+// inner == 1 (the last axis, the common case): one block per row, a tree reduction in f32.
+// inner > 1: one thread per (outer, inner) column walking n, so that a warp reads adjacent
+// columns. Max/Min propagate NaN; ArgMax/ArgMin take a NaN as the extreme and keep the first
+// index on ties, as NumPy does.
+#include <cmath>
+
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+
+namespace tl {
+namespace cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+constexpr int kColThreads = 256;
+
+struct Best {
+  float value;
+  int64_t index;
+};
+
+// True when (v, i) should replace the current best (b) for ArgMax (want_max) or ArgMin.
+__device__ __forceinline__ bool replaces(Best b, float v, int64_t i, bool want_max) {
+  const bool vn = isnan(v), bn = isnan(b.value);
+  if (bn || vn) {
+    if (bn && vn) return i < b.index;
+    return vn;  // a NaN wins over any number
+  }
+  if (v == b.value) return i < b.index;
+  return want_max ? v > b.value : v < b.value;
+}
+
+__device__ __forceinline__ float combine(ReduceOp op, float acc, float v) {
+  switch (op) {
+    case ReduceOp::Max: return (isnan(acc) || isnan(v)) ? nanf("") : fmaxf(acc, v);
+    case ReduceOp::Min: return (isnan(acc) || isnan(v)) ? nanf("") : fminf(acc, v);
+    default: return acc + v;
+  }
+}
+
+__device__ __forceinline__ float identity_of(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return -INFINITY;
+    case ReduceOp::Min: return INFINITY;
+    default: return 0.0f;
+  }
+}
+
+__global__ void reduce_rows_kernel(ReduceOp op, const void* in, DType in_dtype, int64_t outer,
+                                   int64_t n, void* out, DType out_dtype) {
+  __shared__ float s_value[kRowThreads];
+  __shared__ int64_t s_index[kRowThreads];
+  const bool arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+  const bool want_max = op == ReduceOp::ArgMax;
+  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
+    const int64_t base = row * n;
+    float acc = identity_of(op);
+    Best best{want_max ? -INFINITY : INFINITY, INT64_MAX};
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      const float v = load_float(in, in_dtype, base + k);
+      if (arg) {
+        if (replaces(best, v, k, want_max)) best = Best{v, k};
+      } else {
+        acc = combine(op, acc, v);
+      }
+    }
+    s_value[threadIdx.x] = arg ? best.value : acc;
+    s_index[threadIdx.x] = best.index;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+      if (threadIdx.x < stride) {
+        const float v = s_value[threadIdx.x + stride];
+        if (arg) {
+          const int64_t i = s_index[threadIdx.x + stride];
+          Best b{s_value[threadIdx.x], s_index[threadIdx.x]};
+          if (i != INT64_MAX && (b.index == INT64_MAX || replaces(b, v, i, want_max))) {
+            s_value[threadIdx.x] = v;
+            s_index[threadIdx.x] = i;
+          }
+        } else {
+          s_value[threadIdx.x] = combine(op, s_value[threadIdx.x], v);
+        }
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      if (arg) {
+        store_int(out, out_dtype, row, s_index[0] == INT64_MAX ? 0 : s_index[0]);
+      } else {
+        float r = s_value[0];
+        if (op == ReduceOp::Mean) r = r / static_cast<float>(n);
+        store_float(out, out_dtype, row, r);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void reduce_columns_kernel(ReduceOp op, const void* in, DType in_dtype, int64_t outer,
+                                      int64_t n, int64_t inner, void* out, DType out_dtype) {
+  const bool arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+  const bool want_max = op == ReduceOp::ArgMax;
+  const int64_t total = outer * inner;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = t / inner;
+    const int64_t j = t - o * inner;
+    const int64_t base = o * n * inner + j;
+    float acc = identity_of(op);
+    Best best{want_max ? -INFINITY : INFINITY, INT64_MAX};
+    for (int64_t k = 0; k < n; ++k) {
+      const float v = load_float(in, in_dtype, base + k * inner);
+      if (arg) {
+        if (replaces(best, v, k, want_max)) best = Best{v, k};
+      } else {
+        acc = combine(op, acc, v);
+      }
+    }
+    if (arg) {
+      store_int(out, out_dtype, t, best.index == INT64_MAX ? 0 : best.index);
+    } else {
+      if (op == ReduceOp::Mean) acc = acc / static_cast<float>(n);
+      store_float(out, out_dtype, t, acc);
+    }
+  }
+}
+
+__global__ void softmax_rows_kernel(const void* in, DType in_dtype, int64_t outer, int64_t n,
+                                    void* out, DType out_dtype) {
+  __shared__ float scratch[32];
+  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
+    const int64_t base = row * n;
+    float m = -INFINITY;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      m = fmaxf(m, load_float(in, in_dtype, base + k));
+    }
+    // Block-wide max: per-warp max, then the warp maxima through shared memory.
+    m = warp_max(m);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = m;
+    __syncthreads();
+    const int warps = blockDim.x >> 5;
+    float bm = (threadIdx.x & 31) < warps ? scratch[threadIdx.x & 31] : -INFINITY;
+    bm = warp_max(bm);
+    const float shift = isinf(bm) ? 0.0f : bm;  // all -inf: exp gives 0s, then 0/0 = NaN
+    float s = 0.0f;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      s += expf(load_float(in, in_dtype, base + k) - shift);
+    }
+    const float total = block_sum(s, scratch);
+    const float inv = 1.0f / total;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      store_float(out, out_dtype, base + k, expf(load_float(in, in_dtype, base + k) - shift) * inv);
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void softmax_columns_kernel(const void* in, DType in_dtype, int64_t outer, int64_t n,
+                                       int64_t inner, void* out, DType out_dtype) {
+  const int64_t total = outer * inner;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = t / inner;
+    const int64_t j = t - o * inner;
+    const int64_t base = o * n * inner + j;
+    float m = -INFINITY;
+    for (int64_t k = 0; k < n; ++k) m = fmaxf(m, load_float(in, in_dtype, base + k * inner));
+    const float shift = isinf(m) ? 0.0f : m;
+    float s = 0.0f;
+    for (int64_t k = 0; k < n; ++k) s += expf(load_float(in, in_dtype, base + k * inner) - shift);
+    const float inv = 1.0f / s;
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t idx = base + k * inner;
+      store_float(out, out_dtype, idx, expf(load_float(in, in_dtype, idx) - shift) * inv);
+    }
+  }
+}
+
+unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? rows : 65535); }
+
+}  // namespace
+
+void CudaKernels::reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, int64_t inner,
+                         const View& out) {
+  if (is_quantized(in.dtype) || is_quantized(out.dtype)) {
+    throw KernelError(std::string("reduce: quantized dtype ") + dtype_name(in.dtype) +
+                      " is not supported");
+  }
+  if (outer == 0 || inner == 0) return;
+  if (inner == 1) {
+    reduce_rows_kernel<<<row_grid(outer), kRowThreads, 0, stream_>>>(op, in.data, in.dtype, outer,
+                                                                      n, out.data, out.dtype);
+  } else {
+    reduce_columns_kernel<<<grid_for(outer * inner, kColThreads), kColThreads, 0, stream_>>>(
+        op, in.data, in.dtype, outer, n, inner, out.data, out.dtype);
+  }
+  check_launch("reduce");
+}
+
+void CudaKernels::softmax(const View& in, int64_t outer, int64_t n, int64_t inner,
+                          const View& out) {
+  if (!is_floating(out.dtype) || is_quantized(in.dtype)) {
+    throw KernelError(std::string("softmax: unsupported dtypes ") + dtype_name(in.dtype) +
+                      " -> " + dtype_name(out.dtype));
+  }
+  if (outer == 0 || inner == 0 || n == 0) return;
+  if (inner == 1) {
+    softmax_rows_kernel<<<row_grid(outer), kRowThreads, 0, stream_>>>(in.data, in.dtype, outer, n,
+                                                                       out.data, out.dtype);
+  } else {
+    softmax_columns_kernel<<<grid_for(outer * inner, kColThreads), kColThreads, 0, stream_>>>(
+        in.data, in.dtype, outer, n, inner, out.data, out.dtype);
+  }
+  check_launch("softmax");
+}
+
+}  // namespace cuda
+}  // namespace tl
