@@ -37,6 +37,24 @@ class CompiledAtom:
 
 
 @dataclass(frozen=True)
+class CompiledComparison:
+    op: str
+    left: tuple  # ("v", var_id) or ("c", index)
+    right: tuple
+    ranks: np.ndarray  # rank of each entity index in constant sort order (its domain's)
+
+    @property
+    def variables(self) -> tuple:
+        return tuple(dict.fromkeys(v for k, v in (self.left, self.right) if k == "v"))
+
+    def holds(self, left_index, right_index):
+        """Elementwise truth of the comparison for index arrays (or ints)."""
+        a, b = self.ranks[left_index], self.ranks[right_index]
+        return {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+                ">": np.greater, ">=": np.greater_equal}[self.op](a, b)
+
+
+@dataclass(frozen=True)
 class CompiledRule:
     head: CompiledAtom
     body: tuple  # tuple[CompiledAtom, ...]
@@ -44,6 +62,7 @@ class CompiledRule:
     var_names: tuple  # name per var id
     var_sizes: tuple  # domain size per var id
     source: Rule
+    comparisons: tuple = ()  # tuple[CompiledComparison, ...]
 
     @property
     def positive(self) -> tuple:

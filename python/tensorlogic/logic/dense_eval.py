@@ -66,10 +66,29 @@ class DenseStratum:
         factors = []
         for atom, tensor in zip(rule.body, inputs):
             factors += self._atom_factors(atom, tensor, rule, sizes)
+        for comparison in rule.comparisons:
+            factors.append(self._comparison_factor(comparison, rule))
         head_vars = rule.head.variables
         joined = contract(ops, factors, head_vars, sizes)
         stepped = ops.hard_step(joined) if rule.temperature <= 0 else ops.soft_step(joined, rule.temperature)
         return self._place_in_head(rule, stepped, head_vars)
+
+    def _comparison_factor(self, comparison, rule: CompiledRule):
+        """A 0/1 tensor over the comparison's variables that is 1 where it holds."""
+        (lk, lv), (rk, rv) = comparison.left, comparison.right
+        if lk == "v" and rk == "v" and lv == rv:
+            n = rule.var_sizes[lv]
+            mask = comparison.holds(np.arange(n), np.arange(n))
+            return self.ops.from_numpy(mask.astype(np.float32)), (lv,)
+        if lk == "v" and rk == "v":
+            left = np.arange(rule.var_sizes[lv])[:, None]
+            right = np.arange(rule.var_sizes[rv])[None, :]
+            return self.ops.from_numpy(comparison.holds(left, right).astype(np.float32)), (lv, rv)
+        if lk == "v":
+            mask = comparison.holds(np.arange(rule.var_sizes[lv]), rv)
+            return self.ops.from_numpy(mask.astype(np.float32)), (lv,)
+        mask = comparison.holds(lv, np.arange(rule.var_sizes[rv]))
+        return self.ops.from_numpy(mask.astype(np.float32)), (rv,)
 
     def _place_in_head(self, rule: CompiledRule, tensor, head_vars: tuple):
         head = rule.head

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .compiled import CompiledAtom, CompiledRule
+from .compiled import CompiledAtom, CompiledComparison, CompiledRule
 from .domains import EntityDomain, constant_sort_key
 from .errors import (ArityError, LogicError, LogicTypeError, UnknownRelationError,
                      UnsafeRuleError)
@@ -40,7 +40,7 @@ from .query import QueryResult
 from .relation_table import RelationTable, check_key_space, encode, key_space
 from .sparse_eval import SparseStratum, scan
 from .stratify import stratify
-from .terms import Atom, Const, Name, Rule, Var
+from .terms import Atom, Comparison, Const, Name, Rule, Var
 
 DEFAULT_ENTITY_TYPE = "entity"
 DEFAULT_DENSE_LIMIT = 1 << 16  # a stratum whose relations all have at most this many cells runs dense
@@ -411,14 +411,37 @@ class LogicEngine:
                 self._slot_types[(info.name, i)] = (classes.type_of(("slot", info.name, i))
                                                     or DEFAULT_ENTITY_TYPE)
         # Rule constants join their domains before any size is fixed.
-        for rule, atoms, _ in resolved_rules:
+        for rule_index, (rule, atoms, _, comparisons) in enumerate(resolved_rules):
             for atom, terms in atoms:
                 for i, term in enumerate(terms):
                     if isinstance(term, Const):
                         self._domain(self._slot_types[(atom.relation, i)]).add(term.value,
                                                                                term.pos or rule.pos)
+            for item, left, right in comparisons:
+                type_name = self._comparison_type(classes, rule_index, left, right)
+                for side in (left, right):
+                    if isinstance(side, Const):
+                        self._domain(type_name).add(side.value, side.pos or item.pos or rule.pos)
         compiled = []
-        for rule, atoms, var_names in resolved_rules:
+        for rule_index, (rule, atoms, var_names, comparisons) in enumerate(resolved_rules):
+            compiled_comparisons = []
+            never_fires = False
+            for item, left, right in comparisons:
+                if isinstance(left, Const) and isinstance(right, Const):
+                    ranks = np.array([0, 1]) if constant_sort_key(left.value) < constant_sort_key(
+                        right.value) else (np.array([0, 0]) if left.value == right.value else np.array([1, 0]))
+                    static = CompiledComparison(item.op, ("c", 0), ("c", 1), ranks)
+                    never_fires |= not bool(static.holds(0, 1))
+                    continue
+                domain = self._domain(self._comparison_type(classes, rule_index, left, right))
+                order = sorted(range(len(domain)), key=lambda i: constant_sort_key(domain.values[i]))
+                ranks = np.empty(len(domain), np.int64)
+                ranks[order] = np.arange(len(domain))
+                sides = tuple(("v", side) if isinstance(side, int) else ("c", domain.lookup(side.value))
+                              for side in (left, right))
+                compiled_comparisons.append(CompiledComparison(item.op, sides[0], sides[1], ranks))
+            if never_fires:
+                continue
             var_sizes = [0] * len(var_names)
             compiled_atoms = []
             for atom, terms in atoms:
@@ -439,8 +462,15 @@ class LogicEngine:
                                                    sizes, existential))
             compiled.append(CompiledRule(compiled_atoms[0], tuple(compiled_atoms[1:]),
                                          float(rule.temperature or 0.0), tuple(var_names),
-                                         tuple(var_sizes), rule))
+                                         tuple(var_sizes), rule, tuple(compiled_comparisons)))
         return compiled
+
+    @staticmethod
+    def _comparison_type(classes: _TypeClasses, rule_index: int, left, right) -> str:
+        for side in (left, right):
+            if isinstance(side, int):
+                return classes.type_of(("var", rule_index, side)) or DEFAULT_ENTITY_TYPE
+        return DEFAULT_ENTITY_TYPE
 
     def _resolve_rule(self, rule_index: int, rule: Rule, known: set, classes: _TypeClasses):
         """Check the rule's relations, arities and safety; number its variables; unify types."""
@@ -457,7 +487,7 @@ class LogicEngine:
                 var_names.append(name)
             return var_ids[name]
 
-        for atom in (rule.head,) + rule.body:
+        for atom in (rule.head,) + tuple(b for b in rule.body if isinstance(b, Atom)):
             info = self.relations.get(atom.relation)
             where = atom.pos or rule.pos
             if info is None:
@@ -497,7 +527,28 @@ class LogicEngine:
                     if isinstance(t, int) and t not in positive_vars and not var_names[t].startswith("_#"):
                         raise UnsafeRuleError(f"variable {var_names[t]} of `{atom}` in rule `{rule}` "
                                               f"does not occur in a positive body atom", atom.pos or rule.pos)
-        return rule, atoms, var_names
+        comparisons = []
+        for item in rule.body:
+            if not isinstance(item, Comparison):
+                continue
+            sides = []
+            for term in (item.left, item.right):
+                resolved = self._resolve(term, known)
+                if isinstance(resolved, Var):
+                    vid = var_ids.get(resolved.name)
+                    if vid is None or vid not in positive_vars:
+                        raise UnsafeRuleError(f"variable {resolved.name} of `{item}` in rule `{rule}` "
+                                              f"does not occur in a positive body atom", item.pos or rule.pos)
+                    sides.append(vid)
+                else:
+                    sides.append(resolved)
+            if isinstance(sides[0], int) and isinstance(sides[1], int):
+                def conflict(t1, o1, t2, o2, item=item):
+                    return LogicTypeError(f"`{item}` in rule `{rule}` compares a {t1} ({o1}) with a "
+                                          f"{t2} ({o2})", item.pos or rule.pos)
+                classes.union(("var", rule_index, sides[0]), ("var", rule_index, sides[1]), conflict)
+            comparisons.append((item, sides[0], sides[1]))
+        return rule, atoms, var_names, comparisons
 
 
 def out_terms_vars(terms) -> list[int]:

@@ -6,7 +6,7 @@ agreement between the two is evidence, not tautology. Boolean semantics only (no
 """
 from __future__ import annotations
 
-from .terms import Atom, Const, Name, Rule, Var
+from .terms import Atom, Comparison, Const, Name, Rule, Var
 
 
 def _is_var(term, constants: set) -> bool:
@@ -22,6 +22,20 @@ def _value(term):
     return term.value if isinstance(term, Const) else term.text
 
 
+def _order_key(value):
+    return (0, value, "") if isinstance(value, int) else (1, 0, value)
+
+
+def _compare(comparison: Comparison, binding: dict, constants: set) -> bool:
+    def value(term):
+        if _is_var(term, constants):
+            return binding[term.name if isinstance(term, Var) else term.text]
+        return _value(term)
+
+    a, b = _order_key(value(comparison.left)), _order_key(value(comparison.right))
+    return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[comparison.op]
+
+
 def _strata(rules: list[Rule]) -> list[list[Rule]]:
     """Assign each head a level: >= the level of positive body relations, > that of negated ones."""
     level = {r.head.relation: 0 for r in rules}
@@ -30,7 +44,7 @@ def _strata(rules: list[Rule]) -> list[list[Rule]]:
         changed = False
         for rule in rules:
             for atom in rule.body:
-                if atom.relation not in heads:
+                if not isinstance(atom, Atom) or atom.relation not in heads:
                     continue
                 need = level[atom.relation] + (1 if atom.negated else 0)
                 if level[rule.head.relation] < need:
@@ -94,8 +108,9 @@ class ReferenceDatalog:
 
     def _fire(self, rule: Rule, db: dict, delta: dict | None, delta_index: int | None, constants,
               indexes: dict):
-        positives = [(i, a) for i, a in enumerate(rule.body) if not a.negated]
-        negatives = [a for a in rule.body if a.negated]
+        positives = [(i, a) for i, a in enumerate(rule.body) if isinstance(a, Atom) and not a.negated]
+        negatives = [a for a in rule.body if isinstance(a, Atom) and a.negated]
+        comparisons = [c for c in rule.body if isinstance(c, Comparison)]
         if delta_index is not None:  # start from the small delta side
             positives.sort(key=lambda item: item[0] != delta_index)
         bindings = [{}]
@@ -104,6 +119,8 @@ class ReferenceDatalog:
             bindings = [b2 for b in bindings for b2 in self._matches(atom, source, b, constants, indexes)]
         out = set()
         for b in bindings:
+            if not all(_compare(c, b, constants) for c in comparisons):
+                continue
             if any(any(True for _ in self._matches(a, db.get(a.relation, set()), b, constants, indexes))
                    for a in negatives):
                 continue
@@ -115,7 +132,7 @@ class ReferenceDatalog:
         constants = self._constants()
         for rule in self.rules:
             for atom in (rule.head,) + rule.body:
-                for t in atom.args:
+                for t in (atom.args if isinstance(atom, Atom) else (atom.left, atom.right)):
                     if not _is_var(t, constants):
                         constants.add(_value(t))
         db = {name: set(rows) for name, rows in self.facts.items()}
@@ -136,7 +153,7 @@ class ReferenceDatalog:
                 indexes = {k: v for k, v in indexes.items() if k[0] not in heads}
                 for rule in stratum:
                     for i, atom in enumerate(rule.body):
-                        if not atom.negated and atom.relation in heads and delta[atom.relation]:
+                        if isinstance(atom, Atom) and not atom.negated and atom.relation in heads and delta[atom.relation]:
                             new[rule.head.relation] |= self._fire(rule, db, delta, i, constants, indexes)
                 for name in heads:
                     new[name] -= db[name]

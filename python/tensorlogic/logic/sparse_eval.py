@@ -114,6 +114,15 @@ def apply_negation(rows: Bindings, atom: CompiledAtom, table: RelationTable, var
     return out
 
 
+def apply_comparison(rows: Bindings, comparison) -> Bindings:
+    """Keep rows where the comparison holds (both sides are bound variables or constants)."""
+    def side(term):
+        kind, value = term
+        return rows.columns[value] if kind == "v" else np.full(rows.rows, value, np.int64)
+
+    return rows.take(np.flatnonzero(comparison.holds(side(comparison.left), side(comparison.right))))
+
+
 class SparseStratum:
     """Evaluates the rules of one stratum over `tables` (updated in place)."""
 
@@ -151,6 +160,7 @@ class SparseStratum:
         used for body atom i."""
         positive = [i for i, a in enumerate(rule.body) if not a.negated]
         pending_negations = [i for i, a in enumerate(rule.body) if a.negated]
+        pending_comparisons = list(rule.comparisons)
         order = []
         remaining = list(positive)
         if delta_position is not None:
@@ -173,6 +183,10 @@ class SparseStratum:
             cacheable = atom.relation not in self.stratum
             right, sorted_pair = self._scan_sorted(atom, table, shared, rule.var_sizes, cacheable)
             rows = join(rows, right, rule.var_sizes, sorted_pair)
+            for comparison in list(pending_comparisons):
+                if all(v in rows.columns for v in comparison.variables):
+                    rows = apply_comparison(rows, comparison)
+                    pending_comparisons.remove(comparison)
             for j in list(pending_negations):
                 if all(v in rows.columns for v in rule.body[j].bound_variables):
                     rows = apply_negation(rows, rule.body[j], inputs[j], rule.var_sizes)

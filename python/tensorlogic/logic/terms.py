@@ -56,10 +56,26 @@ class Atom:
         return f"not {text}" if self.negated else text
 
 
+COMPARISON_OPS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A body constraint `X != Y`, `X < 3`: compares constants (numbers numerically, names
+    alphabetically); both sides must be constants or variables bound by positive atoms."""
+    op: str
+    left: Term
+    right: Term
+    pos: Any = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.left} {self.op} {self.right}"
+
+
 @dataclass(frozen=True)
 class Rule:
     head: Atom
-    body: tuple  # tuple[Atom, ...]
+    body: tuple  # tuple[Atom | Comparison, ...]
     temperature: float | None = None  # None or 0: hard step; > 0: soft step
     pos: Any = field(default=None, compare=False, repr=False)
 
@@ -83,13 +99,7 @@ def parse_atom(text: str, pos: Any = None) -> Atom:
     inner = text[open_at + 1:-1].strip()
     args = []
     for part in (inner.split(",") if inner else []):
-        part = part.strip()
-        if part.lstrip("-").isdigit():
-            args.append(Const(int(part)))
-        elif len(part) >= 2 and part[0] == part[-1] == '"':
-            args.append(Const(part[1:-1]))
-        else:
-            args.append(Name(part))
+        args.append(_parse_term(part))
     return Atom(relation, tuple(args), negated, pos)
 
 
@@ -110,5 +120,24 @@ def parse_rule(text: str, temperature: float | None = None, pos: Any = None) -> 
         else:
             current += ch
     parts.append(current)
-    return Rule(parse_atom(head_text), tuple(parse_atom(p) for p in parts if p.strip()),
-                temperature, pos)
+    body = []
+    for part in parts:
+        if not part.strip():
+            continue
+        for op in ("!=", "==", "<=", ">=", "<", ">"):
+            if op in part and "(" not in part:
+                left, right = part.split(op, 1)
+                body.append(Comparison(op, _parse_term(left), _parse_term(right)))
+                break
+        else:
+            body.append(parse_atom(part))
+    return Rule(parse_atom(head_text), tuple(body), temperature, pos)
+
+
+def _parse_term(text: str):
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return Const(int(text))
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return Const(text[1:-1])
+    return Name(text)
