@@ -39,6 +39,15 @@ class NumpyOps:
     def mul(self, a, b):
         return a * b
 
+    def add(self, a, b):
+        return a + b
+
+    def sub(self, a, b):
+        return a - b
+
+    def div(self, a, b):
+        return a / b
+
     def one_minus(self, tensor):
         return 1.0 - tensor
 
@@ -100,6 +109,15 @@ class CoreOps:
 
     def mul(self, a, b):
         return self.core.mul(a, b)
+
+    def add(self, a, b):
+        return self.core.add(a, b)
+
+    def sub(self, a, b):
+        return self.core.sub(a, b)
+
+    def div(self, a, b):
+        return self.core.div(a, b)
 
     def one_minus(self, tensor):
         return self.core.sub(1.0, tensor)

@@ -1,0 +1,106 @@
+"""TL builtins of the logic engine: `sigmoid_t`, `relation_tensor`, `infer`, `entities`.
+
+The language helper's builtin loader imports this module once, which registers these names in the
+one builtin table (builtins/registry.py). Builtins that need the program's relations take the
+interpreter's call context, which must carry the run's LogicEngine as `ctx.logic_engine`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tensorlogic.builtins.registry import builtin
+
+from .errors import LogicError
+
+
+def sigmoid_t_host(x: np.ndarray, temperature: float) -> np.ndarray:
+    """sigmoid(x / T) for T > 0; the hard step (x > 0) for T = 0 (NumPy, float32)."""
+    x = np.asarray(x, dtype=np.float32)
+    if temperature == 0:
+        return (x > 0).astype(np.float32)
+    return (1.0 / (1.0 + np.exp(-x.astype(np.float64) / temperature))).astype(np.float32)
+
+
+def _core_module():
+    try:
+        from tensorlogic import _core  # noqa: PLC0415
+    except ImportError:
+        return None
+    return _core
+
+
+def _temperature(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LogicError(f"sigmoid_t: the temperature must be a number, got {type(value).__name__}")
+    if value < 0 or math.isnan(value):
+        raise LogicError(f"sigmoid_t: the temperature must be >= 0, got {value}")
+    return float(value)
+
+
+@builtin("sigmoid_t", "sigmoid_t(x, T)",
+         "sigmoid with temperature: 1 / (1 + exp(-x / T)); T = 0 is the hard step x > 0",
+         min_args=2, max_args=2, category="logic")
+def sigmoid_t(x, temperature):
+    temperature = _temperature(temperature)
+    if isinstance(x, bool):
+        x = float(x)
+    if isinstance(x, (int, float)):
+        if temperature == 0:
+            return 1.0 if x > 0 else 0.0
+        z = -x / temperature
+        return 0.0 if z > 700 else 1.0 / (1.0 + math.exp(z))
+    core = _core_module()
+    if core is not None and isinstance(x, core.Tensor):
+        x32 = x if x.dtype == "f32" else core.astype(x, "f32")
+        if temperature == 0:
+            return core.astype(core.gt(x32, 0.0), "f32")
+        return core.sigmoid(core.div(x32, temperature))
+    host = sigmoid_t_host(np.asarray(x, dtype=np.float32), temperature)
+    return core.from_numpy(host) if core is not None else host
+
+
+def _engine(ctx):
+    engine = getattr(ctx, "logic_engine", None)
+    if engine is None:
+        raise LogicError("this program has no relations")
+    return engine
+
+
+def _relation_name(value) -> str:
+    if isinstance(value, str):
+        return value
+    name = getattr(value, "name", None)
+    if isinstance(name, str):
+        return name
+    raise LogicError(f"expected a relation name, got {type(value).__name__}")
+
+
+@builtin("relation_tensor", "relation_tensor(R)",
+         "the relation R as a tensor over entity indices (bool, or f32 when weighted), after inference",
+         min_args=1, max_args=1, needs_ctx=True, category="logic")
+def relation_tensor(ctx, relation):
+    array = _engine(ctx).relation_tensor(_relation_name(relation))
+    core = _core_module()
+    if core is None:
+        return array
+    return core.from_numpy(array, dtype="bool" if array.dtype == np.bool_ else "f32")
+
+
+@builtin("infer", "infer()", "run the logic rules to their fixpoint now (queries also do this)",
+         min_args=0, max_args=0, needs_ctx=True, category="logic")
+def infer(ctx):
+    _engine(ctx).infer()
+    return None
+
+
+@builtin("entities", "entities(type)",
+         "the constants of an entity type in index order (the axes of relation_tensor)",
+         min_args=1, max_args=1, needs_ctx=True, category="logic")
+def entities(ctx, type_name):
+    engine = _engine(ctx)
+    name = _relation_name(type_name)
+    if name not in engine.domains:
+        raise LogicError(f"unknown entity type {name}")
+    return list(engine.domains[name].values)
