@@ -90,17 +90,24 @@ TL_INLINE void k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
   }
 }
 
+// Q4_K/Q5_K: 8 sub-blocks of 32; bytes qs[32c .. 32c + 31] hold sub-block 2c in their low
+// nibbles and sub-block 2c + 1 in their high nibbles; Q5_K's bit 5 of sub-block s is bit s of qh[l].
 TL_INLINE void deq_q4_k(const uint8_t* b, float* y) {
   const float d = half_at(b), dmin = half_at(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qs = b + 16;
-  for (int s = 0; s < 8; ++s) {
-    int sc, mn;
-    k_scale_min(scales, s, &sc, &mn);
-    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(mn);
-    const uint8_t* q = qs + (s / 2) * 32;
-    const int shift = (s % 2) * 4;
-    for (int l = 0; l < 32; ++l) y[s * 32 + l] = ds * static_cast<float>((q[l] >> shift) & 0x0F) - ms;
+  for (int c = 0; c < 4; ++c) {
+    int sc0, mn0, sc1, mn1;
+    k_scale_min(scales, 2 * c, &sc0, &mn0);
+    k_scale_min(scales, 2 * c + 1, &sc1, &mn1);
+    const float d0 = d * static_cast<float>(sc0), m0 = dmin * static_cast<float>(mn0);
+    const float d1 = d * static_cast<float>(sc1), m1 = dmin * static_cast<float>(mn1);
+    const uint8_t* q = qs + 32 * c;
+    float* yc = y + 64 * c;
+    for (int l = 0; l < 32; ++l) {
+      yc[l] = d0 * static_cast<float>(q[l] & 0x0F) - m0;
+      yc[l + 32] = d1 * static_cast<float>(q[l] >> 4) - m1;
+    }
   }
 }
 
@@ -109,30 +116,44 @@ TL_INLINE void deq_q5_k(const uint8_t* b, float* y) {
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* qs = b + 48;
-  for (int s = 0; s < 8; ++s) {
-    int sc, mn;
-    k_scale_min(scales, s, &sc, &mn);
-    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(mn);
-    const uint8_t* q = qs + (s / 2) * 32;
-    const int shift = (s % 2) * 4;
+  for (int c = 0; c < 4; ++c) {
+    int sc0, mn0, sc1, mn1;
+    k_scale_min(scales, 2 * c, &sc0, &mn0);
+    k_scale_min(scales, 2 * c + 1, &sc1, &mn1);
+    const float d0 = d * static_cast<float>(sc0), m0 = dmin * static_cast<float>(mn0);
+    const float d1 = d * static_cast<float>(sc1), m1 = dmin * static_cast<float>(mn1);
+    const uint8_t* q = qs + 32 * c;
+    float* yc = y + 64 * c;
     for (int l = 0; l < 32; ++l) {
-      int v = ((q[l] >> shift) & 0x0F) | (((qh[l] >> s) & 1) << 4);
-      y[s * 32 + l] = ds * static_cast<float>(v) - ms;
+      const int h0 = ((qh[l] >> (2 * c)) & 1) << 4, h1 = ((qh[l] >> (2 * c + 1)) & 1) << 4;
+      yc[l] = d0 * static_cast<float>((q[l] & 0x0F) | h0) - m0;
+      yc[l + 32] = d1 * static_cast<float>((q[l] >> 4) | h1) - m1;
     }
   }
 }
 
 TL_INLINE void deq_q6_k(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
   const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
   const float d = half_at(b + 208);
+  // Each 128-element half: element l + 32c takes low (c < 2) or high (c >= 2) nibbles of
+  // ql[l + 32 (c % 2)] and bits 2c..2c+1 of qh[l]; scales cover 16 elements each.
   for (int h = 0; h < 2; ++h) {
-    for (int r = 0; r < 128; ++r) {
-      int lo = (ql[64 * h + (r % 64)] >> (4 * (r / 64))) & 0x0F;
-      int hi = (qh[32 * h + (r % 32)] >> (2 * (r / 32))) & 0x03;
-      int e = h * 128 + r;
-      y[e] = d * static_cast<float>(scales[e / 16]) * static_cast<float>((lo | (hi << 4)) - 32);
+    const uint8_t* ql = b + 64 * h;
+    const uint8_t* qh = b + 128 + 32 * h;
+    const int8_t* sc = scales + 8 * h;
+    float* yh = y + 128 * h;
+    for (int half16 = 0; half16 < 2; ++half16) {
+      const float s0 = d * sc[half16], s1 = d * sc[2 + half16], s2 = d * sc[4 + half16], s3 = d * sc[6 + half16];
+      for (int l = 16 * half16; l < 16 * half16 + 16; ++l) {
+        const int q0 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q1 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        yh[l] = s0 * static_cast<float>(q0);
+        yh[l + 32] = s1 * static_cast<float>(q1);
+        yh[l + 64] = s2 * static_cast<float>(q2);
+        yh[l + 96] = s3 * static_cast<float>(q3);
+      }
     }
   }
 }
