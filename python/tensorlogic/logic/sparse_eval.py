@@ -62,9 +62,11 @@ def _join_keys(left: Bindings, right: Bindings, shared: list[int], var_sizes) ->
             encode([right.columns[v] for v in shared], sizes, right.rows))
 
 
-def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None) -> Bindings:
-    """Natural join on shared variables; `right_sorted` may hold (sorted keys, order) of right."""
-    shared = [v for v in left.columns if v in right.columns]
+def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=None) -> Bindings:
+    """Natural join on the shared variables; `right_sorted` may hold (sorted keys, order) of right,
+    keyed on the variables in the order `shared` lists them."""
+    if shared is None:
+        shared = [v for v in left.columns if v in right.columns]
     if not shared:
         left_index = np.repeat(np.arange(left.rows), right.rows)
         right_index = np.tile(np.arange(right.rows), left.rows)
@@ -182,7 +184,7 @@ class SparseStratum:
             shared = [v for v in atom.variables if v in rows.columns]
             cacheable = atom.relation not in self.stratum
             right, sorted_pair = self._scan_sorted(atom, table, shared, rule.var_sizes, cacheable)
-            rows = join(rows, right, rule.var_sizes, sorted_pair)
+            rows = join(rows, right, rule.var_sizes, sorted_pair, shared)
             for comparison in list(pending_comparisons):
                 if all(v in rows.columns for v in comparison.variables):
                     rows = apply_comparison(rows, comparison)
