@@ -3,7 +3,7 @@
 // beyond 2^24 survive; everything else goes through f32.
 #include "tl_common.h"
 
-// CPU twin: Kernels::copy (cpp/backends/cpu/, copy family).
+// CPU twin: Kernels::copy (cpp/backends/cpu/kernels_elementwise.cpp).
 kernel void tl_copy(constant TLCopyParams& p [[buffer(0)]],
                     device const uchar* src [[buffer(1)]],
                     device uchar* dst [[buffer(2)]],
@@ -20,7 +20,7 @@ kernel void tl_copy(constant TLCopyParams& p [[buffer(0)]],
   }
 }
 
-// CPU twin: Kernels::fill (cpp/backends/cpu/, copy family).
+// CPU twin: Kernels::fill (cpp/backends/cpu/kernels_elementwise.cpp).
 kernel void tl_fill(constant TLCopyParams& p [[buffer(0)]],
                     device uchar* dst [[buffer(2)]],
                     uint gid [[thread_position_in_grid]],
@@ -35,14 +35,17 @@ kernel void tl_fill(constant TLCopyParams& p [[buffer(0)]],
   }
 }
 
-// CPU twin: Kernels::arange (cpp/backends/cpu/, copy family). out[i] = start + i * step.
+// CPU twin: Kernels::arange (cpp/backends/cpu/kernels_elementwise.cpp). out[i] = start + i * step;
+// an integer output takes the value rounded half away from zero (llround on the CPU).
 kernel void tl_arange(constant TLCopyParams& p [[buffer(0)]],
                       device uchar* dst [[buffer(2)]],
                       uint gid [[thread_position_in_grid]],
                       uint grid [[threads_per_grid]]) {
   for (long i = gid; i < p.n; i += grid) {
-    if (p.integer_compute) {
+    if (p.integer_compute && p.exact_integers) {
       tl_store_i(dst, i, p.dst.dtype, p.value_i + i * p.step_i);
+    } else if (p.integer_compute) {
+      tl_store_i(dst, i, p.dst.dtype, long(round(p.value_f + float(i) * p.step_f)));
     } else {
       tl_store_f(dst, i, p.dst.dtype, p.value_f + float(i) * p.step_f);
     }

@@ -112,7 +112,7 @@ inline long tl_binary_i(int op, long a, long b) {
   }
 }
 
-// CPU twin: Kernels::binary (cpp/backends/cpu/, elementwise family).
+// CPU twin: Kernels::binary (cpp/backends/cpu/kernels_elementwise.cpp).
 kernel void tl_binary(constant TLElementwiseParams& p [[buffer(0)]],
                       device const uchar* a [[buffer(1)]],
                       device const uchar* b [[buffer(2)]],
@@ -132,7 +132,7 @@ kernel void tl_binary(constant TLElementwiseParams& p [[buffer(0)]],
   }
 }
 
-// CPU twin: Kernels::binary_scalar (cpp/backends/cpu/, elementwise family).
+// CPU twin: Kernels::binary_scalar (cpp/backends/cpu/kernels_elementwise.cpp).
 kernel void tl_binary_scalar(constant TLElementwiseParams& p [[buffer(0)]],
                              device const uchar* a [[buffer(1)]],
                              device uchar* out [[buffer(3)]],
@@ -152,7 +152,7 @@ kernel void tl_binary_scalar(constant TLElementwiseParams& p [[buffer(0)]],
   }
 }
 
-// CPU twin: Kernels::where (cpp/backends/cpu/, elementwise family). c is the condition.
+// CPU twin: Kernels::where (cpp/backends/cpu/kernels_elementwise.cpp). c is the condition.
 kernel void tl_where(constant TLElementwiseParams& p [[buffer(0)]],
                      device const uchar* a [[buffer(1)]],
                      device const uchar* b [[buffer(2)]],

@@ -5,9 +5,7 @@
 // Every thread of a threadgroup reaches every barrier (out-of-range threads load zeros).
 #include "tl_common.h"
 
-#define TL_TILE 16
-
-// CPU twin: Kernels::matmul (cpp/backends/cpu/, matmul family).
+// CPU twin: Kernels::matmul (cpp/backends/cpu/kernels_matmul.cpp).
 kernel void tl_matmul(constant TLMatmulParams& p [[buffer(0)]],
                       device const uchar* a [[buffer(1)]],
                       device const uchar* b [[buffer(2)]],

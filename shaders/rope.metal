@@ -4,7 +4,7 @@
 // positions in the thousands the result differs from an f64 reference by about 1e-4.
 #include "tl_common.h"
 
-// CPU twin: Kernels::rope (cpp/backends/cpu/, rope family).
+// CPU twin: Kernels::rope (cpp/backends/cpu/kernels_nn.cpp).
 kernel void tl_rope(constant TLNormParams& p [[buffer(0)]],
                     device const uchar* x [[buffer(1)]],
                     device uchar* out [[buffer(3)]],

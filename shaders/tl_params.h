@@ -15,6 +15,14 @@ typedef int64_t tl_i64;
 
 #define TL_MAX_DIMS 8
 
+// Threadgroup sizes the kernels are written for (the host dispatches exactly these).
+#define TL_REDUCE_THREADS 256  // reduce, softmax (a power of two)
+#define TL_NORM_THREADS 256    // rms_norm, layer_norm (a power of two)
+#define TL_LINEAR_THREADS 32   // linear (a power of two)
+#define TL_ATTN_THREADS 128    // attention (a power of two)
+#define TL_ATTN_MAX_D 512      // attention head size limit (a multiple of TL_ATTN_THREADS)
+#define TL_TILE 16             // matmul tile edge: TL_TILE x TL_TILE threads
+
 #define TL_F32 0
 #define TL_F16 1
 #define TL_BF16 2
@@ -65,7 +73,7 @@ struct TLCopyParams {
   float value_f;    // fill value / arange start as f32
   float step_f;     // arange step as f32
   int integer_compute;
-  int pad0;
+  int exact_integers;  // arange with integer output: start and step are integers
 };
 
 // reduce and softmax over the middle axis of a contiguous [outer, n, inner] tensor.
@@ -73,10 +81,10 @@ struct TLReduceParams {
   tl_i64 outer;
   tl_i64 n;
   tl_i64 inner;
-  int op;         // tl::ReduceOp value (reduce only)
+  int op;               // tl::ReduceOp value (reduce only)
   int in_dtype;
   int out_dtype;
-  int pad0;
+  int integer_compute;  // reduce: 1 when the input is an integer type and the result is too
 };
 
 // matmul: a [batch, M, K], b [batch, K, N] with any strides, out contiguous [batch, M, N].

@@ -80,7 +80,7 @@ inline long tl_unary_i(int op, long x) {
   }
 }
 
-// CPU twin: Kernels::unary (cpp/backends/cpu/, unary family). Operand a is in p.a.
+// CPU twin: Kernels::unary (cpp/backends/cpu/kernels_elementwise.cpp). Operand a is in p.a.
 kernel void tl_unary(constant TLElementwiseParams& p [[buffer(0)]],
                      device const uchar* a [[buffer(1)]],
                      device uchar* out [[buffer(3)]],
