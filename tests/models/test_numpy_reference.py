@@ -19,7 +19,7 @@ def oracle(smollm2_path):
 @pytest.mark.parametrize("name", ["raw_capital", "chat_capital"])
 def test_oracle_matches_hf_logits_and_greedy_ids(oracle, reference, name):
     p = next(p for p in reference["prompts"] if p["name"] == name)
-    n = p["first_gap_below_0.01"] or p["n_new"]
+    n = min(p["first_gap_below_0.01"] or p["n_new"], 8)  # the TL tests check all 48
     ids, first = oracle.greedy(p["prompt_ids"], n)
     hf = np.load(REFERENCE_DIR / p["last_logits_npy"])
     assert first.shape == hf.shape == (49152,)

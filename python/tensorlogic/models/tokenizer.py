@@ -108,32 +108,52 @@ class Tokenizer:
     # ------------------------------------------------------------------ construction
     @staticmethod
     def from_gguf(g: GGUFFile) -> "Tokenizer":
-        label = str(g.path)
-        kind = g.require("tokenizer.ggml.model", str)
-        tokens = g.require("tokenizer.ggml.tokens", list)
-        if not all(isinstance(t, str) for t in tokens[:1]):
-            raise ModelError(f"{label}: tokenizer.ggml.tokens must be an array of strings")
+        return Tokenizer.from_metadata(g.metadata, str(g.path))
+
+    @staticmethod
+    def from_metadata(metadata: dict, label: str) -> "Tokenizer":
+        """The tokenizer described by GGUF `tokenizer.ggml.*` metadata."""
+        kind = metadata.get("tokenizer.ggml.model")
+        if kind is None:
+            raise ModelError(f"{label}: missing metadata key tokenizer.ggml.model (the file has no tokenizer)")
+        if not isinstance(kind, str):
+            raise ModelError(f"{label}: metadata tokenizer.ggml.model should be a string")
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ModelError(f"{label}: metadata tokenizer.ggml.tokens should be an array of strings")
 
         def opt_id(key: str) -> int | None:
-            v = g.get(key)
+            v = metadata.get(key)
             if v is None:
                 return None
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise ModelError(f"{label}: metadata {key} should be an integer")
             return int(v)
 
-        merges = g.get("tokenizer.ggml.merges")
+        def opt_array(key: str, kinds: str) -> np.ndarray | None:
+            v = metadata.get(key)
+            if v is None:
+                return None
+            if not isinstance(v, np.ndarray) or v.dtype.kind not in kinds:
+                raise ModelError(f"{label}: metadata {key} should be a numeric array")
+            return v
+
+        merges = metadata.get("tokenizer.ggml.merges")
         if kind == "gpt2" and merges is None:
             raise ModelError(f"{label}: byte-level BPE tokenizer without tokenizer.ggml.merges")
+        if merges is not None and (not isinstance(merges, list) or not all(isinstance(m, str) for m in merges)):
+            raise ModelError(f"{label}: metadata tokenizer.ggml.merges should be an array of strings")
+        pre = metadata.get("tokenizer.ggml.pre")
         return Tokenizer(
-            kind, tokens, g.get("tokenizer.ggml.token_type"), scores=g.get("tokenizer.ggml.scores"),
-            merges=merges, pre=g.get("tokenizer.ggml.pre"),
+            kind, tokens, opt_array("tokenizer.ggml.token_type", "iu"),
+            scores=opt_array("tokenizer.ggml.scores", "fiu"), merges=merges,
+            pre=pre if isinstance(pre, str) else None,
             bos_id=opt_id("tokenizer.ggml.bos_token_id"), eos_id=opt_id("tokenizer.ggml.eos_token_id"),
             unk_id=opt_id("tokenizer.ggml.unknown_token_id"), eot_id=opt_id("tokenizer.ggml.eot_token_id"),
             eom_id=opt_id("tokenizer.ggml.eom_token_id"),
-            add_bos=bool(g.get("tokenizer.ggml.add_bos_token", kind == "llama")),
-            add_eos=bool(g.get("tokenizer.ggml.add_eos_token", False)),
-            add_space_prefix=bool(g.get("tokenizer.ggml.add_space_prefix", kind == "llama")),
+            add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", kind == "llama")),
+            add_eos=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+            add_space_prefix=bool(metadata.get("tokenizer.ggml.add_space_prefix", kind == "llama")),
             source=label,
         )
 

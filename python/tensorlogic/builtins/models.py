@@ -1,0 +1,652 @@
+"""TL builtins for models and text: load_model, get_tensor, load_tokenizer, tokenize, detokenize,
+apply_chat_template, the preallocated KVCache, and token sampling.
+
+Invariants: quantized weights are uploaded byte for byte (`_core.from_quantized`), never
+dequantized, unless the program asks for `load_model_f32`/`load_model_f16`; a model's device
+tensors are referenced only by its `ModelValue` (and whatever TL variables took them), so
+`model.close()` releases them. A KVCache holds one [capacity, kv_heads, head_dim] buffer per layer
+for K and V, written in place; reading returns views of the filled prefix, never copies.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..models.errors import ModelError
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_str, type_name
+from .registry import TLObject, builtin
+
+# Files at least this large show a progress bar while uploading (when stderr is a terminal).
+PROGRESS_MIN_BYTES = 256 << 20
+
+
+def _model_error(e: ModelError) -> BuiltinArgError:
+    return BuiltinArgError(str(e))
+
+
+# ---------------------------------------------------------------------------------- values
+
+
+class TensorTree(TLObject):
+    """Tensors addressed by dotted GGUF names: `model.blk[3].attn_q.weight`, `model.token_embd.weight`.
+    A node maps one name part to a tensor, a subtree, or (for `blk`) a list of subtrees."""
+
+    tl_type_name = "model tensors"
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.children: dict[str, Any] = {}
+
+    def tl_get_field(self, name: str) -> Any:
+        try:
+            return self.children[name]
+        except KeyError:
+            if not self.children:
+                raise BuiltinArgError(f"the model of {self.prefix.rstrip('.')} is closed") from None
+            raise AttributeError(name) from None
+
+    def clear(self) -> None:
+        for child in self.children.values():
+            for node in (child if isinstance(child, list) else [child]):
+                if isinstance(node, TensorTree):
+                    node.clear()
+        self.children.clear()
+
+    def __repr__(self) -> str:
+        return f"<model tensors {self.prefix.rstrip('.')}: {', '.join(self.children)}>"
+
+
+def _build_tree(tensors: dict[str, Any]) -> TensorTree:
+    """The nested view of `tensors`; numbered parts (`blk.0`, `blk.1`) become a list."""
+    root = TensorTree("")
+    for name, tensor in tensors.items():
+        node = root
+        parts = name.split(".")
+        for depth, part in enumerate(parts[:-1]):
+            nxt = node.children.get(part)
+            if nxt is None:
+                nxt = node.children[part] = TensorTree(".".join(parts[:depth + 1]) + ".")
+            if not isinstance(nxt, TensorTree):
+                break  # a tensor and a subtree share a name: reachable through get_tensor only
+            node = nxt
+        else:
+            node.children.setdefault(parts[-1], tensor)
+    _number_lists(root)
+    return root
+
+
+def _number_lists(node: TensorTree) -> None:
+    for key, child in list(node.children.items()):
+        if not isinstance(child, TensorTree):
+            continue
+        _number_lists(child)
+        parts = list(child.children)
+        if parts and all(p.isdigit() for p in parts) and sorted(map(int, parts)) == list(range(len(parts))):
+            node.children[key] = [child.children[str(i)] for i in range(len(parts))]
+
+
+class ConfigValue(TLObject):
+    """`model.config`: the hyperparameters read from `{arch}.*` metadata."""
+
+    tl_type_name = "model config"
+
+    def __init__(self, values: dict[str, Any]):
+        self._values = values
+
+    def tl_get_field(self, name: str) -> Any:
+        if name in self._values:
+            return self._values[name]
+        raise AttributeError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+class ModelValue(TLObject):
+    """A loaded GGUF model: its device tensors, `config`, metadata and (lazily) its tokenizer."""
+
+    tl_type_name = "model"
+
+    def __init__(self, path: Path, weight_mode: str = "native", progress: bool | None = None):
+        from ..models.gguf_file import GGUFFile
+        from ..models.llama_config import LlamaConfig
+
+        started = time.perf_counter()
+        self.path = Path(path)
+        self.weight_mode = weight_mode
+        with GGUFFile(self.path) as g:
+            self.metadata = g.metadata
+            self.cfg = LlamaConfig.from_gguf(g)
+            if weight_mode == "native":
+                g.check_supported()
+            self.tensors: dict[str, Any] | None = _upload_all(g, weight_mode, progress)
+            self.file_size = g.file_size
+        values = self.cfg.as_dict()
+        values.update(path=str(self.path), file_size=self.file_size)
+        self.config = ConfigValue(values)
+        self._tree = _build_tree(self.tensors)
+        self._tokenizer = None
+        self.load_seconds = time.perf_counter() - started
+
+    def _live(self) -> dict[str, Any]:
+        if self.tensors is None:
+            raise BuiltinArgError(f"model {self.path.name} is closed")
+        return self.tensors
+
+    def get_tensor(self, name: str) -> Any:
+        tensors = self._live()
+        if name not in tensors:
+            if name == "output.weight" and self.cfg.tied_output:
+                return tensors["token_embd.weight"]
+            raise BuiltinArgError(f"model {self.path.name} has no tensor {name!r}")
+        return tensors[name]
+
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = TokenizerValue.from_metadata(self.metadata, str(self.path))
+        return self._tokenizer
+
+    def close(self) -> None:
+        """Release the model's device tensors (those TL variables still hold stay alive)."""
+        self.tensors = None
+        self._tree.clear()
+
+    def tl_get_field(self, name: str) -> Any:
+        if name == "config":
+            return self.config
+        if name == "path":
+            return str(self.path)
+        if name == "name":
+            return self.cfg.name
+        if name == "closed":
+            return self.tensors is None
+        self._live()
+        return self._tree.tl_get_field(name)
+
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        if name == "close" and not args:
+            self.close()
+            return None
+        if name == "get_tensor" and len(args) == 1:
+            return self.get_tensor(to_str(args[0], "tensor name"))
+        if name == "has_tensor" and len(args) == 1:
+            return to_str(args[0], "tensor name") in self._live()
+        if name == "tensor_names" and not args:
+            return list(self._live())
+        if name == "metadata" and len(args) == 1:
+            return _tl_value(self.metadata.get(to_str(args[0], "metadata key")))
+        if name == "tokenizer" and not args:
+            return self.tokenizer()
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.tensors is None else f"{len(self.tensors)} tensors"
+        return f"<model {self.cfg.name}: {self.cfg.n_layers} layers, d_model {self.cfg.d_model}, {state}>"
+
+
+def _tl_value(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
+
+
+def _upload_all(g, weight_mode: str, progress: bool | None) -> dict[str, Any]:
+    infos = list(g.tensors.values())
+    total = sum(t.nbytes for t in infos)
+    show = progress if progress is not None else (total >= PROGRESS_MIN_BYTES and sys.stderr.isatty())
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc=f"loading {g.path.name}", unit="B", unit_scale=True,
+                   unit_divisor=1024, file=sys.stderr, leave=False)
+    tensors: dict[str, Any] = {}
+    try:
+        for info in infos:
+            tensors[info.name] = _upload(g, info, weight_mode)
+            if bar is not None:
+                bar.update(info.nbytes)
+    finally:
+        if bar is not None:
+            bar.close()
+    return tensors
+
+
+def _upload(g, info, weight_mode: str) -> Any:
+    from gguf import GGMLQuantizationType as Q
+
+    if weight_mode == "f32":
+        return core.from_numpy(np.ascontiguousarray(g.dequantize(info.name), dtype=np.float32))
+    if weight_mode == "f16":
+        return core.from_numpy(np.ascontiguousarray(g.dequantize(info.name), dtype=np.float16))
+    if info.ggml_type == Q.F32:
+        return core.from_numpy(g.tensor_array(info.name))
+    if info.ggml_type == Q.F16:
+        return core.from_numpy(g.tensor_array(info.name))
+    if info.ggml_type == Q.BF16:
+        bits = g.tensor_bytes(info.name).reshape(-1).view("<u2").astype(np.uint32) << 16
+        return core.from_numpy(bits.view(np.float32).reshape(info.shape), "bf16")
+    rows, cols = info.matrix_shape
+    return core.from_quantized(g.tensor_bytes(info.name), info.dtype, [rows, cols])
+
+
+def resolve_model_path(path: Any) -> Path:
+    """A model argument as a file: an existing path, or a known model name fetched into the cache."""
+    from ..models.fetch import ALIASES, KNOWN_MODELS, fetch_model
+
+    text = to_str(path, "model path")
+    p = Path(text).expanduser()
+    if p.exists():
+        return p
+    key = text.strip().lower()
+    if key in KNOWN_MODELS or key in ALIASES:
+        return fetch_model(key, progress=sys.stderr.isatty())
+    raise ModelError(f"{text}: no such model file")
+
+
+def load_model_value(path: Any, weight_mode: str = "native", progress: bool | None = None) -> ModelValue:
+    try:
+        return ModelValue(resolve_model_path(path), weight_mode, progress)
+    except ModelError as e:
+        raise _model_error(e) from None
+
+
+@builtin("load_model", "load_model(path)", "load a GGUF model (weights stay quantized on the device)",
+         min_args=1, max_args=1, category="models")
+def _load_model(path):
+    return load_model_value(path)
+
+
+@builtin("load_model_f32", "load_model_f32(path)", "load a GGUF model with every weight dequantized to f32",
+         min_args=1, max_args=1, category="models")
+def _load_model_f32(path):
+    return load_model_value(path, "f32")
+
+
+@builtin("load_model_f16", "load_model_f16(path)", "load a GGUF model with every weight converted to f16",
+         min_args=1, max_args=1, category="models")
+def _load_model_f16(path):
+    return load_model_value(path, "f16")
+
+
+def _as_model(v: Any, what: str = "model") -> ModelValue:
+    if not isinstance(v, ModelValue):
+        raise BuiltinArgError(f"{what} must be a model (from load_model), got {type_name(v)}")
+    return v
+
+
+@builtin("get_tensor", "get_tensor(model, name)", "a model's tensor by its GGUF name",
+         min_args=2, max_args=2, category="models")
+def _get_tensor(model, name):
+    return _as_model(model).get_tensor(to_str(name, "tensor name"))
+
+
+# ---------------------------------------------------------------------------------- tokenizer
+
+
+class TokenizerValue(TLObject):
+    """A tokenizer plus the model's chat template."""
+
+    tl_type_name = "tokenizer"
+
+    def __init__(self, tok, template, label: str):
+        self.tok = tok
+        self.template = template
+        self.label = label
+
+    @staticmethod
+    def from_metadata(metadata: dict, label: str) -> "TokenizerValue":
+        from ..models.chat_template import template_for
+        from ..models.tokenizer import Tokenizer
+
+        try:
+            tok = Tokenizer.from_metadata(metadata, label)
+            template = template_for(tok, metadata.get("tokenizer.chat_template"), label)
+        except ModelError as e:
+            raise _model_error(e) from None
+        return TokenizerValue(tok, template, label)
+
+    def tokenize(self, text: Any, add_special: Any = True) -> list[int]:
+        try:
+            return self.tok.encode(to_str(text, "text"), add_special=to_bool(add_special, "add_special"))
+        except ModelError as e:
+            raise _model_error(e) from None
+
+    def detokenize(self, ids: Any, skip_special: Any = False) -> str:
+        try:
+            return self.tok.decode(token_ids(ids), skip_special=to_bool(skip_special, "skip_special"))
+        except ModelError as e:
+            raise _model_error(e) from None
+
+    def apply_chat_template(self, messages: Any, add_generation_prompt: Any = True) -> str:
+        try:
+            return self.template.render(_messages(messages), to_bool(add_generation_prompt, "add_generation_prompt"))
+        except ModelError as e:
+            raise _model_error(e) from None
+
+    def tl_get_field(self, name: str) -> Any:
+        tok = self.tok
+        fields = {"bos_id": tok.bos_id, "eos_id": tok.eos_id, "vocab_size": tok.vocab_size,
+                  "eog_ids": sorted(tok.eog_ids), "kind": tok.kind, "add_bos": tok.add_bos,
+                  "has_chat_template": self.template.from_model}
+        if name in fields:
+            return fields[name]
+        raise AttributeError(name)
+
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        if name == "tokenize" and 1 <= len(args) <= 2:
+            return self.tokenize(*args)
+        if name == "detokenize" and 1 <= len(args) <= 2:
+            return self.detokenize(*args)
+        if name == "detokenize_single" and 1 <= len(args) <= 2:
+            return self.detokenize([to_int(args[0], "token id")], *args[1:])
+        if name == "apply_chat_template" and 1 <= len(args) <= 2:
+            return self.apply_chat_template(*args)
+        if name == "is_eog" and len(args) == 1:
+            return to_int(args[0], "token id") in self.tok.eog_ids
+        if name == "token_id" and len(args) == 1:
+            tid = self.tok.token_id(to_str(args[0], "token text"))
+            return -1 if tid is None else tid
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"<tokenizer {self.tok.kind}, {self.tok.vocab_size} tokens>"
+
+
+def token_ids(ids: Any) -> list[int]:
+    """Token ids from an int, an int array or an integer tensor."""
+    if isinstance(ids, bool):
+        raise BuiltinArgError("token ids must be integers, got bool")
+    if isinstance(ids, (int, float)):
+        return [to_int(ids, "token id")]
+    if isinstance(ids, list):
+        return [to_int(i, "token id") for i in ids]
+    if isinstance(ids, Tensor):
+        arr = ids.numpy()
+        if arr.dtype.kind == "f" and not np.all(arr == np.round(arr)):
+            raise BuiltinArgError(f"token ids must be integers, got {type_name(ids)}")
+        return [int(x) for x in arr.reshape(-1)]
+    raise BuiltinArgError(f"token ids must be an int array or tensor, got {type_name(ids)}")
+
+
+def _messages(messages: Any) -> list:
+    if not isinstance(messages, list):
+        raise BuiltinArgError(f"messages must be an array of [role, content] pairs, got {type_name(messages)}")
+    out = []
+    for m in messages:
+        fields = getattr(m, "fields", None)  # a TL struct value with role/content fields
+        if isinstance(fields, dict) and "role" in fields and "content" in fields:
+            out.append((fields["role"], fields["content"]))
+        else:
+            out.append(m)
+    return out
+
+
+def _as_tokenizer(v: Any) -> TokenizerValue:
+    if isinstance(v, TokenizerValue):
+        return v
+    if isinstance(v, ModelValue):
+        return v.tokenizer()
+    raise BuiltinArgError(f"expected a tokenizer (from load_tokenizer), got {type_name(v)}")
+
+
+def load_tokenizer_value(source: Any) -> TokenizerValue:
+    if isinstance(source, ModelValue):
+        return source.tokenizer()
+    if isinstance(source, TokenizerValue):
+        return source
+    try:
+        path = resolve_model_path(source)
+        if path.suffix == ".json":
+            from ..models.json_tokenizer import json_tokenizer
+
+            return TokenizerValue(*json_tokenizer(path), str(path))
+        from ..models.gguf_file import GGUFFile
+
+        with GGUFFile(path) as g:
+            return TokenizerValue.from_metadata(g.metadata, str(path))
+    except ModelError as e:
+        raise _model_error(e) from None
+
+
+@builtin("load_tokenizer", "load_tokenizer(model_or_path)",
+         "the tokenizer of a model, a .gguf file or a tokenizer.json", min_args=1, max_args=1, category="models")
+def _load_tokenizer(source):
+    return load_tokenizer_value(source)
+
+
+@builtin("tokenize", "tokenize(tok, text, add_special=true)",
+         "token ids of text (special tokens written in the text are recognised)",
+         min_args=2, max_args=3, category="models")
+def _tokenize(tok, text, add_special=True):
+    return _as_tokenizer(tok).tokenize(text, add_special)
+
+
+@builtin("detokenize", "detokenize(tok, ids, skip_special=false)", "text of token ids",
+         min_args=2, max_args=3, category="models")
+def _detokenize(tok, ids, skip_special=False):
+    return _as_tokenizer(tok).detokenize(ids, skip_special)
+
+
+@builtin("detokenize_single", "detokenize_single(tok, id, skip_special=false)", "text of one token id",
+         min_args=2, max_args=3, category="models")
+def _detokenize_single(tok, tid, skip_special=False):
+    return _as_tokenizer(tok).detokenize([to_int(tid, "token id")], skip_special)
+
+
+@builtin("apply_chat_template", "apply_chat_template(tok, messages, add_generation_prompt=true)",
+         "render [[role, content], ...] with the model's chat template", min_args=2, max_args=3, category="models")
+def _apply_chat_template(tok, messages, add_generation_prompt=True):
+    return _as_tokenizer(tok).apply_chat_template(messages, add_generation_prompt)
+
+
+# ---------------------------------------------------------------------------------- KV cache
+
+
+class KVCacheValue(TLObject):
+    """Per layer, K and V buffers [capacity, kv_heads, head_dim] written in place.
+
+    `write(layer, pos, K, V)` stores K/V [S, kv_heads, head_dim] at positions pos..pos+S-1 and makes
+    pos+S the layer's length; `keys(layer, n)`/`values(layer, n)` are views of the first n rows.
+    Without a capacity (the legacy set/append/get_k/get_v style) it allocates on the first write
+    and, if it ever runs out of room, moves to a buffer twice the size (rare, amortized)."""
+
+    tl_type_name = "KVCache"
+
+    def __init__(self, n_layers: int, capacity: int | None = None, n_kv_heads: int | None = None,
+                 head_dim: int | None = None, dtype: str = "f32"):
+        if n_layers <= 0:
+            raise BuiltinArgError(f"KVCache needs at least one layer, got {n_layers}")
+        if capacity is not None and capacity <= 0:
+            raise BuiltinArgError(f"KVCache capacity must be positive, got {capacity}")
+        self.n_layers = n_layers
+        self.capacity = capacity
+        self.dtype = dtype
+        self.k: list[Any] = [None] * n_layers
+        self.v: list[Any] = [None] * n_layers
+        self.lengths = [0] * n_layers
+        if capacity is not None and n_kv_heads is not None and head_dim is not None:
+            for i in range(n_layers):
+                self._allocate(i, capacity, n_kv_heads, head_dim)
+
+    def _allocate(self, layer: int, capacity: int, heads: int, dim: int) -> None:
+        self.k[layer] = core.zeros([capacity, heads, dim], self.dtype)
+        self.v[layer] = core.zeros([capacity, heads, dim], self.dtype)
+
+    def _layer(self, layer: Any) -> int:
+        i = to_int(layer, "layer")
+        if not 0 <= i < self.n_layers:
+            raise BuiltinArgError(f"KVCache layer {i} is out of range (0..{self.n_layers - 1})")
+        return i
+
+    def write(self, layer: Any, pos: Any, k: Any, v: Any) -> None:
+        i = self._layer(layer)
+        p = to_int(pos, "position")
+        if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.ndim != 3 or tuple(k.shape) != tuple(v.shape):
+            raise BuiltinArgError(f"KVCache expects K and V of one shape [seq, kv_heads, head_dim], got "
+                                  f"{type_name(k)} and {type_name(v)}")
+        s, heads, dim = k.shape
+        if p < 0 or p > self.lengths[i]:
+            raise BuiltinArgError(f"KVCache write at position {p} would leave a gap "
+                                  f"(layer {i} holds {self.lengths[i]} positions)")
+        buf = self.k[i]
+        if buf is not None and tuple(buf.shape[1:]) != (heads, dim):
+            raise BuiltinArgError(f"KVCache layer {i} holds [?, {buf.shape[1]}, {buf.shape[2]}], got K {list(k.shape)}")
+        if buf is None or p + s > buf.shape[0]:
+            self._grow(i, p + s, heads, dim)
+        if k.dtype != self.dtype:
+            k, v = k.astype(self.dtype), v.astype(self.dtype)
+        self.k[i][p:p + s] = k
+        self.v[i][p:p + s] = v
+        self.lengths[i] = p + s
+
+    def _grow(self, layer: int, needed: int, heads: int, dim: int) -> None:
+        if self.capacity is not None:  # preallocated: fixed size
+            if needed > self.capacity:
+                raise BuiltinArgError(f"KVCache is full: {needed} positions needed, capacity {self.capacity}")
+            self._allocate(layer, self.capacity, heads, dim)
+            return
+        old_k, old_v, n = self.k[layer], self.v[layer], self.lengths[layer]
+        self._allocate(layer, max(needed, 2 * (old_k.shape[0] if old_k is not None else 256)), heads, dim)
+        if old_k is not None and n:
+            self.k[layer][0:n] = old_k[0:n]
+            self.v[layer][0:n] = old_v[0:n]
+
+    def keys(self, layer: Any, n: Any | None = None) -> Any:
+        i = self._layer(layer)
+        return self._view(self.k, i, n)
+
+    def values(self, layer: Any, n: Any | None = None) -> Any:
+        i = self._layer(layer)
+        return self._view(self.v, i, n)
+
+    def _view(self, bufs: list, i: int, n: Any | None) -> Any:
+        count = self.lengths[i] if n is None else to_int(n, "length")
+        if bufs[i] is None or count <= 0:
+            raise BuiltinArgError(f"KVCache layer {i} is empty")
+        if count > self.lengths[i]:
+            raise BuiltinArgError(f"KVCache layer {i} holds {self.lengths[i]} positions, {count} requested")
+        return bufs[i][0:count]
+
+    def reset(self) -> None:
+        self.lengths = [0] * self.n_layers
+
+    def release(self) -> None:
+        self.k = [None] * self.n_layers
+        self.v = [None] * self.n_layers
+        self.lengths = [0] * self.n_layers
+
+    def tl_get_field(self, name: str) -> Any:
+        if name == "n_layers":
+            return self.n_layers
+        if name == "capacity":
+            return self.capacity if self.capacity is not None else -1
+        if name == "length":
+            return self.lengths[0]
+        raise AttributeError(name)
+
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        if name == "write" and len(args) == 4:
+            return self.write(*args)
+        if name == "set" and len(args) == 3:
+            return self.write(args[0], 0, args[1], args[2])
+        if name == "append" and len(args) == 3:
+            i = self._layer(args[0])
+            return self.write(i, self.lengths[i], args[1], args[2])
+        if name in ("get_k", "keys") and 1 <= len(args) <= 2:
+            return self.keys(*args)
+        if name in ("get_v", "values") and 1 <= len(args) <= 2:
+            return self.values(*args)
+        if name in ("len", "length") and len(args) <= 1:
+            return self.lengths[self._layer(args[0]) if args else 0]
+        if name == "reset" and not args:
+            return self.reset()
+        if name in ("release", "close") and not args:
+            return self.release()
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        cap = self.capacity if self.capacity is not None else "growable"
+        return f"<KVCache {self.n_layers} layers, {cap} positions, {self.dtype}, length {self.lengths[0]}>"
+
+
+@builtin("llama_kv_cache", "llama_kv_cache(model, capacity, dtype=\"f32\")",
+         "a KV cache for the model, preallocated to `capacity` positions and written in place",
+         min_args=2, max_args=3, category="models")
+def _llama_kv_cache(model, capacity, dtype="f32"):
+    from .convert import dtype_of
+
+    cfg = _as_model(model).cfg
+    cap = to_int(capacity, "capacity")
+    if not 0 < cap <= cfg.context_length:
+        raise BuiltinArgError(f"llama_kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
+                              "(the model's context length)")
+    return KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
+
+
+# ---------------------------------------------------------------------------------- sampling
+
+
+class SamplerValue(TLObject):
+    """Chooses the next token from logits: greedy (argmax on the device) at temperature 0, else
+    temperature → top-k → top-p → a draw from a seeded generator, on the host. Either way one
+    host read per token."""
+
+    tl_type_name = "sampler"
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, seed: int | None):
+        if temperature < 0:
+            raise BuiltinArgError(f"temperature must be >= 0, got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise BuiltinArgError(f"top_p must be in (0, 1], got {top_p}")
+        if top_k < 0:
+            raise BuiltinArgError(f"top_k must be >= 0, got {top_k}")
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, logits: Any) -> int:
+        if not isinstance(logits, Tensor):
+            raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
+        if self.temperature == 0.0:
+            return int(core.argmax(logits.reshape([-1])).item())
+        return sample_from_logits(logits.numpy().reshape(-1), self.temperature, self.top_k, self.top_p, self.rng)
+
+    def tl_get_field(self, name: str) -> Any:
+        if name in ("temperature", "top_k", "top_p"):
+            return getattr(self, name)
+        raise AttributeError(name)
+
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        if name == "sample" and len(args) == 1:
+            return self.sample(args[0])
+        raise AttributeError(name)
+
+
+def sample_from_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
+                       rng: np.random.Generator) -> int:
+    """One draw from softmax(logits / T) restricted to the top-k, then to the top-p mass."""
+    x = logits.astype(np.float64) / max(temperature, 1e-6)
+    order = np.argsort(-x, kind="stable")
+    if top_k > 0:
+        order = order[:top_k]
+    z = x[order]
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(p), top_p) + 1)
+        order, p = order[:keep], p[:keep] / p[:keep].sum()
+    return int(order[rng.choice(len(order), p=p)])
+
+
+@builtin("token_sampler", "token_sampler(temperature=0, top_k=0, top_p=1, seed=-1)",
+         "a next-token chooser (`.sample(logits)`): greedy at temperature 0, else seeded top-k/top-p sampling",
+         min_args=0, max_args=4, category="models")
+def _token_sampler(temperature=0.0, top_k=0, top_p=1.0, seed=-1):
+    s = to_int(seed, "seed")
+    return SamplerValue(to_float(temperature, "temperature"), to_int(top_k, "top_k"), to_float(top_p, "top_p"),
+                        None if s < 0 else s)
