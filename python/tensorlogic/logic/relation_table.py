@@ -26,6 +26,17 @@ def check_key_space(sizes: tuple[int, ...], what: str) -> None:
         raise LogicError(f"{what} spans {dims} tuples, more than the engine can index (2^62)")
 
 
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """np.unique for int64 keys by sorting (faster than NumPy 2's hash-based unique here)."""
+    if len(keys) == 0:
+        return keys.astype(np.int64)
+    ordered = np.sort(keys)
+    keep = np.empty(len(ordered), bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def encode(columns: list[np.ndarray], sizes: tuple[int, ...], rows: int) -> np.ndarray:
     """Flat row-major keys of the coordinate columns (caller checked the key space); a
     zero-arity relation has the single key 0."""
@@ -67,7 +78,7 @@ class RelationTable:
     def from_unsorted(sizes, keys: np.ndarray, values: np.ndarray | None) -> "RelationTable":
         """Sort and deduplicate; duplicate keys keep their largest value (logical or)."""
         if values is None:
-            return RelationTable(sizes, np.unique(keys), None)
+            return RelationTable(sizes, sorted_unique(keys), None)
         order = np.lexsort((-values, keys))  # by key, largest value first
         keys, values = keys[order], values[order]
         first = np.ones(len(keys), bool)
@@ -110,7 +121,7 @@ class RelationTable:
 
     def union_max(self, other: "RelationTable") -> "RelationTable":
         if self.values is None and other.values is None:
-            return RelationTable(self.sizes, np.union1d(self.keys, other.keys), None)
+            return RelationTable(self.sizes, sorted_unique(np.concatenate([self.keys, other.keys])), None)
         return RelationTable.from_unsorted(self.sizes, np.concatenate([self.keys, other.keys]),
                                            np.concatenate([self.value_array(), other.value_array()]))
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from .compiled import CompiledAtom, CompiledRule, rule_step
 from .errors import ConvergenceError
-from .relation_table import KeySet, RelationTable, check_key_space, encode, key_space
+from .relation_table import KeySet, RelationTable, check_key_space, encode, key_space, sorted_unique
 
 
 class Bindings:
@@ -103,7 +103,7 @@ def apply_negation(rows: Bindings, atom: CompiledAtom, table: RelationTable, var
     row_keys = encode([rows.columns[v] for v in variables], sizes, rows.rows)
     neg_keys = encode([negated.columns[v] for v in variables], sizes, negated.rows)
     if rows.weights is None:
-        neg_keys = np.unique(neg_keys[negated.weights >= 1.0])
+        neg_keys = sorted_unique(neg_keys[negated.weights >= 1.0])
         if len(neg_keys) == 0:
             return rows
         at = np.minimum(np.searchsorted(neg_keys, row_keys), len(neg_keys) - 1)
@@ -205,7 +205,7 @@ class SparseStratum:
                    for kind, value in head.terms]
         keys = encode(columns, head.sizes, rows.rows)
         if not self.soft:
-            return RelationTable(head.sizes, np.unique(keys), None)
+            return RelationTable(head.sizes, sorted_unique(keys), None)
         unique_keys, inverse = np.unique(keys, return_inverse=True)
         sums = np.bincount(inverse, weights=rows.weights, minlength=len(unique_keys))
         values = rule_step(sums, rule.temperature)
@@ -238,7 +238,7 @@ class SparseStratum:
         def absorb(found: dict) -> dict:
             delta = {}
             for name, parts in found.items():
-                keys = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+                keys = sorted_unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
                 if len(keys):
                     keys = keys[~true_sets[name].contains(keys)]
                 true_sets[name].add(keys)
@@ -275,7 +275,7 @@ class SparseStratum:
     def _materialize(facts: RelationTable, runs: list) -> RelationTable:
         if not runs:
             return facts
-        derived = RelationTable(facts.sizes, np.unique(np.concatenate(runs)), None)
+        derived = RelationTable(facts.sizes, sorted_unique(np.concatenate(runs)), None)
         return facts.union_max(derived)
 
     def _run_soft(self) -> None:
