@@ -1,0 +1,31 @@
+#pragma once
+// Shared helpers of the pybind11 bindings (module tensorlogic._core, docs/core-api.md), split by
+// topic like the API: tensor.cpp (the Tensor class), ops.cpp (module functions), memory.cpp
+// (device, debug and memory ledger), module.cpp (exceptions and the module itself).
+// Rule: every call that can wait on the device releases the GIL first.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "runtime/ops.h"
+
+namespace tl::py_bind {
+
+namespace py = pybind11;
+
+DType parse_dtype(py::handle obj, const char* op);
+std::optional<DType> parse_optional_dtype(py::handle obj, const char* op);
+Shape parse_shape(py::handle obj, const char* op);
+int64_t parse_int(py::handle obj, const char* what);  // int, or a float with an integral value
+bool is_scalar(py::handle obj);  // bool, int or float (not a Tensor)
+// Tensor from a Tensor, NumPy array, nested list or Python scalar (`like` picks a scalar's dtype).
+Tensor as_tensor(py::handle obj, const char* op, const Tensor* like = nullptr);
+Tensor from_numpy(py::handle arr, std::optional<DType> dtype);
+py::array to_numpy(const Tensor& t);
+py::object item(const Tensor& t);
+
+void bind_tensor(py::module_& m);
+void bind_ops(py::module_& m);
+void bind_memory(py::module_& m);
+
+}  // namespace tl::py_bind

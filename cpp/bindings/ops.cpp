@@ -1,0 +1,272 @@
+// Module-level op functions of tensorlogic._core (docs/core-api.md, "Creation" and "Ops").
+// All ops are asynchronous: they validate, encode and return at once.
+#include "bindings.h"
+#include "runtime/errors.h"
+
+namespace tl::py_bind {
+
+namespace {
+
+Tensor binary_any(BinaryOp op, py::handle a, py::handle b, const char* name) {
+  bool at = py::isinstance<Tensor>(a), bt = py::isinstance<Tensor>(b);
+  if (!at && is_scalar(a) && (bt || !is_scalar(b))) {
+    Tensor tb = as_tensor(b, name);
+    double v = py::isinstance<py::bool_>(a) ? (a.cast<bool>() ? 1.0 : 0.0) : a.cast<double>();
+    return binary_scalar(op, tb, v, py::isinstance<py::float_>(a), true);
+  }
+  Tensor ta = as_tensor(a, name);
+  if (!bt && is_scalar(b)) {
+    double v = py::isinstance<py::bool_>(b) ? (b.cast<bool>() ? 1.0 : 0.0) : b.cast<double>();
+    return binary_scalar(op, ta, v, py::isinstance<py::float_>(b), false);
+  }
+  return binary(op, ta, as_tensor(b, name, &ta));
+}
+
+std::optional<Tensor> opt_tensor(py::handle obj, const char* op) {
+  if (obj.is_none()) return std::nullopt;
+  return as_tensor(obj, op);
+}
+
+std::vector<Tensor> tensor_list(py::handle seq, const char* op) {
+  if (!py::isinstance<py::sequence>(seq) || py::isinstance<Tensor>(seq))
+    throw py::type_error(std::string(op) + ": expected a list of tensors");
+  std::vector<Tensor> out;
+  for (py::handle h : seq.cast<py::sequence>()) out.push_back(as_tensor(h, op));
+  return out;
+}
+
+std::optional<int64_t> opt_int(py::handle obj, const char* what) {
+  if (obj.is_none()) return std::nullopt;
+  return parse_int(obj, what);
+}
+
+}  // namespace
+
+void bind_ops(py::module_& m) {
+  // ---- creation -------------------------------------------------------------------------------
+  m.def("from_numpy", [](py::handle arr, py::handle dtype) {
+          return from_numpy(arr, parse_optional_dtype(dtype, "from_numpy"));
+        }, py::arg("arr"), py::arg("dtype") = py::none(),
+        "Copy a NumPy array (or nested list) to the device. float64 -> f32, ints -> i64 unless "
+        "dtype is given.");
+  m.def("from_quantized", [](py::array raw, py::handle dtype, py::handle shape) {
+          DType t = parse_dtype(dtype, "from_quantized");
+          Shape s = parse_shape(shape, "from_quantized");
+          py::array c = py::module_::import("numpy").attr("ascontiguousarray")(raw);
+          if (c.dtype().itemsize() != 1)
+            throw DTypeError("from_quantized: raw blocks must be a uint8 array");
+          const void* data = c.data();
+          size_t n = static_cast<size_t>(c.nbytes());
+          py::gil_scoped_release nogil;
+          return from_quantized(data, n, t, s);
+        }, py::arg("raw"), py::arg("dtype"), py::arg("shape"),
+        "Upload raw GGUF blocks (uint8) of a [rows, cols] weight byte for byte.");
+  m.def("zeros", [](py::handle shape, py::handle dtype) {
+          return full(parse_shape(shape, "zeros"), 0.0, parse_dtype(dtype, "zeros"));
+        }, py::arg("shape"), py::arg("dtype") = "f32", "A tensor of zeros.");
+  m.def("ones", [](py::handle shape, py::handle dtype) {
+          return full(parse_shape(shape, "ones"), 1.0, parse_dtype(dtype, "ones"));
+        }, py::arg("shape"), py::arg("dtype") = "f32", "A tensor of ones.");
+  m.def("full", [](py::handle shape, double value, py::handle dtype) {
+          return full(parse_shape(shape, "full"), value, parse_dtype(dtype, "full"));
+        }, py::arg("shape"), py::arg("value"), py::arg("dtype") = "f32",
+        "A tensor filled with `value`.");
+  m.def("empty", [](py::handle shape, py::handle dtype) {
+          return empty(parse_shape(shape, "empty"), parse_dtype(dtype, "empty"));
+        }, py::arg("shape"), py::arg("dtype") = "f32",
+        "An uninitialised tensor (its values are whatever the memory holds).");
+  m.def("arange", [](py::handle start, py::handle stop, py::handle step, py::handle dtype) {
+          bool all_int = true;
+          for (py::handle h : {start, stop, step})
+            if (!h.is_none() && !(py::isinstance<py::int_>(h))) all_int = false;
+          double a = start.cast<double>(), b = 0, s = step.cast<double>();
+          if (stop.is_none()) {
+            b = a;
+            a = 0;
+          } else {
+            b = stop.cast<double>();
+          }
+          auto dt = parse_optional_dtype(dtype, "arange");
+          return arange(a, b, s, dt ? *dt : (all_int ? DType::I64 : DType::F32));
+        }, py::arg("start"), py::arg("stop") = py::none(), py::arg("step") = 1,
+        py::arg("dtype") = py::none(),
+        "Evenly spaced values in [start, stop); i64 when all arguments are ints, else f32.");
+  m.def("rand", [](py::handle shape, uint64_t seed) { return rand_uniform(parse_shape(shape, "rand"), seed); },
+        py::arg("shape"), py::arg("seed") = 0, "Uniform [0, 1) f32 values, deterministic per seed.");
+  m.def("randn", [](py::handle shape, uint64_t seed) { return rand_normal(parse_shape(shape, "randn"), seed); },
+        py::arg("shape"), py::arg("seed") = 0, "Standard normal f32 values, deterministic per seed.");
+
+  // ---- elementwise ------------------------------------------------------------------------------
+  struct BinDef { const char* name; BinaryOp op; const char* doc; };
+  static const BinDef bins[] = {
+      {"add", BinaryOp::Add, "a + b with NumPy broadcasting; a or b may be a number."},
+      {"sub", BinaryOp::Sub, "a - b with NumPy broadcasting; a or b may be a number."},
+      {"mul", BinaryOp::Mul, "a * b with NumPy broadcasting; a or b may be a number."},
+      {"div", BinaryOp::Div, "a / b (true division: int / int gives f32)."},
+      {"pow", BinaryOp::Pow, "a ** b elementwise."},
+      {"maximum", BinaryOp::Maximum, "Elementwise maximum."},
+      {"minimum", BinaryOp::Minimum, "Elementwise minimum."},
+      {"mod", BinaryOp::Mod, "Elementwise a % b."},
+      {"eq", BinaryOp::Eq, "a == b elementwise (bool)."},
+      {"ne", BinaryOp::Ne, "a != b elementwise (bool)."},
+      {"lt", BinaryOp::Lt, "a < b elementwise (bool)."},
+      {"le", BinaryOp::Le, "a <= b elementwise (bool)."},
+      {"gt", BinaryOp::Gt, "a > b elementwise (bool)."},
+      {"ge", BinaryOp::Ge, "a >= b elementwise (bool)."},
+      {"logical_and", BinaryOp::LogicalAnd, "Elementwise logical and (bool)."},
+      {"logical_or", BinaryOp::LogicalOr, "Elementwise logical or (bool)."},
+  };
+  for (const BinDef& d : bins) {
+    BinaryOp op = d.op;
+    const char* name = d.name;
+    m.def(d.name, [op, name](py::handle a, py::handle b) { return binary_any(op, a, b, name); },
+          py::arg("a"), py::arg("b"), d.doc);
+  }
+  struct UnDef { const char* name; UnaryOp op; const char* doc; };
+  static const UnDef uns[] = {
+      {"neg", UnaryOp::Neg, "-x."}, {"abs", UnaryOp::Abs, "|x|."}, {"exp", UnaryOp::Exp, "e^x."},
+      {"log", UnaryOp::Log, "Natural logarithm."}, {"sqrt", UnaryOp::Sqrt, "Square root."},
+      {"rsqrt", UnaryOp::Rsqrt, "1 / sqrt(x)."}, {"sin", UnaryOp::Sin, "Sine."},
+      {"cos", UnaryOp::Cos, "Cosine."}, {"tan", UnaryOp::Tan, "Tangent."},
+      {"tanh", UnaryOp::Tanh, "Hyperbolic tangent."}, {"sigmoid", UnaryOp::Sigmoid, "1 / (1 + e^-x)."},
+      {"relu", UnaryOp::Relu, "max(x, 0)."}, {"silu", UnaryOp::Silu, "x * sigmoid(x)."},
+      {"square", UnaryOp::Square, "x * x."}, {"floor", UnaryOp::Floor, "Round down."},
+      {"ceil", UnaryOp::Ceil, "Round up."}, {"round", UnaryOp::Round, "Round to nearest."},
+      {"logical_not", UnaryOp::LogicalNot, "Elementwise not (bool)."},
+      {"step", UnaryOp::Step, "1 where x > 0 else 0, in x's dtype (Tensor Logic's step)."},
+  };
+  for (const UnDef& d : uns) {
+    UnaryOp op = d.op;
+    const char* name = d.name;
+    m.def(d.name, [op, name](py::handle x) { return unary(op, as_tensor(x, name)); }, py::arg("x"), d.doc);
+  }
+  m.def("gelu", [](py::handle x, const std::string& approximate) {
+          if (approximate != "tanh" && approximate != "none")
+            throw py::value_error("gelu: approximate must be 'tanh' or 'none'");
+          return unary(approximate == "tanh" ? UnaryOp::GeluTanh : UnaryOp::GeluErf, as_tensor(x, "gelu"));
+        }, py::arg("x"), py::arg("approximate") = "tanh",
+        "GELU: tanh approximation (default) or the exact erf form (approximate='none').");
+  m.def("where", [](py::handle c, py::handle a, py::handle b) {
+          Tensor tc = as_tensor(c, "where");
+          Tensor* like = nullptr;
+          std::optional<Tensor> ta, tb;
+          if (py::isinstance<Tensor>(a)) ta = a.cast<Tensor>();
+          if (py::isinstance<Tensor>(b)) tb = b.cast<Tensor>();
+          like = ta ? &*ta : (tb ? &*tb : nullptr);
+          if (!ta) ta = as_tensor(a, "where", like);
+          if (!tb) tb = as_tensor(b, "where", like);
+          return where(tc, *ta, *tb);
+        }, py::arg("cond"), py::arg("a"), py::arg("b"),
+        "cond ? a : b elementwise with broadcasting; a and b may be numbers.");
+  m.def("astype", [](py::handle x, py::handle dtype) {
+          return astype(as_tensor(x, "astype"), parse_dtype(dtype, "astype"));
+        }, py::arg("x"), py::arg("dtype"),
+        "Convert to `dtype` (quantized weights are dequantized to f32/f16).");
+  m.def("contiguous", [](py::handle x) { return contiguous(as_tensor(x, "contiguous")); }, py::arg("x"),
+        "x itself if contiguous, else a contiguous copy.");
+
+  // ---- reductions -------------------------------------------------------------------------------
+  struct RedDef { const char* name; ReduceOp op; const char* doc; };
+  static const RedDef reds[] = {
+      {"sum", ReduceOp::Sum, "Sum over all elements (dim=None) or one dim."},
+      {"mean", ReduceOp::Mean, "Mean over all elements (dim=None) or one dim."},
+      {"max", ReduceOp::Max, "Maximum over all elements (dim=None) or one dim."},
+      {"min", ReduceOp::Min, "Minimum over all elements (dim=None) or one dim."},
+      {"argmax", ReduceOp::ArgMax, "Index of the maximum (i64, first on ties)."},
+      {"argmin", ReduceOp::ArgMin, "Index of the minimum (i64, first on ties)."},
+  };
+  for (const RedDef& d : reds) {
+    ReduceOp op = d.op;
+    const char* name = d.name;
+    m.def(d.name, [op, name](py::handle x, py::handle dim, bool keepdim) {
+            return reduce(op, as_tensor(x, name), opt_int(dim, "dim"), keepdim);
+          }, py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false, d.doc);
+  }
+  m.def("softmax", [](py::handle x, int64_t dim) { return softmax(as_tensor(x, "softmax"), dim); },
+        py::arg("x"), py::arg("dim") = -1, "Numerically stable softmax over `dim`.");
+  m.def("log_softmax", [](py::handle x, int64_t dim) { return log_softmax(as_tensor(x, "log_softmax"), dim); },
+        py::arg("x"), py::arg("dim") = -1, "log(softmax(x)) computed stably.");
+
+  // ---- linear algebra and nn ---------------------------------------------------------------------
+  m.def("matmul", [](py::handle a, py::handle b) { return matmul(as_tensor(a, "matmul"), as_tensor(b, "matmul")); },
+        py::arg("a"), py::arg("b"), "Matrix product with NumPy matmul rules (1-D operands, batch broadcasting).");
+  m.def("linear", [](py::handle x, const Tensor& w, py::handle bias) {
+          return linear(as_tensor(x, "linear"), w, opt_tensor(bias, "linear"));
+        }, py::arg("x"), py::arg("w"), py::arg("bias") = py::none(),
+        "x @ w.T (+ bias); w is [out, in] of any dtype including quantized.");
+  m.def("embedding", [](const Tensor& table, py::handle ids) { return embedding(table, as_tensor(ids, "embedding")); },
+        py::arg("table"), py::arg("ids"), "Rows of `table` (may be quantized) for integer `ids`: ids.shape + [D].");
+  m.def("index_select", [](py::handle x, int64_t dim, py::handle ids) {
+          return index_select(as_tensor(x, "index_select"), dim, as_tensor(ids, "index_select"));
+        }, py::arg("x"), py::arg("dim"), py::arg("ids"), "Entries of x at `ids` along `dim` (a copy).");
+  m.def("rms_norm", [](py::handle x, py::handle w, double eps) {
+          return rms_norm(as_tensor(x, "rms_norm"), opt_tensor(w, "rms_norm"), eps);
+        }, py::arg("x"), py::arg("w") = py::none(), py::arg("eps") = 1e-5,
+        "x / sqrt(mean(x^2, last dim) + eps) * w.");
+  m.def("layer_norm", [](py::handle x, py::handle w, py::handle b, double eps) {
+          return layer_norm(as_tensor(x, "layer_norm"), opt_tensor(w, "layer_norm"), opt_tensor(b, "layer_norm"), eps);
+        }, py::arg("x"), py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("eps") = 1e-5,
+        "Layer normalisation over the last dim, then * w + b.");
+  m.def("rope", [](py::handle x, py::handle pos, double base, bool neox) {
+          return rope(as_tensor(x, "rope"), parse_int(pos, "rope pos_offset"), base, neox);
+        }, py::arg("x"), py::arg("pos_offset") = 0, py::arg("base") = 10000.0, py::arg("neox") = false,
+        "Rotary position embedding of x [..., S, H, D]: adjacent pairs (default) or NeoX halves.");
+  m.def("causal_mask", [](py::handle n, py::handle mm, py::handle offset) {
+          int64_t rows = parse_int(n, "causal_mask n");
+          int64_t cols = mm.is_none() ? rows : parse_int(mm, "causal_mask m");
+          return causal_mask(rows, cols, parse_int(offset, "causal_mask offset"));
+        }, py::arg("n"), py::arg("m") = py::none(), py::arg("offset") = 0,
+        "[n, m] f32: 0 where j <= i + offset, -inf elsewhere.");
+  m.def("attention", [](const Tensor& q, const Tensor& k, const Tensor& v, py::handle mask,
+                        std::optional<double> scale, bool causal, py::handle pos) {
+          return attention(q, k, v, opt_tensor(mask, "attention"), scale, causal,
+                           parse_int(pos, "attention pos_offset"));
+        }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none(),
+        py::arg("scale") = py::none(), py::arg("causal") = false, py::arg("pos_offset") = 0,
+        "Scaled dot-product attention; q [Sq, Hq, D], k/v [Sk, Hkv, D] (grouped-query heads).");
+
+  // ---- shape ------------------------------------------------------------------------------------
+  m.def("reshape", [](py::handle x, py::handle shape) { return reshape(as_tensor(x, "reshape"), parse_shape(shape, "reshape")); },
+        py::arg("x"), py::arg("shape"), "Reshape (-1 infers one dim); a view when contiguous.");
+  m.def("transpose", [](py::handle x, int64_t d0, int64_t d1) { return transpose(as_tensor(x, "transpose"), d0, d1); },
+        py::arg("x"), py::arg("d0") = -2, py::arg("d1") = -1, "Swap two dims (a view).");
+  m.def("permute", [](py::handle x, py::handle dims) { return permute(as_tensor(x, "permute"), parse_shape(dims, "permute")); },
+        py::arg("x"), py::arg("dims"), "Reorder dims (a view).");
+  m.def("expand", [](py::handle x, py::handle shape) { return expand(as_tensor(x, "expand"), parse_shape(shape, "expand")); },
+        py::arg("x"), py::arg("shape"), "Broadcast to `shape` (a view; -1 keeps a dim).");
+  m.def("squeeze", [](py::handle x, py::handle dim) { return squeeze(as_tensor(x, "squeeze"), opt_int(dim, "dim")); },
+        py::arg("x"), py::arg("dim") = py::none(), "Remove size-1 dims (all, or just `dim`).");
+  m.def("unsqueeze", [](py::handle x, py::handle dim) { return unsqueeze(as_tensor(x, "unsqueeze"), parse_int(dim, "dim")); },
+        py::arg("x"), py::arg("dim"), "Insert a size-1 dim.");
+  m.def("flatten", [](py::handle x, int64_t start, int64_t end) { return flatten(as_tensor(x, "flatten"), start, end); },
+        py::arg("x"), py::arg("start") = 0, py::arg("end") = -1, "Merge dims start..end.");
+  m.def("slice", [](py::handle x, py::handle dim, py::handle start, py::handle stop, py::handle step) {
+          return slice(as_tensor(x, "slice"), parse_int(dim, "dim"), opt_int(start, "start"),
+                       opt_int(stop, "stop"), parse_int(step, "step"));
+        }, py::arg("x"), py::arg("dim"), py::arg("start") = py::none(), py::arg("stop") = py::none(),
+        py::arg("step") = 1, "x[start:stop:step] along `dim` with Python slice rules (a view).");
+  m.def("select", [](py::handle x, py::handle dim, py::handle index) {
+          return select(as_tensor(x, "select"), parse_int(dim, "dim"), parse_int(index, "index"));
+        }, py::arg("x"), py::arg("dim"), py::arg("index"), "x[..., index, ...] along `dim` (a view; negative ok).");
+  m.def("concat", [](py::handle xs, py::handle dim) { return concat(tensor_list(xs, "concat"), parse_int(dim, "dim")); },
+        py::arg("tensors"), py::arg("dim") = 0, "Concatenate along `dim`.");
+  m.def("stack", [](py::handle xs, py::handle dim) { return stack(tensor_list(xs, "stack"), parse_int(dim, "dim")); },
+        py::arg("tensors"), py::arg("dim") = 0, "Stack equal-shaped tensors along a new dim.");
+  m.def("split", [](py::handle x, py::handle sizes, py::handle dim) {
+          Tensor t = as_tensor(x, "split");
+          if (is_scalar(sizes)) return split_n(t, parse_int(sizes, "n"), parse_int(dim, "dim"));
+          return split_sizes(t, parse_shape(sizes, "split"), parse_int(dim, "dim"));
+        }, py::arg("x"), py::arg("sizes_or_n"), py::arg("dim") = 0,
+        "Split into n equal parts, or into parts of the given sizes (views).");
+  m.def("chunk", [](py::handle x, py::handle n, py::handle dim) {
+          return chunk(as_tensor(x, "chunk"), parse_int(n, "n"), parse_int(dim, "dim"));
+        }, py::arg("x"), py::arg("n"), py::arg("dim") = 0,
+        "Up to n chunks of size ceil(len / n) (views).");
+  m.def("copy_", [](const Tensor& dst, py::handle src) {
+          copy_into(dst, as_tensor(src, "copy_", &dst));
+          return dst;
+        }, py::arg("dst"), py::arg("src"),
+        "Write src (broadcast to dst's shape) into the view dst, in place; returns dst.");
+}
+
+}  // namespace tl::py_bind

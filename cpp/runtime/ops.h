@@ -1,0 +1,86 @@
+#pragma once
+// The ops layer: every op of docs/core-api.md. Each op validates shapes and dtypes (errors name
+// the op and the shapes), computes the output shape (NumPy broadcasting) and dtype (promotion
+// bool < i32 < i64 < f16/bf16 < f32), takes its output from the pool and encodes exactly one
+// Kernels call per command into the current device's queue; shape ops return views (no kernel)
+// when the layout allows. Ops never wait, except the host transfers at the bottom (R2).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "device.h"
+#include "kernels.h"
+#include "tensor.h"
+
+namespace tl {
+
+using Shape = std::vector<int64_t>;
+
+// Promotion and broadcasting helpers.
+DType promote_types(DType a, DType b);
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+int normalize_dim(int64_t dim, int ndim, const char* op);
+
+// Creation (on the current device).
+Tensor empty(const Shape& shape, DType dtype);
+Tensor full(const Shape& shape, double value, DType dtype);
+Tensor arange(double start, double stop, double step, DType dtype);
+Tensor rand_uniform(const Shape& shape, uint64_t seed);  // [0, 1), host-generated
+Tensor rand_normal(const Shape& shape, uint64_t seed);
+// Copies `bytes` from host memory laid out contiguously as (shape, dtype).
+Tensor from_host(const void* data, const Shape& shape, DType dtype);
+Tensor causal_mask(int64_t n, int64_t m, int64_t offset);
+
+// Host transfers (wait for the writer per R2; the caller releases the GIL).
+void to_host(const Tensor& t, void* dst);  // contiguous bytes of t (nbytes())
+void write_from_host(const Tensor& dst, const void* src);  // dst contiguous; waits for readers
+
+// Elementwise.
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool s_is_float, bool scalar_first);
+Tensor unary(UnaryOp op, const Tensor& x);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor astype(const Tensor& x, DType dtype);
+Tensor contiguous(const Tensor& x);
+void copy_into(const Tensor& dst, const Tensor& src);  // dst may be a strided view
+
+// Reductions.
+Tensor reduce(ReduceOp op, const Tensor& x, std::optional<int64_t> dim, bool keepdim);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// Linear algebra and nn.
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias);
+Tensor embedding(const Tensor& table, const Tensor& ids);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& ids);
+Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& w, double eps);
+Tensor layer_norm(const Tensor& x, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
+                  double eps);
+Tensor rope(const Tensor& x, int64_t pos_offset, double base, bool neox);
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 const std::optional<Tensor>& mask, std::optional<double> scale, bool causal,
+                 int64_t pos_offset);
+
+// Shape ops (views when possible).
+Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor squeeze(const Tensor& x, std::optional<int64_t> dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor flatten(const Tensor& x, int64_t start, int64_t end);
+Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
+             std::optional<int64_t> stop, int64_t step);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
+std::vector<Tensor> split_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+std::vector<Tensor> split_n(const Tensor& x, int64_t n, int64_t dim);  // n equal parts
+std::vector<Tensor> chunk(const Tensor& x, int64_t n, int64_t dim);
+
+// Quantized weights: raw GGUF blocks, [rows, cols].
+Tensor from_quantized(const void* raw, size_t raw_bytes, DType dtype, const Shape& shape);
+
+}  // namespace tl

@@ -1,0 +1,164 @@
+// Queue: see queue.h for the invariants this file keeps.
+#include "queue.h"
+
+#include <algorithm>
+#include <random>
+
+#include "errors.h"
+
+namespace tl {
+
+Queue::Queue(Backend& backend, DebugConfig& debug) : backend_(backend), debug_(debug) {
+  int64_t n = env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8);
+  max_in_flight_ = static_cast<int>(std::max<int64_t>(1, n));
+}
+
+Queue::~Queue() {
+  try {
+    synchronize();
+  } catch (...) {
+  }
+  backend_.synchronize();
+}
+
+void Queue::set_max_in_flight(int command_buffers, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(done_mu_);
+  max_in_flight_ = std::max(1, command_buffers);
+  max_in_flight_bytes_ = std::max<int64_t>(1, bytes);
+}
+
+namespace {
+uint32_t random_delay(uint32_t max_us) {
+  thread_local std::mt19937 rng(std::random_device{}());
+  return std::uniform_int_distribution<uint32_t>(0, max_us)(rng);
+}
+}  // namespace
+
+void Queue::encode(Command cmd, std::initializer_list<Buffer*> reads,
+                   std::initializer_list<Buffer*> writes) {
+  encode(std::move(cmd), std::vector<Buffer*>(reads), std::vector<Buffer*>(writes));
+}
+
+void Queue::encode(Command cmd, const std::vector<Buffer*>& reads,
+                   const std::vector<Buffer*>& writes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint32_t delay = debug_.delay_us.load();
+  if (delay > 0) {
+    uint32_t us = random_delay(delay);
+    open_cmds_.push_back([us](Kernels& k) { k.delay(us); });
+  }
+  open_cmds_.push_back(std::move(cmd));
+  for (Buffer* b : reads) {
+    if (!b) continue;
+    b->last_reader_seq.store(open_seq_);
+    if (open_retained_.empty() || open_retained_.back().get() != b)
+      open_retained_.push_back(b->shared_from_this());
+  }
+  for (Buffer* b : writes) {
+    if (!b) continue;
+    b->last_writer_seq.store(open_seq_);
+    open_retained_.push_back(b->shared_from_this());
+    open_written_bytes_ += static_cast<int64_t>(b->bytes());
+  }
+  if (++open_ops_ >= debug_.ops_per_command_buffer.load()) commit_locked();
+}
+
+void Queue::commit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  commit_locked();
+}
+
+void Queue::commit_locked() {
+  if (open_cmds_.empty()) {
+    open_retained_.clear();
+    return;
+  }
+  uint64_t seq = open_seq_++;
+  int64_t bytes = open_written_bytes_;
+  std::vector<Command> cmds;
+  cmds.swap(open_cmds_);
+  std::vector<std::shared_ptr<Buffer>> retained;
+  retained.swap(open_retained_);
+  open_written_bytes_ = 0;
+  open_ops_ = 0;
+  {
+    // Bound the work in flight: wait for older command buffers before adding this one.
+    std::unique_lock<std::mutex> d(done_mu_);
+    done_cv_.wait(d, [&] {
+      return in_flight_ < max_in_flight_ &&
+             (in_flight_ == 0 || in_flight_bytes_ + bytes <= max_in_flight_bytes_);
+    });
+    in_flight_++;
+    in_flight_bytes_ += bytes;
+    committed_++;
+  }
+  CompletionFn on_complete = [this, seq, bytes,
+                              retained = std::move(retained)](const std::string& error) mutable {
+    try {
+      retained.clear();  // R1: the buffers may now return to the pool
+    } catch (...) {
+    }
+    complete(seq, bytes, error);
+  };
+  try {
+    backend_.submit(std::move(cmds), std::move(on_complete));
+  } catch (const std::exception& e) {
+    // The backend refused the work: nothing ran and no callback will come.
+    complete(seq, bytes, std::string("submit failed: ") + e.what());
+  }
+}
+
+void Queue::complete(uint64_t seq, int64_t bytes, const std::string& error) {
+  try {
+    std::lock_guard<std::mutex> d(done_mu_);
+    completed_seq_ = std::max(completed_seq_, seq);
+    in_flight_--;
+    in_flight_bytes_ -= bytes;
+    if (!error.empty() && first_error_.empty()) first_error_ = error;
+    done_cv_.notify_all();  // under the lock: the queue may be destroyed once a waiter wakes
+  } catch (...) {
+  }
+}
+
+void Queue::wait_seq(uint64_t seq) {
+  if (seq > 0) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (seq >= open_seq_) commit_locked();
+    }
+    std::unique_lock<std::mutex> d(done_mu_);
+    done_cv_.wait(d, [&] { return completed_seq_ >= seq; });
+  }
+  raise_pending_error();
+}
+
+void Queue::wait_for_access(const Buffer& b) {
+  wait_seq(std::max(b.last_writer_seq.load(), b.last_reader_seq.load()));
+}
+
+void Queue::synchronize() {
+  uint64_t last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commit_locked();
+    last = open_seq_ - 1;
+  }
+  wait_seq(last);
+}
+
+void Queue::raise_pending_error() {
+  std::string err;
+  {
+    std::lock_guard<std::mutex> d(done_mu_);
+    if (first_error_.empty()) return;
+    err.swap(first_error_);
+  }
+  throw KernelFailure(err);
+}
+
+QueueStats Queue::stats() {
+  std::lock_guard<std::mutex> d(done_mu_);
+  return QueueStats{committed_, in_flight_, completed_seq_};
+}
+
+}  // namespace tl

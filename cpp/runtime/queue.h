@@ -1,0 +1,79 @@
+#pragma once
+// Queue: the device's one in-order stream of command buffers.
+// Invariants (R2, R3, R4):
+//  - commit_locked() is the only code that submits to the backend. It registers the completion
+//    callback with the work, bounds work in flight (commit-and-wait) and gives each command
+//    buffer the next sequence number; completed_seq only grows.
+//  - A command buffer retains every buffer its commands read or write and drops them in its
+//    completion callback, after which completed_seq covers it.
+//  - The first error a command buffer reports is kept and raised (KernelFailure) at the next wait.
+//  - Completion callbacks never throw, never block and never take the GIL.
+#include <condition_variable>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "buffer.h"
+#include "debug_config.h"
+
+namespace tl {
+
+struct QueueStats {
+  int64_t committed = 0;
+  int64_t in_flight = 0;
+  uint64_t completed_seq = 0;
+};
+
+class Queue {
+ public:
+  Queue(Backend& backend, DebugConfig& debug);
+  ~Queue();  // commits and waits for everything (errors are dropped)
+  Queue(const Queue&) = delete;
+  Queue& operator=(const Queue&) = delete;
+
+  // Appends one command to the open command buffer, retaining `reads` and `writes` and
+  // stamping their last reader / writer sequence numbers. Commits every N commands.
+  void encode(Command cmd, std::initializer_list<Buffer*> reads,
+              std::initializer_list<Buffer*> writes);
+  void encode(Command cmd, const std::vector<Buffer*>& reads, const std::vector<Buffer*>& writes);
+  void commit();
+  // Commits if `seq` is still open, waits until it completed, then raises any recorded error.
+  void wait_seq(uint64_t seq);
+  void wait_for_writer(const Buffer& b) { wait_seq(b.last_writer_seq.load()); }
+  void wait_for_access(const Buffer& b);  // last writer and last reader (host writes)
+  void synchronize();                     // commit and wait for everything
+  void raise_pending_error();
+  QueueStats stats();
+
+  void set_max_in_flight(int command_buffers, int64_t bytes);
+
+ private:
+  void commit_locked();
+  void complete(uint64_t seq, int64_t bytes, const std::string& error);
+
+  Backend& backend_;
+  DebugConfig& debug_;
+
+  std::mutex mu_;  // open command buffer and submission order
+  std::vector<Command> open_cmds_;
+  std::vector<std::shared_ptr<Buffer>> open_retained_;
+  int64_t open_written_bytes_ = 0;
+  int open_ops_ = 0;
+  uint64_t open_seq_ = 1;  // sequence number the open command buffer will get
+
+  std::mutex done_mu_;  // completion state, shared with completion callbacks
+  std::condition_variable done_cv_;
+  uint64_t completed_seq_ = 0;
+  int64_t in_flight_ = 0;
+  int64_t in_flight_bytes_ = 0;
+  int64_t committed_ = 0;
+  std::string first_error_;
+  int max_in_flight_ = 8;
+  int64_t max_in_flight_bytes_ = int64_t(1) << 30;
+};
+
+}  // namespace tl
