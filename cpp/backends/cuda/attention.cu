@@ -2,8 +2,8 @@
 // One block per (query row, query head); each warp walks a strided subset of the keys with an
 // online softmax (running max, running sum, f32 accumulators of D/32 values per lane), and the
 // warps' partial results are merged in shared memory. k and v are read through their strides,
-// so they may be the first Sk rows of a preallocated KV cache. A row whose keys are all masked
-// gets NaN, like a plain softmax of all -inf.
+// so they may be the first Sk rows of a preallocated KV cache. A query that sees no key (all
+// masked, or causal before the first key) gets a row of zeros, as on the CPU backend.
 #include <cmath>
 
 #include "cuda_common.cuh"
@@ -28,7 +28,8 @@ Strided3 strided3(const View& v) {
 
 template <int kPerLane>
 __global__ void __launch_bounds__(kAttnWarps * 32)
-    attention_kernel(Strided3 q, Strided3 k, Strided3 v, const float* mask, int64_t mask_s0,
+    attention_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
+                     int64_t mask_s0,
                      int64_t mask_s1, float scale, bool causal, int64_t q_pos_offset, int64_t Sq,
                      int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out) {
   __shared__ float s_max[kAttnWarps];
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         if (d < D) part = fmaf(qv[r], load_float(k.data, k.dtype, kbase + d * k.s2), part);
       }
       float s = warp_sum(part) * scale;
-      if (mask != nullptr) s += mask[i * mask_s0 + j * mask_s1];
+      if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
       if (s == -INFINITY) continue;  // contributes nothing (uniform across the warp)
       const float m_new = fmaxf(m, s);
       const float corr = expf(m - m_new);
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       weight[w] = s_max[w] == -INFINITY ? 0.0f : expf(s_max[w] - gmax);
       total += s_sum[w] * weight[w];
     }
-    const float inv = total > 0.0f ? 1.0f / total : nanf("");
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       float o = 0.0f;
 #pragma unroll
@@ -127,8 +128,9 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
       out.dtype != DType::F32) {
     throw KernelError("attention: q, k, v must be floating and out f32");
   }
-  if (mask.data != nullptr && mask.dtype != DType::F32) {
-    throw KernelError(std::string("attention: mask must be f32, got ") + dtype_name(mask.dtype));
+  if (mask.data != nullptr && !is_floating(mask.dtype)) {
+    throw KernelError(std::string("attention: mask must be floating, got ") +
+                      dtype_name(mask.dtype));
   }
   const int64_t Sq = q.shape[0], Hq = q.shape[1], D = q.shape[2];
   const int64_t Sk = k.shape[0], Hkv = k.shape[1];
@@ -142,13 +144,13 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   if (Sq == 0 || Hq == 0 || D == 0) return;
   const int64_t tasks = Sq * Hq;
   const unsigned grid = static_cast<unsigned>(tasks < (1 << 30) ? tasks : (1 << 30));
-  const float* mp = static_cast<const float*>(mask.data);
+  const void* mp = mask.data;
   const int64_t ms0 = mask.data ? mask.strides[0] : 0, ms1 = mask.data ? mask.strides[1] : 0;
   auto* op = static_cast<float*>(out.data);
-#define TL_LAUNCH_ATTENTION(PER_LANE)                                                          \
-  attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                           \
-      strided3(q), strided3(k), strided3(v), mp, ms0, ms1, scale, causal, q_pos_offset, Sq, Sk, \
-      Hq, Hkv, D, op)
+#define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
+  attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                     \
+      strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, causal,     \
+      q_pos_offset, Sq, Sk, Hq, Hkv, D, op)
   if (D <= 32) {
     TL_LAUNCH_ATTENTION(1);
   } else if (D <= 64) {

@@ -91,26 +91,138 @@ class ErrorSlotPool {
   std::vector<int> free_;
 };
 
+// Everything the completion thread touches. It is shared between the backend and that thread,
+// so that a completion callback may destroy the backend (dropping the runtime's last reference
+// to its device) without the thread touching freed memory.
+struct CompletionState {
+  struct Pending {
+    cudaEvent_t event = nullptr;
+    CompletionFn on_complete;
+    std::string error;
+    int slot = -1;
+  };
+
+  int device = 0;
+  ErrorSlotPool slots;
+
+  std::mutex event_mutex;
+  std::vector<cudaEvent_t> free_events;
+
+  std::mutex queue_mutex;
+  std::condition_variable queue_cv;
+  std::condition_variable done_cv;
+  std::deque<Pending> queue;
+  uint64_t submitted = 0;
+  uint64_t completed = 0;
+  bool stopping = false;
+
+  ~CompletionState() {
+    for (cudaEvent_t e : free_events) cudaEventDestroy(e);
+  }
+
+  cudaEvent_t take_event() {
+    {
+      std::lock_guard<std::mutex> lock(event_mutex);
+      if (!free_events.empty()) {
+        cudaEvent_t e = free_events.back();
+        free_events.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return e;
+  }
+
+  void give_back_event(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(event_mutex);
+    free_events.push_back(e);
+  }
+
+  // Spins briefly (most command buffers of a decode step finish within microseconds of each
+  // other), then sleeps in the driver until the event completes.
+  static cudaError_t wait_for(cudaEvent_t e) {
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (true) {
+      const cudaError_t st = cudaEventQuery(e);
+      if (st != cudaErrorNotReady) return st;
+      if (std::chrono::steady_clock::now() >= spin_until) break;
+      std::this_thread::yield();
+    }
+    return cudaEventSynchronize(e);
+  }
+
+  // The completion thread's body: in submission order, wait, work out the error, complete.
+  static void run(std::shared_ptr<CompletionState> self) {
+    (void)cudaSetDevice(self->device);
+    while (true) {
+      Pending p;
+      {
+        std::unique_lock<std::mutex> lock(self->queue_mutex);
+        self->queue_cv.wait(lock, [&] { return !self->queue.empty() || self->stopping; });
+        if (self->queue.empty()) return;  // stopping and drained
+        p = std::move(self->queue.front());
+        self->queue.pop_front();
+      }
+      std::string error = std::move(p.error);
+      if (p.event != nullptr) {
+        const cudaError_t st = wait_for(p.event);
+        if (st != cudaSuccess && error.empty()) {
+          error = cuda_message("a kernel failed on the device", st);
+        }
+        self->give_back_event(p.event);
+      }
+      if (p.slot >= 0) {
+        const DeviceErrorSlot* h = self->slots.host(p.slot);
+        if (error.empty() && h->code == kErrorIdOutOfRange) {
+          error = "embedding: id " + std::to_string(h->value) +
+                  " is out of range for a table of " + std::to_string(h->limit) + " rows";
+        }
+        self->slots.release(p.slot);
+      }
+      try {
+        p.on_complete(error);
+      } catch (...) {
+        // on_complete must not throw; if it does, the runtime's state is its own concern.
+      }
+      p.on_complete = nullptr;  // drop what it captured before reporting completion
+      {
+        std::lock_guard<std::mutex> lock(self->queue_mutex);
+        ++self->completed;
+      }
+      self->done_cv.notify_all();
+    }
+  }
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device)
-      : device_(device),
-        stream_(create_stream(device)),
-        kernels_(stream_, [this] { return current_error_slot(); }) {
-    completion_thread_ = std::thread([this] { completion_loop(); });
+      : stream_(create_stream(device)),
+        kernels_(stream_, [this] { return current_error_slot(); }),
+        state_(std::make_shared<CompletionState>()) {
+    state_->device = device;
+    completion_thread_ = std::thread(&CompletionState::run, state_);
   }
 
   ~CudaBackend() override {
-    synchronize();
+    const bool on_completion_thread = std::this_thread::get_id() == completion_thread_.get_id();
+    if (!on_completion_thread) synchronize();
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      stopping_ = true;
+      std::lock_guard<std::mutex> lock(state_->queue_mutex);
+      state_->stopping = true;
     }
-    queue_cv_.notify_all();
-    completion_thread_.join();
-    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-    slots_.reset();
-    cudaStreamDestroy(stream_);
+    state_->queue_cv.notify_all();
+    if (on_completion_thread) {
+      completion_thread_.detach();  // it finishes the queue, then drops its share of the state
+    } else {
+      completion_thread_.join();
+    }
+    (void)cudaStreamDestroy(stream_);  // pending work still completes; resources go after it
   }
 
   const char* name() const override { return "cuda"; }
@@ -149,7 +261,7 @@ class CudaBackend final : public Backend {
   }
 
   void submit(std::vector<Command> commands, CompletionFn on_complete) override {
-    Pending pending;
+    CompletionState::Pending pending;
     pending.on_complete = std::move(on_complete);
     {
       std::lock_guard<std::mutex> lock(submit_mutex_);
@@ -169,18 +281,18 @@ class CudaBackend final : public Backend {
       encoding_slot_ = -1;
       if (pending.slot >= 0) {
         const cudaError_t err =
-            cudaMemcpyAsync(slots_->host(pending.slot), slots_->device(pending.slot),
+            cudaMemcpyAsync(state_->slots.host(pending.slot), state_->slots.device(pending.slot),
                             sizeof(DeviceErrorSlot), cudaMemcpyDeviceToHost, stream_);
         if (err != cudaSuccess && pending.error.empty()) {
           pending.error = cuda_message("error slot read-back", err);
         }
       }
-      pending.event = take_event();
+      pending.event = state_->take_event();
       if (pending.event != nullptr) {
         const cudaError_t err = cudaEventRecord(pending.event, stream_);
         if (err != cudaSuccess) {
           if (pending.error.empty()) pending.error = cuda_message("event record", err);
-          give_back_event(pending.event);
+          state_->give_back_event(pending.event);
           pending.event = nullptr;
         }
       } else if (pending.error.empty()) {
@@ -188,29 +300,22 @@ class CudaBackend final : public Backend {
       }
     }
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      queue_.push_back(std::move(pending));
-      ++submitted_;
+      std::lock_guard<std::mutex> lock(state_->queue_mutex);
+      state_->queue.push_back(std::move(pending));
+      ++state_->submitted;
     }
-    queue_cv_.notify_one();
+    state_->queue_cv.notify_one();
   }
 
   void synchronize() override {
-    std::unique_lock<std::mutex> lock(queue_mutex_);
-    const uint64_t target = submitted_;
-    done_cv_.wait(lock, [&] { return completed_ >= target; });
+    std::unique_lock<std::mutex> lock(state_->queue_mutex);
+    const uint64_t target = state_->submitted;
+    state_->done_cv.wait(lock, [&] { return state_->completed >= target; });
   }
 
   Kernels& kernels() override { return kernels_; }
 
  private:
-  struct Pending {
-    cudaEvent_t event = nullptr;
-    CompletionFn on_complete;
-    std::string error;
-    int slot = -1;
-  };
-
   static cudaStream_t create_stream(int device) {
     cudaError_t err = cudaSetDevice(device);
     if (err != cudaSuccess) throw std::runtime_error(cuda_message("cannot use the device", err));
@@ -227,109 +332,21 @@ class CudaBackend final : public Backend {
   // Called by kernels (under submit_mutex_) that can report data errors.
   DeviceErrorSlot* current_error_slot() {
     if (encoding_slot_ < 0) {
-      encoding_slot_ = slots_->acquire();
-      const cudaError_t err =
-          cudaMemsetAsync(slots_->device(encoding_slot_), 0, sizeof(DeviceErrorSlot), stream_);
+      encoding_slot_ = state_->slots.acquire();
+      const cudaError_t err = cudaMemsetAsync(state_->slots.device(encoding_slot_), 0,
+                                              sizeof(DeviceErrorSlot), stream_);
       if (err != cudaSuccess) throw KernelError(cuda_message("error slot reset", err));
     }
-    return slots_->device(encoding_slot_);
+    return state_->slots.device(encoding_slot_);
   }
 
-  cudaEvent_t take_event() {
-    {
-      std::lock_guard<std::mutex> lock(event_mutex_);
-      if (!free_events_.empty()) {
-        cudaEvent_t e = free_events_.back();
-        free_events_.pop_back();
-        return e;
-      }
-    }
-    cudaEvent_t e = nullptr;
-    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    return e;
-  }
-
-  void give_back_event(cudaEvent_t e) {
-    std::lock_guard<std::mutex> lock(event_mutex_);
-    free_events_.push_back(e);
-  }
-
-  // Spins briefly (most command buffers of a decode step finish within microseconds of each
-  // other), then sleeps in the driver until the event completes.
-  static cudaError_t wait_for(cudaEvent_t e) {
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    while (true) {
-      const cudaError_t st = cudaEventQuery(e);
-      if (st != cudaErrorNotReady) return st;
-      if (std::chrono::steady_clock::now() >= spin_until) break;
-      std::this_thread::yield();
-    }
-    return cudaEventSynchronize(e);
-  }
-
-  void completion_loop() {
-    (void)cudaSetDevice(device_);
-    while (true) {
-      Pending p;
-      {
-        std::unique_lock<std::mutex> lock(queue_mutex_);
-        queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-        if (queue_.empty()) return;  // stopping and drained
-        p = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::string error = std::move(p.error);
-      if (p.event != nullptr) {
-        const cudaError_t st = wait_for(p.event);
-        if (st != cudaSuccess && error.empty()) {
-          error = cuda_message("a kernel failed on the device", st);
-        }
-        give_back_event(p.event);
-      }
-      if (p.slot >= 0) {
-        const DeviceErrorSlot* h = slots_->host(p.slot);
-        if (error.empty() && h->code == kErrorIdOutOfRange) {
-          error = "gather_rows: id " + std::to_string(h->value) + " is out of range [0, " +
-                  std::to_string(h->limit) + ")";
-        }
-        slots_->release(p.slot);
-      }
-      try {
-        p.on_complete(error);
-      } catch (...) {
-        // on_complete must not throw; if it does, the runtime's state is its own concern.
-      }
-      {
-        std::lock_guard<std::mutex> lock(queue_mutex_);
-        ++completed_;
-      }
-      done_cv_.notify_all();
-    }
-  }
-
-  int device_;
   cudaStream_t stream_ = nullptr;
   CudaKernels kernels_;
-  std::unique_ptr<ErrorSlotPool> slots_ = std::make_unique<ErrorSlotPool>();
+  std::shared_ptr<CompletionState> state_;
+  std::thread completion_thread_;
 
   std::mutex submit_mutex_;
   int encoding_slot_ = -1;  // guarded by submit_mutex_
-
-  std::mutex event_mutex_;
-  std::vector<cudaEvent_t> free_events_;
-
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_;
-  std::condition_variable done_cv_;
-  std::deque<Pending> queue_;
-  uint64_t submitted_ = 0;
-  uint64_t completed_ = 0;
-  bool stopping_ = false;
-  std::thread completion_thread_;
 };
 
 int device_from_env() {

@@ -232,7 +232,7 @@ __global__ void arange_kernel(void* out, DType dtype, double start, double step,
     if (floating) {
       store_float(out, dtype, i, static_cast<float>(v));
     } else {
-      store_int(out, dtype, i, static_cast<int64_t>(v));
+      store_int(out, dtype, i, llround(v));
     }
   }
 }
@@ -378,7 +378,7 @@ void CudaKernels::where(const View& cond, const View& a, const View& b, const Vi
   const int64_t n = out.numel();
   if (n == 0) return;
   const unsigned grid = grid_for(n, kThreads);
-  if (is_floating(out.dtype)) {
+  if (is_floating(out.dtype) || is_floating(a.dtype) || is_floating(b.dtype)) {
     where_kernel<true><<<grid, kThreads, 0, stream_>>>(operand_of(cond), operand_of(a),
                                                         operand_of(b), out.data, out.dtype, n);
   } else {

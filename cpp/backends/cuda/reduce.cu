@@ -1,4 +1,5 @@
 // Reductions and softmax over the middle axis of a contiguous [outer, n, inner] tensor.
+// Integer inputs reduced to an integer (or arg) result are exact in int64; the rest is f32.
 // inner == 1 (the last axis, the common case): one block per row, a tree reduction in f32.
 // inner > 1: one thread per (outer, inner) column walking n, so that a warp reads adjacent
 // columns. Max/Min propagate NaN; ArgMax/ArgMin take a NaN as the extreme and keep the first
@@ -126,6 +127,39 @@ __global__ void reduce_columns_kernel(ReduceOp op, const void* in, DType in_dtyp
   }
 }
 
+// Integer input with an integer result (or an arg reduction): exact int64, one thread per
+// output; ties keep the first index.
+__global__ void reduce_int_kernel(ReduceOp op, const void* in, DType in_dtype, int64_t outer,
+                                  int64_t n, int64_t inner, void* out, DType out_dtype) {
+  const bool want_max = op == ReduceOp::Max || op == ReduceOp::ArgMax;
+  const int64_t total = outer * inner;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = t / inner;
+    const int64_t j = t - o * inner;
+    const int64_t base = o * n * inner + j;
+    int64_t acc = 0, best = 0, best_i = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t v = load_int(in, in_dtype, base + k * inner);
+      if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+        acc += v;
+      } else if (k == 0 || (want_max ? v > best : v < best)) {
+        best = v;
+        best_i = k;
+      }
+    }
+    switch (op) {
+      case ReduceOp::Sum: store_int(out, out_dtype, t, acc); break;
+      case ReduceOp::Mean:
+        store_float(out, out_dtype, t,
+                    n > 0 ? static_cast<float>(static_cast<double>(acc) / static_cast<double>(n)) : 0.0f);
+        break;
+      case ReduceOp::ArgMax: case ReduceOp::ArgMin: store_int(out, out_dtype, t, best_i); break;
+      default: store_int(out, out_dtype, t, best); break;
+    }
+  }
+}
+
 __global__ void softmax_rows_kernel(const void* in, DType in_dtype, int64_t outer, int64_t n,
                                     void* out, DType out_dtype) {
   __shared__ float scratch[32];
@@ -188,8 +222,15 @@ void CudaKernels::reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, 
     throw KernelError(std::string("reduce: quantized dtype ") + dtype_name(in.dtype) +
                       " is not supported");
   }
+  const bool arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+  if ((arg || op == ReduceOp::Max || op == ReduceOp::Min) && n == 0) {
+    throw KernelError("reduce: cannot take max/min/argmax/argmin of an empty axis");
+  }
   if (outer == 0 || inner == 0) return;
-  if (inner == 1) {
+  if (!is_floating(in.dtype) && (arg || !is_floating(out.dtype))) {
+    reduce_int_kernel<<<grid_for(outer * inner, kColThreads), kColThreads, 0, stream_>>>(
+        op, in.data, in.dtype, outer, n, inner, out.data, out.dtype);
+  } else if (inner == 1) {
     reduce_rows_kernel<<<row_grid(outer), kRowThreads, 0, stream_>>>(op, in.data, in.dtype, outer,
                                                                       n, out.data, out.dtype);
   } else {

@@ -1,0 +1,828 @@
+// Cross-backend test (ggml's test-backend-ops idea): every Kernels method, on random shapes,
+// dtypes, strides and broadcasts, runs on the CUDA backend and on the CPU backend from the same
+// input bytes; the outputs must agree within the per-op tolerance printed with each failure.
+// It also checks the CUDA Backend's own contract (ordering, errors, device-side id errors,
+// out-of-memory, teardown from a completion callback). Without a usable CUDA device it prints
+// "SKIP: <reason>" and exits 0. `--bench` instead times a SmolLM2-shaped decode step.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/half.h"
+#include "runtime/backend.h"
+
+namespace {
+
+using namespace tl;
+
+std::mt19937_64 rng(12345);
+int failures = 0;
+int checks = 0;
+
+int64_t rand_int(int64_t lo, int64_t hi) {  // inclusive
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+float rand_normal() { return std::normal_distribution<float>(0.0f, 1.0f)(rng); }
+bool coin() { return rand_int(0, 1) == 1; }
+
+// Runs `fn` as one command buffer on `b` and waits; returns the command buffer's error.
+std::string run_on(Backend& b, std::function<void(Kernels&)> fn) {
+  auto error = std::make_shared<std::string>();
+  b.submit({[fn](Kernels& k) { fn(k); }}, [error](const std::string& e) { *error = e; });
+  b.synchronize();
+  return *error;
+}
+
+// A tensor living on both backends with identical bytes: base allocation plus a view into it.
+struct Dual {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape, strides;
+  int64_t offset = 0;   // elements from the allocation's start
+  size_t bytes = 0;     // of the allocation
+  void* ptr[2] = {nullptr, nullptr};
+  Backend* be[2] = {nullptr, nullptr};
+
+  Dual() = default;
+  Dual(const Dual&) = delete;
+  Dual& operator=(const Dual&) = delete;
+  ~Dual() {
+    for (int s = 0; s < 2; ++s)
+      if (ptr[s]) be[s]->deallocate(ptr[s], bytes);
+  }
+
+  View view(int side) const {
+    View v;
+    if (!ptr[side]) return v;  // absent operand
+    v.dtype = dtype;
+    v.ndim = static_cast<int>(shape.size());
+    for (int i = 0; i < v.ndim; ++i) {
+      v.shape[i] = shape[i];
+      v.strides[i] = strides[i];
+    }
+    v.data = static_cast<char*>(ptr[side]) + offset * (is_quantized(dtype) ? 1 : block_bytes(dtype));
+    return v;
+  }
+  std::vector<uint8_t> download(int side) const {
+    std::vector<uint8_t> h(bytes);
+    be[side]->copy_to_host(h.data(), ptr[side], bytes);
+    return h;
+  }
+};
+
+Backend* g_backends[2];  // 0: cpu (reference), 1: cuda
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> st(shape.size());
+  int64_t s = 1;
+  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= shape[i];
+  }
+  return st;
+}
+
+void fill_random(DType t, std::vector<uint8_t>& h, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t) {
+      case DType::F32: { float f = rand_normal(); std::memcpy(&h[i * 4], &f, 4); break; }
+      case DType::F16: { uint16_t v = cpu::f32_to_f16(rand_normal()); std::memcpy(&h[i * 2], &v, 2); break; }
+      case DType::BF16: { uint16_t v = cpu::f32_to_bf16(rand_normal()); std::memcpy(&h[i * 2], &v, 2); break; }
+      case DType::I32: { int32_t v = static_cast<int32_t>(rand_int(-6, 6)); std::memcpy(&h[i * 4], &v, 4); break; }
+      case DType::I64: { int64_t v = rand_int(-6, 6); std::memcpy(&h[i * 8], &v, 8); break; }
+      case DType::Bool: h[i] = static_cast<uint8_t>(rand_int(0, 1)); break;
+      default: h[i] = static_cast<uint8_t>(rand_int(0, 255)); break;
+    }
+  }
+}
+
+// Byte offsets of the f16 scale fields inside one block, so random blocks get sane scales.
+std::vector<int> scale_offsets(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return {0};
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// Allocates `alloc_elems` elements (or bytes for quantized), fills them randomly, uploads the
+// same bytes to both backends, and describes the view (shape, strides, offset).
+std::unique_ptr<Dual> make_dual(DType t, std::vector<int64_t> shape, std::vector<int64_t> strides,
+                                int64_t offset, int64_t alloc_elems) {
+  auto d = std::make_unique<Dual>();
+  d->dtype = t;
+  d->shape = std::move(shape);
+  d->strides = std::move(strides);
+  d->offset = offset;
+  d->bytes = is_quantized(t) ? static_cast<size_t>(alloc_elems)
+                             : static_cast<size_t>(alloc_elems * block_bytes(t));
+  if (d->bytes == 0) d->bytes = 8;
+  std::vector<uint8_t> h(d->bytes);
+  fill_random(t, h, is_quantized(t) ? static_cast<int64_t>(d->bytes) : alloc_elems);
+  if (is_quantized(t)) {
+    const int64_t bb = block_bytes(t);
+    for (int64_t blk = 0; blk + bb <= static_cast<int64_t>(d->bytes); blk += bb) {
+      for (int off : scale_offsets(t)) {
+        uint16_t v = cpu::f32_to_f16(std::uniform_real_distribution<float>(0.002f, 0.05f)(rng));
+        std::memcpy(&h[blk + off], &v, 2);
+      }
+    }
+  }
+  for (int s = 0; s < 2; ++s) {
+    d->be[s] = g_backends[s];
+    d->ptr[s] = g_backends[s]->allocate(d->bytes);
+    g_backends[s]->copy_to_device(d->ptr[s], h.data(), d->bytes);
+  }
+  return d;
+}
+
+std::unique_ptr<Dual> contiguous(DType t, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  auto st = contiguous_strides(shape);
+  return make_dual(t, shape, st, 0, n);
+}
+
+// A non-contiguous view of `shape`: a random permutation of a contiguous buffer, an offset,
+// and (sometimes) every other element along the last dim.
+std::unique_ptr<Dual> strided(DType t, std::vector<int64_t> shape) {
+  const int nd = static_cast<int>(shape.size());
+  std::vector<int> perm(nd);
+  for (int i = 0; i < nd; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const int64_t step = coin() ? 2 : 1;
+  std::vector<int64_t> phys(nd);
+  for (int i = 0; i < nd; ++i) phys[i] = shape[perm[i]];
+  if (nd > 0) phys[nd - 1] *= step;
+  auto pst = contiguous_strides(phys);
+  std::vector<int64_t> st(nd);
+  for (int i = 0; i < nd; ++i) st[perm[i]] = pst[i] * (i == nd - 1 ? step : 1);
+  int64_t n = 1;
+  for (int64_t s : phys) n *= s;
+  const int64_t offset = rand_int(0, 3);
+  return make_dual(t, shape, st, offset, n + offset);
+}
+
+// Sets stride 0 on some dims (broadcast) of an input view; the buffer stays valid.
+void broadcast_some(Dual& d) {
+  for (size_t i = 0; i < d.shape.size(); ++i)
+    if (rand_int(0, 3) == 0) d.strides[i] = 0;
+}
+
+double element(const std::vector<uint8_t>& h, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: { float f; std::memcpy(&f, &h[i * 4], 4); return f; }
+    case DType::F16: { uint16_t v; std::memcpy(&v, &h[i * 2], 2); return cpu::f16_to_f32(v); }
+    case DType::BF16: { uint16_t v; std::memcpy(&v, &h[i * 2], 2); return cpu::bf16_to_f32(v); }
+    case DType::I32: { int32_t v; std::memcpy(&v, &h[i * 4], 4); return v; }
+    case DType::I64: { int64_t v; std::memcpy(&v, &h[i * 8], 8); return static_cast<double>(v); }
+    case DType::Bool: return h[i];
+    default: return 0;
+  }
+}
+
+// Compares every element the view `d` covers on both sides: |gpu - cpu| <= atol + rtol*|cpu|,
+// NaN equals NaN, infinities must match exactly.
+// `arel` adds arel * max|cpu| to atol (sums whose terms cancel keep the error of the terms).
+void compare(const std::string& what, const Dual& d, double rtol, double atol, double arel = 0) {
+  ++checks;
+  auto hc = d.download(0), hg = d.download(1);
+  const int nd = static_cast<int>(d.shape.size());
+  int64_t n = 1;
+  for (int64_t s : d.shape) n *= s;
+  if (arel > 0) {
+    double mx = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t rem = i, off = d.offset;
+      for (int k = nd - 1; k >= 0; --k) {
+        off += (rem % d.shape[k]) * d.strides[k];
+        rem /= d.shape[k];
+      }
+      const double c = element(hc, d.dtype, off);
+      if (std::isfinite(c)) mx = std::max(mx, std::fabs(c));
+    }
+    atol += arel * mx;
+  }
+  double worst = 0;
+  int64_t bad = 0, first_bad = -1;
+  double bc = 0, bg = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, off = d.offset;
+    for (int k = nd - 1; k >= 0; --k) {
+      off += (rem % d.shape[k]) * d.strides[k];
+      rem /= d.shape[k];
+    }
+    const double c = element(hc, d.dtype, off), g = element(hg, d.dtype, off);
+    bool ok;
+    if (std::isnan(c) || std::isnan(g)) ok = std::isnan(c) && std::isnan(g);
+    else if (std::isinf(c) || std::isinf(g)) ok = c == g;
+    else {
+      const double err = std::fabs(g - c);
+      worst = std::max(worst, err / (atol + rtol * std::fabs(c)));
+      ok = err <= atol + rtol * std::fabs(c);
+    }
+    if (!ok) {
+      if (first_bad < 0) { first_bad = i; bc = c; bg = g; }
+      ++bad;
+    }
+  }
+  if (bad) {
+    ++failures;
+    std::printf("FAIL %s: %lld of %lld elements differ; first at %lld: cpu %.9g cuda %.9g "
+                "(rtol %g atol %g)\n", what.c_str(), static_cast<long long>(bad),
+                static_cast<long long>(n), static_cast<long long>(first_bad), bc, bg, rtol, atol);
+  }
+}
+
+// Runs `call(kernels, side)` on both backends; both must succeed (or both fail when
+// expect_error) before outputs are compared.
+bool run_both(const std::string& what, const std::function<void(Kernels&, int)>& call,
+              bool expect_error = false) {
+  std::string err[2];
+  for (int s = 0; s < 2; ++s) err[s] = run_on(*g_backends[s], [&call, s](Kernels& k) { call(k, s); });
+  if (expect_error) {
+    ++checks;
+    if (err[0].empty() || err[1].empty()) {
+      ++failures;
+      std::printf("FAIL %s: expected an error on both; cpu '%s' cuda '%s'\n", what.c_str(),
+                  err[0].c_str(), err[1].c_str());
+    }
+    return false;
+  }
+  if (!err[0].empty() || !err[1].empty()) {
+    ++checks;
+    ++failures;
+    std::printf("FAIL %s: cpu error '%s', cuda error '%s'\n", what.c_str(), err[0].c_str(),
+                err[1].c_str());
+    return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> random_shape(int max_nd, int64_t max_dim) {
+  std::vector<int64_t> s(rand_int(1, max_nd));
+  for (auto& d : s) d = rand_int(1, max_dim);
+  return s;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+const DType kPlain[] = {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool};
+const DType kFloats[] = {DType::F32, DType::F16, DType::BF16};
+const DType kQuant[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                        DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+double tol_for(DType t) { return t == DType::BF16 ? 1e-2 : t == DType::F16 ? 2e-3 : 2e-5; }
+
+void test_binary() {
+  for (int op_i = 0; op_i <= static_cast<int>(BinaryOp::LogicalOr); ++op_i) {
+    const BinaryOp op = static_cast<BinaryOp>(op_i);
+    const bool cmp = op_i >= static_cast<int>(BinaryOp::Eq);
+    for (int rep = 0; rep < 6; ++rep) {
+      DType ta = kPlain[rand_int(0, 4)], tb = kPlain[rand_int(0, 4)];
+      DType to = cmp ? DType::Bool : (is_floating(ta) || is_floating(tb) ? DType::F32 : DType::I64);
+      if (rep == 5) to = is_floating(to) ? DType::F16 : to;
+      auto shape = random_shape(4, 7);
+      auto a = coin() ? strided(ta, shape) : contiguous(ta, shape);
+      auto b = strided(tb, shape);
+      broadcast_some(*b);
+      auto o = contiguous(to, shape);
+      const std::string what = std::string("binary op ") + std::to_string(op_i) + " " +
+                               dtype_name(ta) + "," + dtype_name(tb) + "->" + dtype_name(to) +
+                               " " + shape_str(shape);
+      if (!run_both(what, [&](Kernels& k, int s) { k.binary(op, a->view(s), b->view(s), o->view(s)); }))
+        continue;
+      const double rt = op == BinaryOp::Pow ? 1e-4 : std::max(tol_for(to), 1e-6);
+      compare(what, *o, rt, rt * 1e-2);
+    }
+    for (int rep = 0; rep < 3; ++rep) {
+      DType ta = kPlain[rand_int(0, 4)];
+      const double sc = rep == 0 ? 2.0 : (rep == 1 ? -1.5 : 3.0);
+      DType to = cmp ? DType::Bool : (is_floating(ta) || rep == 1 ? DType::F32 : DType::I64);
+      auto shape = random_shape(3, 9);
+      auto a = strided(ta, shape);
+      auto o = contiguous(to, shape);
+      const bool first = coin();
+      const std::string what = std::string("binary_scalar op ") + std::to_string(op_i) + " " +
+                               dtype_name(ta) + " s=" + std::to_string(sc) + (first ? " first" : "");
+      if (!run_both(what, [&](Kernels& k, int s) { k.binary_scalar(op, a->view(s), sc, first, o->view(s)); }))
+        continue;
+      compare(what, *o, 1e-5, 1e-6);
+    }
+  }
+}
+
+void test_unary() {
+  for (int op_i = 0; op_i <= static_cast<int>(UnaryOp::Step); ++op_i) {
+    const UnaryOp op = static_cast<UnaryOp>(op_i);
+    for (int rep = 0; rep < 4; ++rep) {
+      DType ta = rep == 3 ? DType::I64 : kFloats[rand_int(0, 2)];
+      DType to = op == UnaryOp::LogicalNot ? DType::Bool : (rep == 3 ? DType::I64 : (rep == 2 ? DType::F16 : DType::F32));
+      auto shape = random_shape(4, 8);
+      auto a = strided(ta, shape);
+      auto o = contiguous(to, shape);
+      const std::string what = std::string("unary op ") + std::to_string(op_i) + " " +
+                               dtype_name(ta) + "->" + dtype_name(to) + " " + shape_str(shape);
+      if (!run_both(what, [&](Kernels& k, int s) { k.unary(op, a->view(s), o->view(s)); })) continue;
+      compare(what, *o, std::max(tol_for(to), 2e-6), 2e-6);
+    }
+  }
+}
+
+void test_copy_fill_arange_where() {
+  for (DType ts : kPlain) {
+    for (DType td : kPlain) {
+      auto shape = random_shape(4, 6);
+      auto src = strided(ts, shape);
+      auto dst = strided(td, shape);
+      const std::string what = std::string("copy ") + dtype_name(ts) + "->" + dtype_name(td) + " " + shape_str(shape);
+      if (!run_both(what, [&](Kernels& k, int s) { k.copy(src->view(s), dst->view(s)); })) continue;
+      compare(what, *dst, tol_for(td), 0);
+    }
+  }
+  for (DType t : kPlain) {
+    auto shape = random_shape(4, 6);
+    auto o = strided(t, shape);
+    const double v = 3.25;
+    const std::string what = std::string("fill ") + dtype_name(t);
+    if (run_both(what, [&](Kernels& k, int s) { k.fill(o->view(s), v); })) compare(what, *o, 0, 0);
+  }
+  for (DType t : {DType::F32, DType::I64, DType::I32, DType::F16}) {
+    const int64_t n = rand_int(1, 3000);
+    auto o = contiguous(t, {n});
+    const std::string what = std::string("arange ") + dtype_name(t);
+    if (run_both(what, [&](Kernels& k, int s) { k.arange(o->view(s), -3.0, 0.5); })) compare(what, *o, 1e-6, 0);
+  }
+  for (int rep = 0; rep < 6; ++rep) {
+    auto shape = random_shape(4, 6);
+    DType ta = kPlain[rand_int(0, 4)], tb = kPlain[rand_int(0, 4)];
+    DType to = is_floating(ta) || is_floating(tb) ? DType::F32 : DType::I64;
+    auto c = strided(DType::Bool, shape);
+    broadcast_some(*c);
+    auto a = strided(ta, shape);
+    auto b = contiguous(tb, shape);
+    broadcast_some(*b);
+    auto o = contiguous(to, shape);
+    const std::string what = std::string("where ") + dtype_name(ta) + "," + dtype_name(tb);
+    if (run_both(what, [&](Kernels& k, int s) { k.where(c->view(s), a->view(s), b->view(s), o->view(s)); }))
+      compare(what, *o, 0, 0);
+  }
+}
+
+void test_reduce_softmax() {
+  for (int op_i = 0; op_i <= static_cast<int>(ReduceOp::ArgMin); ++op_i) {
+    const ReduceOp op = static_cast<ReduceOp>(op_i);
+    const bool arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+    for (int rep = 0; rep < 6; ++rep) {
+      const int64_t outer = rand_int(1, 5), n = rep == 5 ? rand_int(1000, 5000) : rand_int(1, 300);
+      const int64_t inner = rep % 2 ? 1 : rand_int(1, 40);
+      DType ti = rep == 4 ? DType::I64 : kFloats[rand_int(0, 1)];
+      DType to = arg ? DType::I64 : (ti == DType::I64 && op != ReduceOp::Mean ? DType::I64 : DType::F32);
+      auto in = contiguous(ti, {outer, n, inner});
+      auto o = contiguous(to, {outer, inner});
+      const std::string what = std::string("reduce op ") + std::to_string(op_i) + " " +
+                               dtype_name(ti) + " [" + std::to_string(outer) + "," +
+                               std::to_string(n) + "," + std::to_string(inner) + "]";
+      if (!run_both(what, [&](Kernels& k, int s) { k.reduce(op, in->view(s), outer, n, inner, o->view(s)); }))
+        continue;
+      compare(what, *o, arg ? 0 : 1e-4, arg ? 0 : 1e-4 * std::sqrt(static_cast<double>(n)));
+    }
+  }
+  for (int rep = 0; rep < 6; ++rep) {
+    const int64_t outer = rand_int(1, 6), n = rand_int(1, 700), inner = rep % 2 ? 1 : rand_int(2, 9);
+    DType t = kFloats[rand_int(0, 1)];
+    auto in = contiguous(t, {outer, n, inner});
+    auto o = contiguous(DType::F32, {outer, n, inner});
+    const std::string what = std::string("softmax ") + dtype_name(t) + " n=" + std::to_string(n) +
+                             " inner=" + std::to_string(inner);
+    if (run_both(what, [&](Kernels& k, int s) { k.softmax(in->view(s), outer, n, inner, o->view(s)); }))
+      compare(what, *o, 1e-4, 1e-7);
+  }
+}
+
+void test_matmul() {
+  for (int rep = 0; rep < 12; ++rep) {
+    const int64_t B = rand_int(1, 3), M = rand_int(1, 90), K = rand_int(1, 150), N = rand_int(1, 90);
+    DType ta = kFloats[rand_int(0, 2)], tb = kFloats[rand_int(0, 1)];
+    DType to = rep % 4 == 3 ? DType::F16 : DType::F32;
+    auto a = coin() ? contiguous(ta, {B, M, K}) : strided(ta, {B, M, K});
+    auto b = strided(tb, {B, K, N});
+    if (rep % 3 == 0) b->strides[0] = 0;  // broadcast batch
+    auto o = contiguous(to, {B, M, N});
+    const std::string what = std::string("matmul ") + dtype_name(ta) + "x" + dtype_name(tb) + "->" +
+                             dtype_name(to) + " " + shape_str({B, M, K, N});
+    if (run_both(what, [&](Kernels& k, int s) { k.matmul(a->view(s), b->view(s), o->view(s)); }))
+      compare(what, *o, to == DType::F16 ? 2e-3 : 1e-4, 1e-6, 1e-5);
+  }
+}
+
+void test_linear() {
+  std::vector<DType> types(std::begin(kFloats), std::end(kFloats));
+  types.insert(types.end(), std::begin(kQuant), std::end(kQuant));
+  for (DType wt : types) {
+    for (int64_t M : {1, 3, 8, 9, 70}) {
+      const int64_t blk = block_elems(wt);
+      const int64_t K = is_quantized(wt) ? blk * rand_int(1, blk == 256 ? 3 : 20) : rand_int(1, 300);
+      const int64_t N = rand_int(1, 140);
+      auto x = contiguous(DType::F32, {M, K});
+      auto w = is_quantized(wt) ? make_dual(wt, {N, K}, {K, 1}, 0, static_cast<int64_t>(row_bytes(wt, K)) * N)
+                                : contiguous(wt, {N, K});
+      auto o = contiguous(DType::F32, {M, N});
+      const std::string what = std::string("linear w=") + dtype_name(wt) + " M=" + std::to_string(M) +
+                               " K=" + std::to_string(K) + " N=" + std::to_string(N);
+      if (run_both(what, [&](Kernels& k, int s) { k.linear(x->view(s), w->view(s), o->view(s)); }))
+        compare(what, *o, 1e-4, 1e-6, 1e-5);
+    }
+  }
+}
+
+void test_gather() {
+  std::vector<DType> types(std::begin(kFloats), std::end(kFloats));
+  types.insert(types.end(), std::begin(kQuant), std::end(kQuant));
+  for (DType tt : types) {
+    const int64_t V = rand_int(1, 60);
+    const int64_t D = is_quantized(tt) ? block_elems(tt) * rand_int(1, 3) : rand_int(1, 200);
+    const int64_t n = rand_int(1, 40);
+    auto table = is_quantized(tt) ? make_dual(tt, {V, D}, {D, 1}, 0, static_cast<int64_t>(row_bytes(tt, D)) * V)
+                                  : contiguous(tt, {V, D});
+    DType tid = coin() ? DType::I32 : DType::I64;
+    auto ids = contiguous(tid, {n});
+    std::vector<uint8_t> h(n * block_bytes(tid));
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = rand_int(0, V - 1);
+      if (tid == DType::I32) { int32_t v32 = static_cast<int32_t>(v); std::memcpy(&h[i * 4], &v32, 4); }
+      else std::memcpy(&h[i * 8], &v, 8);
+    }
+    for (int s = 0; s < 2; ++s) g_backends[s]->copy_to_device(ids->ptr[s], h.data(), h.size());
+    DType to = coin() ? DType::F32 : DType::F16;
+    auto o = contiguous(to, {n, D});
+    const std::string what = std::string("gather_rows ") + dtype_name(tt) + " V=" + std::to_string(V) +
+                             " D=" + std::to_string(D) + " ids " + dtype_name(tid);
+    if (run_both(what, [&](Kernels& k, int s) { k.gather_rows(table->view(s), ids->view(s), o->view(s)); }))
+      compare(what, *o, tol_for(to), 1e-7);
+    // An id out of range is an error of the command buffer on both backends.
+    int64_t badv = V + rand_int(0, 5);
+    if (tid == DType::I32) { int32_t v32 = static_cast<int32_t>(badv); std::memcpy(&h[0], &v32, 4); }
+    else std::memcpy(&h[0], &badv, 8);
+    for (int s = 0; s < 2; ++s) g_backends[s]->copy_to_device(ids->ptr[s], h.data(), h.size());
+    run_both(what + " (id out of range)",
+             [&](Kernels& k, int s) { k.gather_rows(table->view(s), ids->view(s), o->view(s)); }, true);
+  }
+}
+
+void test_norm_rope_mask() {
+  for (int rep = 0; rep < 6; ++rep) {
+    const int64_t rows = rand_int(1, 20), D = rand_int(1, 1200);
+    DType t = kFloats[rand_int(0, 1)];
+    auto x = contiguous(t, {rows, D});
+    auto w = contiguous(DType::F32, {D});
+    auto b = contiguous(DType::F32, {D});
+    auto o = contiguous(t, {rows, D});
+    const bool with_w = rep % 2 == 0;
+    View none;
+    std::string what = std::string("rms_norm ") + dtype_name(t) + " D=" + std::to_string(D);
+    if (run_both(what, [&](Kernels& k, int s) { k.rms_norm(x->view(s), with_w ? w->view(s) : none, 1e-5f, o->view(s)); }))
+      compare(what, *o, std::max(tol_for(t), 1e-5), 1e-5);
+    what = std::string("layer_norm ") + dtype_name(t) + " D=" + std::to_string(D);
+    if (run_both(what, [&](Kernels& k, int s) {
+          k.layer_norm(x->view(s), with_w ? w->view(s) : none, with_w ? b->view(s) : none, 1e-5f, o->view(s));
+        }))
+      compare(what, *o, std::max(tol_for(t), 1e-4), 1e-4);
+  }
+  for (int rep = 0; rep < 8; ++rep) {
+    const int64_t outer = rand_int(1, 2), S = rand_int(1, 12), H = rand_int(1, 5), D = 2 * rand_int(1, 64);
+    const bool neox = rep % 2 == 1;
+    const int64_t pos = rand_int(0, 3000);
+    DType t = rep == 7 ? DType::F16 : DType::F32;
+    auto x = contiguous(t, {outer, S, H, D});
+    auto o = contiguous(t, {outer, S, H, D});
+    const std::string what = std::string("rope ") + (neox ? "neox" : "adjacent") + " pos=" + std::to_string(pos) +
+                             " D=" + std::to_string(D);
+    if (run_both(what, [&](Kernels& k, int s) { k.rope(x->view(s), pos, 10000.0f, neox, o->view(s)); }))
+      compare(what, *o, std::max(tol_for(t), 1e-5), 1e-5);
+    // in place
+    if (run_both(what + " in place", [&](Kernels& k, int s) { k.rope(x->view(s), pos, 100000.0f, neox, x->view(s)); }))
+      compare(what + " in place", *x, std::max(tol_for(t), 1e-5), 1e-5);
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    const int64_t n = rand_int(1, 50), m = rand_int(1, 80), off = rand_int(-5, 40);
+    auto o = contiguous(DType::F32, {n, m});
+    const std::string what = "causal_mask offset " + std::to_string(off);
+    if (run_both(what, [&](Kernels& k, int s) { k.causal_mask(off, o->view(s)); })) compare(what, *o, 0, 0);
+  }
+}
+
+void test_attention() {
+  for (int rep = 0; rep < 16; ++rep) {
+    const int64_t Hkv = rand_int(1, 3), group = rand_int(1, 3), Hq = Hkv * group;
+    const int64_t D = std::vector<int64_t>{16, 32, 64, 80, 128, 256}[rand_int(0, 5)];
+    const int64_t Sq = rep % 3 == 0 ? 1 : rand_int(1, 20), Sk = rand_int(1, 300);
+    const int64_t Smax = Sk + rand_int(0, 20);
+    const bool causal = rep % 2 == 0, with_mask = rep % 4 == 1;
+    const int64_t qpos = causal ? std::max<int64_t>(0, Sk - Sq - rand_int(-2, 2)) : 0;
+    DType tkv = rep % 5 == 4 ? DType::F16 : DType::F32;
+    auto q = coin() ? contiguous(DType::F32, {Sq, Hq, D}) : strided(DType::F32, {Sq, Hq, D});
+    // k, v: the first Sk rows of a cache [Smax, Hkv, D], or of a head-major cache [Hkv, Smax, D].
+    auto cache = [&](bool head_major) {
+      if (head_major) return make_dual(tkv, {Sk, Hkv, D}, {D, Smax * D, 1}, 0, Hkv * Smax * D);
+      return make_dual(tkv, {Sk, Hkv, D}, {Hkv * D, D, 1}, 0, Smax * Hkv * D);
+    };
+    auto k = cache(coin());
+    auto v = cache(coin());
+    auto mask = contiguous(DType::F32, {Sq, Sk});
+    auto o = contiguous(DType::F32, {Sq, Hq, D});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    View none;
+    const std::string what = "attention Sq=" + std::to_string(Sq) + " Sk=" + std::to_string(Sk) +
+                             " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+                             " D=" + std::to_string(D) + (causal ? " causal" : "") +
+                             (with_mask ? " mask" : "") + " kv " + dtype_name(tkv);
+    if (run_both(what, [&](Kernels& kk, int s) {
+          kk.attention(q->view(s), k->view(s), v->view(s), with_mask ? mask->view(s) : none, scale,
+                       causal, qpos, o->view(s));
+        }))
+      compare(what, *o, 1e-4, 1e-5);
+  }
+}
+
+// The CUDA Backend's own contract.
+void test_backend_contract(Backend& gpu) {
+  auto expect = [](bool ok, const std::string& what) {
+    ++checks;
+    if (!ok) {
+      ++failures;
+      std::printf("FAIL backend: %s\n", what.c_str());
+    }
+  };
+  // Many command buffers in flight complete exactly once each, in submission order.
+  {
+    const int kBuffers = 200;
+    auto order = std::make_shared<std::vector<int>>();
+    auto mu = std::make_shared<std::mutex>();
+    void* buf = gpu.allocate(4 << 20);
+    View v;
+    v.data = buf;
+    v.dtype = DType::F32;
+    v.ndim = 1;
+    v.shape[0] = 1 << 20;
+    v.strides[0] = 1;
+    for (int i = 0; i < kBuffers; ++i) {
+      const double val = i;
+      gpu.submit({[v, val](Kernels& k) { k.fill(v, val); }, [v](Kernels& k) { k.unary(UnaryOp::Sqrt, v, v); }},
+                 [order, mu, i](const std::string&) {
+                   std::lock_guard<std::mutex> lock(*mu);
+                   order->push_back(i);
+                 });
+    }
+    gpu.synchronize();
+    bool in_order = static_cast<int>(order->size()) == kBuffers;
+    for (int i = 0; in_order && i < kBuffers; ++i) in_order = (*order)[i] == i;
+    expect(in_order, "200 command buffers complete once each, in order");
+    float last = 0;
+    gpu.copy_to_host(&last, static_cast<char*>(buf) + 4 * 1000, 4);
+    expect(std::fabs(last - std::sqrt(199.0f)) < 1e-5f, "the last command buffer's result is visible after synchronize");
+    // A host-side error skips the rest of its command buffer and names the failure.
+    auto err = std::make_shared<std::string>();
+    gpu.submit({[](Kernels&) { throw KernelError("planted failure"); },
+                [v](Kernels& k) { k.fill(v, 7.0); }},
+               [err](const std::string& e) { *err = e; });
+    gpu.synchronize();
+    gpu.copy_to_host(&last, static_cast<char*>(buf) + 4 * 1000, 4);
+    expect(*err == "planted failure", "a thrown KernelError becomes the command buffer's error");
+    expect(std::fabs(last - std::sqrt(199.0f)) < 1e-5f, "commands after a failure are skipped");
+    // The next command buffer is clean again.
+    *err = "unset";
+    gpu.submit({[v](Kernels& k) { k.fill(v, 1.0); }}, [err](const std::string& e) { *err = e; });
+    gpu.synchronize();
+    expect(err->empty(), "a command buffer after a failed one reports no error");
+    gpu.deallocate(buf, 4 << 20);
+  }
+  // Out of memory is nullptr, and the device keeps working.
+  {
+    void* huge = gpu.allocate(size_t(1) << 50);
+    expect(huge == nullptr, "allocate(1 PiB) returns nullptr");
+    void* small = gpu.allocate(1024);
+    expect(small != nullptr, "allocation works after an out-of-memory");
+    gpu.fill_bytes(small, 0xAB, 1024);
+    uint8_t back[1024];
+    gpu.copy_to_host(back, small, 1024);
+    expect(back[0] == 0xAB && back[1023] == 0xAB, "fill_bytes reaches every byte");
+    gpu.deallocate(small, 1024);
+  }
+  // Delay injection: a spin kernel of ~2 ms on the device timeline.
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto err = std::make_shared<std::string>("unset");
+    gpu.submit({[](Kernels& k) { k.delay(2000); }}, [err](const std::string& e) { *err = e; });
+    gpu.synchronize();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    expect(err->empty() && ms >= 1.9, "delay(2000) takes at least ~2 ms (took " + std::to_string(ms) + " ms)");
+  }
+}
+
+// The backend may be destroyed by its own completion callback (the runtime's last reference
+// to the device dropped there): no hang, no crash.
+void test_destroy_from_completion() {
+  std::shared_ptr<Backend> gpu(make_cuda_backend().release());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  auto keep = std::make_shared<std::shared_ptr<Backend>>(gpu);
+  gpu->submit({[](Kernels& k) { k.delay(20000); }}, [keep, &mu, &cv, &done](const std::string&) {
+    keep->reset();  // may run the destructor here, on the completion thread
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    cv.notify_all();
+  });
+  gpu.reset();
+  std::unique_lock<std::mutex> lock(mu);
+  const bool ok = cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; });
+  ++checks;
+  if (!ok) {
+    ++failures;
+    std::printf("FAIL backend: destroying the backend from its completion callback hung\n");
+  }
+}
+
+// A SmolLM2-135M-shaped decode step at the Kernels level (30 layers, d 576, 9/3 heads of 64,
+// FFN 1536, Q4_1 weights, Q8_0 tied embedding/logits), timed over many tokens.
+void bench_decode(Backend& gpu, int ctx) {
+  const int64_t d = 576, H = 9, Hkv = 3, Dh = 64, F = 1536, V = 49152, L = 30, Smax = 2048;
+  struct Buf { void* p; size_t n; };
+  std::vector<Buf> bufs;
+  auto alloc = [&](size_t bytes, bool random_q = false, DType qt = DType::F32) {
+    void* p = gpu.allocate(bytes);
+    std::vector<uint8_t> h(bytes);
+    for (auto& c : h) c = static_cast<uint8_t>(rand_int(0, 255));
+    if (random_q) {
+      const int64_t bb = block_bytes(qt);
+      for (size_t b = 0; b + bb <= bytes; b += bb)
+        for (int off : scale_offsets(qt)) { uint16_t v = cpu::f32_to_f16(0.01f); std::memcpy(&h[b + off], &v, 2); }
+    } else {
+      for (size_t i = 0; i + 4 <= bytes; i += 4) { float f = rand_normal() * 0.1f; std::memcpy(&h[i], &f, 4); }
+    }
+    gpu.copy_to_device(p, h.data(), bytes);
+    bufs.push_back({p, bytes});
+    return p;
+  };
+  auto view = [](void* p, DType t, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
+    View v;
+    v.data = p;
+    v.dtype = t;
+    v.ndim = static_cast<int>(shape.size());
+    if (strides.empty()) strides = contiguous_strides(shape);
+    for (int i = 0; i < v.ndim; ++i) { v.shape[i] = shape[i]; v.strides[i] = strides[i]; }
+    return v;
+  };
+  const DType wq = DType::Q4_1;
+  struct Layer { View wq, wk, wv, wo, wg, wu, wd, n1, n2; void *kc, *vc; };
+  std::vector<Layer> layers(L);
+  for (auto& ly : layers) {
+    ly.wq = view(alloc(row_bytes(wq, d) * d, true, wq), wq, {d, d});
+    ly.wk = view(alloc(row_bytes(wq, d) * Hkv * Dh, true, wq), wq, {Hkv * Dh, d});
+    ly.wv = view(alloc(row_bytes(wq, d) * Hkv * Dh, true, wq), wq, {Hkv * Dh, d});
+    ly.wo = view(alloc(row_bytes(wq, d) * d, true, wq), wq, {d, d});
+    ly.wg = view(alloc(row_bytes(wq, d) * F, true, wq), wq, {F, d});
+    ly.wu = view(alloc(row_bytes(wq, d) * F, true, wq), wq, {F, d});
+    ly.wd = view(alloc(row_bytes(wq, F) * d, true, wq), wq, {d, F});
+    ly.n1 = view(alloc(d * 4), DType::F32, {d});
+    ly.n2 = view(alloc(d * 4), DType::F32, {d});
+    ly.kc = alloc(Smax * Hkv * Dh * 4);
+    ly.vc = alloc(Smax * Hkv * Dh * 4);
+  }
+  View emb = view(alloc(row_bytes(DType::Q8_0, d) * V, true, DType::Q8_0), DType::Q8_0, {V, d});
+  View xres = view(alloc(d * 4), DType::F32, {1, d}), h = view(alloc(d * 4), DType::F32, {1, d});
+  View q = view(alloc(d * 4), DType::F32, {1, d}), kx = view(alloc(Hkv * Dh * 4), DType::F32, {1, Hkv * Dh});
+  View vx = view(alloc(Hkv * Dh * 4), DType::F32, {1, Hkv * Dh}), att = view(alloc(d * 4), DType::F32, {1, d});
+  View g = view(alloc(F * 4), DType::F32, {1, F}), u = view(alloc(F * 4), DType::F32, {1, F});
+  View logits = view(alloc(V * 4), DType::F32, {1, V});
+  View ids = view(alloc(8), DType::I64, {1});
+  int64_t zero = 0;
+  gpu.copy_to_device(ids.data, &zero, 8);
+
+  auto step = [&](int64_t pos, std::vector<Command>& cmds) {
+    cmds.push_back([=](Kernels& k) { k.gather_rows(emb, ids, xres); });
+    for (const Layer& ly : layers) {
+      View k_slot = view(static_cast<float*>(ly.kc) + pos * Hkv * Dh, DType::F32, {1, Hkv * Dh});
+      View v_slot = view(static_cast<float*>(ly.vc) + pos * Hkv * Dh, DType::F32, {1, Hkv * Dh});
+      View kall = view(ly.kc, DType::F32, {pos + 1, Hkv, Dh});
+      View vall = view(ly.vc, DType::F32, {pos + 1, Hkv, Dh});
+      cmds.push_back([=](Kernels& k) { k.rms_norm(xres, ly.n1, 1e-5f, h); });
+      cmds.push_back([=](Kernels& k) { k.linear(h, ly.wq, q); });
+      cmds.push_back([=](Kernels& k) { k.linear(h, ly.wk, kx); });
+      cmds.push_back([=](Kernels& k) { k.linear(h, ly.wv, vx); });
+      cmds.push_back([=](Kernels& k) { k.rope(view(q.data, DType::F32, {1, 1, H, Dh}), pos, 100000.f, false, view(q.data, DType::F32, {1, 1, H, Dh})); });
+      cmds.push_back([=](Kernels& k) { k.rope(view(kx.data, DType::F32, {1, 1, Hkv, Dh}), pos, 100000.f, false, view(k_slot.data, DType::F32, {1, 1, Hkv, Dh})); });
+      cmds.push_back([=](Kernels& k) { k.copy(vx, v_slot); });
+      cmds.push_back([=](Kernels& k) {
+        k.attention(view(q.data, DType::F32, {1, H, Dh}), kall, vall, View{}, 0.125f, true, pos,
+                    view(att.data, DType::F32, {1, H, Dh}));
+      });
+      cmds.push_back([=](Kernels& k) { k.linear(att, ly.wo, h); });
+      cmds.push_back([=](Kernels& k) { k.binary(BinaryOp::Add, xres, h, xres); });
+      cmds.push_back([=](Kernels& k) { k.rms_norm(xres, ly.n2, 1e-5f, h); });
+      cmds.push_back([=](Kernels& k) { k.linear(h, ly.wg, g); });
+      cmds.push_back([=](Kernels& k) { k.linear(h, ly.wu, u); });
+      cmds.push_back([=](Kernels& k) { k.unary(UnaryOp::Silu, g, g); });
+      cmds.push_back([=](Kernels& k) { k.binary(BinaryOp::Mul, g, u, g); });
+      cmds.push_back([=](Kernels& k) { k.linear(g, ly.wd, h); });
+      cmds.push_back([=](Kernels& k) { k.binary(BinaryOp::Add, xres, h, xres); });
+    }
+    cmds.push_back([=](Kernels& k) { k.rms_norm(xres, View{}, 1e-5f, h); });
+    cmds.push_back([=](Kernels& k) { k.linear(h, emb, logits); });
+    cmds.push_back([=](Kernels& k) { k.reduce(ReduceOp::ArgMax, logits, 1, V, 1, ids); });
+  };
+  // Warm up to position ctx, then time 64 tokens, one command buffer and one host read each.
+  std::vector<Command> cmds;
+  for (int64_t pos = 0; pos < ctx; ++pos) {
+    cmds.clear();
+    step(pos, cmds);
+    gpu.submit(cmds, [](const std::string&) {});
+  }
+  gpu.synchronize();
+  const int tokens = 64;
+  size_t launches = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < tokens; ++t) {
+    cmds.clear();
+    step(ctx + t, cmds);
+    launches = cmds.size();
+    gpu.submit(cmds, [](const std::string&) {});
+    int64_t next = 0;
+    gpu.synchronize();
+    gpu.copy_to_host(&next, ids.data, 8);  // the sampled id goes back to the host every token
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("BENCH decode (SmolLM2-135M shapes, Q4_1 + Q8_0 logits, kernels only): ctx %d: "
+              "%.1f tokens/s, %.3f ms/token, %zu kernel calls/token\n",
+              ctx, tokens / s, 1e3 * s / tokens, launches);
+  // Prompt-style linear throughput: M = 128 rows through the FFN up projection.
+  {
+    View xm = view(alloc(128 * d * 4), DType::F32, {128, d});
+    View om = view(alloc(128 * F * 4), DType::F32, {128, F});
+    const int reps = 200;
+    std::vector<Command> c;
+    for (int i = 0; i < reps; ++i) c.push_back([=](Kernels& k) { k.linear(xm, layers[0].wg, om); });
+    gpu.submit(c, [](const std::string&) {});
+    gpu.synchronize();
+    const auto a = std::chrono::steady_clock::now();
+    gpu.submit(c, [](const std::string&) {});
+    gpu.synchronize();
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+    std::printf("BENCH linear q4_1 M=128 K=%lld N=%lld: %.1f us/call, %.2f TFLOP/s\n",
+                static_cast<long long>(d), static_cast<long long>(F), 1e6 * sec / reps,
+                2.0 * 128 * d * F * reps / sec / 1e12);
+  }
+  for (auto& b : bufs) gpu.deallocate(b.p, b.n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool bench = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--bench") == 0) bench = true;
+    else rng.seed(std::strtoull(argv[i], nullptr, 10));
+  }
+  std::unique_ptr<Backend> gpu;
+  try {
+    gpu = make_cuda_backend();
+  } catch (const std::exception& e) {
+    std::printf("SKIP: %s\n", e.what());
+    return 0;
+  }
+  if (bench) {
+    for (int ctx : {16, 256, 1024}) bench_decode(*gpu, ctx);
+    return 0;
+  }
+  auto cpu = make_cpu_backend(0);
+  g_backends[0] = cpu.get();
+  g_backends[1] = gpu.get();
+  test_binary();
+  test_unary();
+  test_copy_fill_arange_where();
+  test_reduce_softmax();
+  test_matmul();
+  test_linear();
+  test_gather();
+  test_norm_rope_mask();
+  test_attention();
+  test_backend_contract(*gpu);
+  test_destroy_from_completion();
+  std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);
+  return failures ? 1 : 0;
+}
