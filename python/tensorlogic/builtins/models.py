@@ -445,6 +445,53 @@ def _apply_chat_template(tok, messages, add_generation_prompt=True):
     return _as_tokenizer(tok).apply_chat_template(messages, add_generation_prompt)
 
 
+class TextStreamValue(TLObject):
+    """Prints generated tokens as text while they are generated (`llama_generate`'s `stream`):
+    a piece is written once its UTF-8 characters are complete; special tokens print nothing."""
+
+    tl_type_name = "text stream"
+
+    def __init__(self, ctx, tok: TokenizerValue):
+        self.ctx = ctx
+        self.decoder = tok.tok.stream_decoder(skip_special=True)
+        self.ids: list[int] = []
+
+    def _write(self, text: str) -> None:
+        if text:
+            self.ctx.write(text)
+            flush = getattr(self.ctx.out, "flush", None)
+            if flush is not None:
+                flush()
+
+    def tl_get_field(self, name: str) -> Any:
+        if name == "ids":
+            return list(self.ids)
+        raise AttributeError(name)
+
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        if name == "push" and len(args) == 1:
+            tid = to_int(args[0], "token id")
+            self.ids.append(tid)
+            try:
+                self._write(self.decoder.push(tid))
+            except ModelError as e:
+                raise _model_error(e) from None
+            return None
+        if name == "prompt_done" and len(args) == 1:
+            return None
+        if name == "finish" and not args:
+            self._write(self.decoder.flush())
+            return None
+        raise AttributeError(name)
+
+
+@builtin("text_stream", "text_stream(tok)",
+         "a stream for llama_generate that prints each token's text as soon as it is complete",
+         min_args=1, max_args=1, needs_ctx=True, category="models")
+def _text_stream(ctx, tok):
+    return TextStreamValue(ctx, _as_tokenizer(tok))
+
+
 # ---------------------------------------------------------------------------------- KV cache
 
 
@@ -587,6 +634,16 @@ def _llama_kv_cache(model, capacity, dtype="f32"):
         raise BuiltinArgError(f"llama_kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
                               "(the model's context length)")
     return KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
+
+
+@builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0)",
+         "softmax(q·kᵀ/√d + causal mask)·v with q [n, heads, d] at positions pos_offset.., k/v [t, kv_heads, d] "
+         "(grouped-query when kv_heads divides heads)", min_args=3, max_args=4, category="models")
+def _causal_attention(q, k, v, pos_offset=0):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.ndim != 3:
+            raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim], got {type_name(t)}")
+    return core.attention(q, k, v, causal=True, pos_offset=to_int(pos_offset, "pos_offset"))
 
 
 # ---------------------------------------------------------------------------------- sampling

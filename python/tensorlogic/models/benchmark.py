@@ -1,0 +1,33 @@
+"""The TL side of bench/llm.py: load a model, then time one prefill and N greedy decode steps of
+the TL forward pass (stdlib/llama.tl), median of `repeat` runs after one warm-up."""
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def run_tl_benchmark(model_path: str, prompt_ids: list[int], decode_tokens: int, repeat: int = 3) -> dict:
+    from .llm_session import LlmSession
+
+    t0 = time.perf_counter()
+    session = LlmSession(model_path, context=len(prompt_ids) + decode_tokens + 1)
+    load_s = time.perf_counter() - t0
+    runs = []
+    try:
+        for i in range(repeat + 1):
+            session.cached_ids = []  # a full prefill every run
+            r = session.generate(list(prompt_ids), decode_tokens + 1, stop_at_eog=False, track_memory=True)
+            if i > 0:
+                runs.append(r)
+    finally:
+        session.close()
+    prompt_s = statistics.median(r.prompt_seconds for r in runs)
+    decode_s = statistics.median(r.decode_seconds for r in runs)
+    last = runs[-1]
+    steps = max(len(last.ids) - 1, 1)
+    out = {"load_s": load_s, "prompt_tok_s": len(prompt_ids) / prompt_s, "decode_tok_s": decode_tokens / decode_s}
+    a, b = last.memory_at_first, last.memory_at_last
+    if a and b:
+        out["allocs_per_token"] = (b.get("allocations", 0) - a.get("allocations", 0)) / steps
+        out["pool_hits_per_token"] = (b.get("pool_hits", 0) - a.get("pool_hits", 0)) / steps
+    return out
