@@ -1,0 +1,100 @@
+"""Neural-network builtins: normalization, embedding, RoPE, masks and attention.
+
+Invariant: argument orders follow the existing TL programs (LANGUAGE.md); shapes are checked here
+with messages naming both shapes before `_core` sees them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_tensor
+from .registry import builtin
+
+C = "nn"
+
+
+@builtin("rms_norm", "rms_norm(x, w, [eps])", "x / sqrt(mean(x^2) + eps) * w over the last dim",
+         min_args=1, max_args=3, category=C)
+def rms_norm(x, w=None, eps=1e-5):
+    x = to_tensor(x, "x")
+    wt = to_tensor(w, "w") if w is not None else None
+    if wt is not None and (wt.ndim != 1 or x.ndim == 0 or wt.shape[0] != x.shape[-1]):
+        raise BuiltinArgError(f"w {list(wt.shape)} must be 1-D with the size of x's last dim ({list(x.shape)})")
+    return core.rms_norm(x, wt, to_float(eps, "eps"))
+
+
+@builtin("layer_norm", "layer_norm(x, [w], [b], [eps])", "(x - mean) / sqrt(var + eps) * w + b over the last dim",
+         min_args=1, max_args=4, category=C)
+def layer_norm(x, w=None, b=None, eps=1e-5):
+    x = to_tensor(x, "x")
+    wt = to_tensor(w, "w") if w is not None else None
+    bt = to_tensor(b, "b") if b is not None else None
+    for name, p in (("w", wt), ("b", bt)):
+        if p is not None and (p.ndim != 1 or x.ndim == 0 or p.shape[0] != x.shape[-1]):
+            raise BuiltinArgError(f"{name} {list(p.shape)} must be 1-D with the size of x's last dim "
+                                  f"({list(x.shape)})")
+    return core.layer_norm(x, wt, bt, to_float(eps, "eps"))
+
+
+@builtin("embedding", "embedding(table, ids)", "rows of table for integer ids (ids.shape + [D])",
+         min_args=2, max_args=2, category=C)
+def embedding(table, ids):
+    table = to_tensor(table, "table")
+    if isinstance(ids, (int, float)) and not isinstance(ids, bool):
+        ids_t = core.from_numpy(np.array([to_int(ids, "id")], dtype=np.int64))
+    elif isinstance(ids, list):
+        ids_t = core.from_numpy(np.array([to_int(i, "id") for i in ids], dtype=np.int64))
+    else:
+        ids_t = to_tensor(ids, "ids")
+        if ids_t.dtype not in ("i32", "i64"):
+            ids_t = ids_t.astype("i64")
+    if table.ndim != 2:
+        raise BuiltinArgError(f"table must be [vocab, dim], got {list(table.shape)}")
+    host = ids_t.numpy()
+    if host.size and (host.min() < 0 or host.max() >= table.shape[0]):
+        raise BuiltinArgError(f"token id {int(host.max() if host.max() >= table.shape[0] else host.min())} is out "
+                              f"of range for a table of {table.shape[0]} rows")
+    return core.embedding(table, ids_t)
+
+
+@builtin("rope", "rope(x, position_offset, [base], [neox])",
+         "rotary position embedding of x [..., seq, heads, head_dim] (adjacent pairs unless neox)",
+         min_args=1, max_args=4, category=C)
+def rope(x, pos_offset=0, base=10000.0, neox=False):
+    x = to_tensor(x, "x")
+    if x.ndim < 3 or x.shape[-1] % 2:
+        raise BuiltinArgError(f"x must be [..., seq, heads, head_dim] with an even head_dim, got {list(x.shape)}")
+    return core.rope(x, to_int(pos_offset, "position_offset"), to_float(base, "base"), to_bool(neox, "neox"))
+
+
+@builtin("causal_mask", "causal_mask(n, [m], [offset])", "[n, m] f32 mask: 0 where key <= query + offset, else -inf",
+         min_args=1, max_args=3, category=C)
+def causal_mask(n, m=None, offset=0):
+    n_ = to_int(n, "n")
+    m_ = to_int(m, "m") if m is not None else None
+    return core.causal_mask(n_, m_, to_int(offset, "offset"))
+
+
+@builtin("apply_attention_mask", "apply_attention_mask(scores, mask)", "scores + mask (broadcast over heads)",
+         min_args=2, max_args=2, category=C)
+def apply_attention_mask(scores, mask):
+    return core.add(to_tensor(scores, "scores"), to_tensor(mask, "mask"))
+
+
+@builtin("attention", "attention(q, k, v, [mask], [scale])",
+         "softmax(q k^T * scale + mask) v with q [Sq, Hq, D], k/v [Sk, Hkv, D] (grouped-query aware)",
+         min_args=3, max_args=5, category=C)
+def attention(q, k, v, mask=None, scale=None):
+    q, k, v = to_tensor(q, "q"), to_tensor(k, "k"), to_tensor(v, "v")
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise BuiltinArgError(f"q, k, v must be [seq, heads, head_dim], got {list(q.shape)}, {list(k.shape)}, "
+                              f"{list(v.shape)}")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise BuiltinArgError(f"query heads ({q.shape[1]}) must be a multiple of key heads ({k.shape[1]})")
+    mask_t = to_tensor(mask, "mask") if mask is not None else None
+    s = to_float(scale, "scale") if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    return core.attention(q, k, v, mask_t, s)
+
+

@@ -1,0 +1,94 @@
+"""Arrays and ranges: range, range_i, len, append, push, pop, reverse, sort, contains, join.
+
+Invariant: `append(xs, v)` adds v to xs in place AND returns xs, so both `append(xs, v)` and
+`xs = append(xs, v)` (the forms existing programs use) work.
+"""
+from __future__ import annotations
+
+from .convert import BuiltinArgError, Tensor, to_int, to_list, to_str, type_name
+from .registry import builtin
+
+C = "arrays"
+
+
+@builtin("range", "range(n) | range(a, b, [step])", "the ints a, a+1, ... below b (for loops)", min_args=1,
+         max_args=3, category=C)
+def range_(a, b=None, step=1):
+    if b is None:
+        return range(to_int(a, "n"))
+    s = to_int(step, "step")
+    if s == 0:
+        raise BuiltinArgError("step must not be 0")
+    return range(to_int(a, "start"), to_int(b, "stop"), s)
+
+
+@builtin("range_i", "range_i(n) | range_i(a, b)", "integer range, same as range", min_args=1, max_args=3,
+         category=C)
+def range_i(a, b=None, step=1):
+    return range_(a, b, step)
+
+
+@builtin("len", "len(x)", "length of an array or string, or the first dim of a tensor", min_args=1, max_args=1,
+         category=C)
+def len_(x):
+    if isinstance(x, (list, str, range, tuple)):
+        return len(x)
+    if isinstance(x, Tensor):
+        if x.ndim == 0:
+            raise BuiltinArgError("len of a 0-d tensor")
+        return int(x.shape[0])
+    n = getattr(x, "__len__", None)
+    if n is not None:
+        return len(x)
+    raise BuiltinArgError(f"len needs an array, string or tensor, got {type_name(x)}")
+
+
+@builtin("append", "append(xs, v)", "add v at the end of array xs (in place) and return xs", min_args=2,
+         max_args=2, category=C)
+def append(xs, v):
+    if isinstance(xs, str) and isinstance(v, str):
+        return xs + v
+    to_list(xs, "xs").append(v)
+    return xs
+
+
+@builtin("push", "push(xs, v)", "same as append", min_args=2, max_args=2, category=C)
+def push(xs, v):
+    return append(xs, v)
+
+
+@builtin("pop", "pop(xs)", "remove and return the last element of xs", min_args=1, max_args=1, category=C)
+def pop(xs):
+    xs = to_list(xs, "xs")
+    if not xs:
+        raise BuiltinArgError("pop from an empty array")
+    return xs.pop()
+
+
+@builtin("reverse", "reverse(xs)", "a reversed copy of an array or string", min_args=1, max_args=1, category=C)
+def reverse(xs):
+    if isinstance(xs, str):
+        return xs[::-1]
+    return list(reversed(to_list(xs, "xs")))
+
+
+@builtin("sort", "sort(xs)", "a sorted copy of an array of numbers or strings", min_args=1, max_args=1,
+         category=C)
+def sort(xs):
+    try:
+        return sorted(to_list(xs, "xs"))
+    except TypeError:
+        raise BuiltinArgError("sort needs an array of only numbers or only strings") from None
+
+
+@builtin("contains", "contains(xs, v)", "whether array/string xs contains v", min_args=2, max_args=2, category=C)
+def contains(xs, v):
+    if isinstance(xs, str):
+        return to_str(v, "v") in xs
+    return any(x == v if not isinstance(x, Tensor) else False for x in to_list(xs, "xs"))
+
+
+@builtin("join", "join(xs, sep)", "the strings of xs joined with sep", min_args=2, max_args=2, category=C)
+def join(xs, sep):
+    from .formatting import format_value
+    return to_str(sep, "sep").join(format_value(x) for x in to_list(xs, "xs"))

@@ -1,0 +1,411 @@
+"""Tensor creation and shape builtins: zeros, ones, full, arange, rand, reshape, transpose, concat,
+slicing helpers, typed constructors (`f32::zeros`, `f16::from_array`, ...).
+
+Invariant: shape arguments accept lists of integral numbers (`[2.0, 3]`) and a flat numeric list is
+a 1-D tensor wherever a tensor is expected (convert.py); the default dtype is f32.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .convert import (BuiltinArgError, Tensor, core, dtype_of, list_to_numpy, to_dim, to_float, to_int,
+                      to_list, to_shape, to_tensor, type_name)
+from .registry import builtin
+
+C = "tensor"
+
+
+def _seed_from(ctx) -> int:
+    return int(ctx.rng.integers(0, 2**31 - 1))
+
+
+@builtin("zeros", "zeros(shape, [dtype])", "tensor of zeros (default f32)", min_args=1, max_args=2, category=C)
+def zeros(shape, dtype="f32"):
+    return core.zeros(to_shape(shape), dtype_of(dtype))
+
+
+@builtin("ones", "ones(shape, [dtype])", "tensor of ones (default f32)", min_args=1, max_args=2, category=C)
+def ones(shape, dtype="f32"):
+    return core.ones(to_shape(shape), dtype_of(dtype))
+
+
+@builtin("full", "full(shape, value, [dtype])", "tensor filled with value", min_args=2, max_args=3, category=C)
+def full(shape, value, dtype="f32"):
+    return core.full(to_shape(shape), to_float(value, "value"), dtype_of(dtype))
+
+
+@builtin("arange", "arange(n) | arange(start, stop, [step])", "evenly spaced values (f32)",
+         min_args=1, max_args=3, category=C)
+def arange(a, b=None, step=1):
+    if b is None:
+        return core.arange(0, to_float(a, "n"), 1, "f32")
+    s = to_float(step, "step")
+    if s == 0:
+        raise BuiltinArgError("step must not be 0")
+    return core.arange(to_float(a, "start"), to_float(b, "stop"), s, "f32")
+
+
+@builtin("rand", "rand(shape)", "uniform random values in [0, 1) from the program's seeded generator",
+         min_args=1, max_args=1, needs_ctx=True, category=C)
+def rand(ctx, shape):
+    dims = to_shape(shape)
+    return core.from_numpy(ctx.rng.random(dims, dtype=np.float32))
+
+
+@builtin("randn", "randn(shape)", "standard normal random values from the program's seeded generator",
+         min_args=1, max_args=1, needs_ctx=True, category=C)
+def randn(ctx, shape):
+    dims = to_shape(shape)
+    return core.from_numpy(ctx.rng.standard_normal(dims, dtype=np.float32))
+
+
+@builtin("tensor", "tensor(array, [dtype])", "a tensor from a (nested) numeric array",
+         min_args=1, max_args=2, category=C)
+def tensor(values, dtype=None):
+    t = to_tensor(values)
+    return t.astype(dtype_of(dtype)) if dtype is not None else t
+
+
+@builtin("shape", "shape(t)", "the shape of t as an int array", min_args=1, max_args=1, category=C)
+def shape(t):
+    if isinstance(t, list):
+        return list(list_to_numpy(t).shape)
+    return list(to_tensor(t, "t").shape)
+
+
+@builtin("numel", "numel(t)", "number of elements of t", min_args=1, max_args=1, category=C)
+def numel(t):
+    return int(to_tensor(t, "t").numel)
+
+
+@builtin("ndim", "ndim(t)", "rank of t", min_args=1, max_args=1, category=C)
+def ndim(t):
+    return int(to_tensor(t, "t").ndim)
+
+
+@builtin("dtype", "dtype(t)", "element type of t as a string (f32, f16, i64, ...)", min_args=1, max_args=1,
+         category=C)
+def dtype(t):
+    return to_tensor(t, "t").dtype
+
+
+@builtin("astype", "astype(t, dtype)", "t converted to dtype", min_args=2, max_args=2, category=C)
+def astype(t, dt):
+    return to_tensor(t, "t").astype(dtype_of(dt))
+
+
+@builtin("reshape", "reshape(t, shape)", "t with a new shape (-1 infers one dim); a view when contiguous",
+         min_args=2, max_args=2, category=C)
+def reshape(t, new_shape):
+    t = to_tensor(t, "t")
+    dims = to_shape(new_shape)
+    known = 1
+    for d in dims:
+        if d != -1:
+            known *= d
+    if dims.count(-1) > 1:
+        raise BuiltinArgError(f"shape {dims} has more than one -1")
+    if (-1 not in dims and known != t.numel) or (-1 in dims and (known == 0 or t.numel % known)):
+        raise BuiltinArgError(f"cannot reshape tensor {list(t.shape)} ({t.numel} elements) to {dims}")
+    return core.reshape(t, dims)
+
+
+@builtin("transpose", "transpose(t, [d0, d1])", "swap two dims (default: the last two)",
+         min_args=1, max_args=3, category=C)
+def transpose(t, d0=-2, d1=-1):
+    t = to_tensor(t, "t")
+    if t.ndim < 2:
+        return t
+    return core.transpose(t, to_dim(d0, t.ndim, "d0"), to_dim(d1, t.ndim, "d1"))
+
+
+@builtin("permute", "permute(t, dims)", "reorder dims", min_args=2, max_args=2, category=C)
+def permute(t, dims):
+    t = to_tensor(t, "t")
+    order = [to_dim(d, t.ndim) for d in to_list(dims, "dims")]
+    if sorted(d % t.ndim for d in order) != list(range(t.ndim)):
+        raise BuiltinArgError(f"dims {order} are not a permutation of {t.ndim} dims")
+    return core.permute(t, order)
+
+
+@builtin("flatten", "flatten(t, [start, end])", "merge dims start..end into one", min_args=1, max_args=3,
+         category=C)
+def flatten(t, start=0, end=-1):
+    t = to_tensor(t, "t")
+    if t.ndim == 0:
+        return core.reshape(t, [1])
+    return core.flatten(t, to_dim(start, t.ndim, "start"), to_dim(end, t.ndim, "end"))
+
+
+@builtin("squeeze", "squeeze(t, [dim])", "drop size-1 dims (or only dim)", min_args=1, max_args=2, category=C)
+def squeeze(t, dim=None):
+    t = to_tensor(t, "t")
+    if dim is None:
+        return core.squeeze(t)
+    d = to_dim(dim, t.ndim)
+    if t.shape[d] != 1:
+        raise BuiltinArgError(f"dim {d} of tensor {list(t.shape)} has size {t.shape[d]}, not 1")
+    return core.squeeze(t, d)
+
+
+@builtin("unsqueeze", "unsqueeze(t, dim)", "insert a size-1 dim", min_args=2, max_args=2, category=C)
+def unsqueeze(t, dim):
+    t = to_tensor(t, "t")
+    d = to_int(dim, "dim")
+    if not -(t.ndim + 1) <= d <= t.ndim:
+        raise BuiltinArgError(f"dim {d} is out of range for unsqueeze of a rank-{t.ndim} tensor")
+    return core.unsqueeze(t, d)
+
+
+@builtin("broadcast_to", "broadcast_to(t, shape)", "t broadcast to shape (NumPy rules)", min_args=2,
+         max_args=2, category=C)
+def broadcast_to(t, new_shape):
+    return core.expand(to_tensor(t, "t"), to_shape(new_shape))
+
+
+@builtin("concat", "concat(a, b, [dim]) | concat([tensors], dim)", "join tensors along dim (default 0)",
+         min_args=1, max_args=3, category=C)
+def concat(a, b=None, dim=None):
+    if isinstance(a, list) and a and all(isinstance(x, Tensor) for x in a):
+        tensors = list(a)
+        dim = b if b is not None else 0
+    else:
+        if b is None:
+            raise BuiltinArgError("concat needs two tensors (or an array of tensors)")
+        tensors = [to_tensor(a, "a"), to_tensor(b, "b")]
+        dim = 0 if dim is None else dim
+    d = to_dim(dim, tensors[0].ndim)
+    return core.concat(tensors, d)
+
+
+@builtin("stack", "stack(tensors, [dim])", "stack equal-shaped tensors along a new dim", min_args=1,
+         max_args=2, category=C)
+def stack(tensors, dim=0):
+    ts = [to_tensor(t) for t in to_list(tensors, "tensors")]
+    if not ts:
+        raise BuiltinArgError("stack needs at least one tensor")
+    return core.stack(ts, to_int(dim, "dim"))
+
+
+@builtin("slice", "slice(t, dim, start, end) | slice(t, start, end)",
+         "elements start..end (exclusive) along dim (default 0); a view", min_args=3, max_args=4, category=C)
+def slice_(t, a, b, c=None):
+    t = to_tensor(t, "t")
+    if c is None:
+        dim, start, stop = 0, a, b
+    else:
+        dim, start, stop = a, b, c
+    d = to_dim(dim, t.ndim)
+    n = t.shape[d]
+    s, e = to_int(start, "start"), to_int(stop, "end")
+    s, e, _ = slice(s, e).indices(n)
+    return core.slice(t, d, s, max(s, e), 1)
+
+
+@builtin("slice_last", "slice_last(t, axis)", "the last element along axis (that axis removed)",
+         min_args=1, max_args=2, category=C)
+def slice_last(t, axis=0):
+    t = to_tensor(t, "t")
+    d = to_dim(axis, t.ndim)
+    return core.select(t, d, t.shape[d] - 1)
+
+
+@builtin("select", "select(t, dim, index)", "the slice at index along dim (dim removed)", min_args=3,
+         max_args=3, category=C)
+def select(t, dim, index):
+    t = to_tensor(t, "t")
+    d = to_dim(dim, t.ndim)
+    i = to_int(index, "index")
+    n = t.shape[d]
+    if not -n <= i < n:
+        raise BuiltinArgError(f"index {i} is out of range for dim {d} of size {n}")
+    return core.select(t, d, i % n)
+
+
+@builtin("gather", "gather(t, ids, [dim])", "rows (or entries along dim) of t picked by integer ids",
+         min_args=2, max_args=3, category=C)
+def gather(t, ids, dim=0):
+    t = to_tensor(t, "t")
+    idx = ids if isinstance(ids, Tensor) else core.from_numpy(np.asarray(
+        [to_int(i, "id") for i in (ids if isinstance(ids, list) else [ids])], dtype=np.int64))
+    d = to_dim(dim, t.ndim)
+    n = t.shape[d]
+    host = idx.numpy()
+    if host.size and (host.min() < -n or host.max() >= n):
+        raise BuiltinArgError(f"ids out of range for dim {d} of size {n}")
+    if host.size and host.min() < 0:
+        idx = core.from_numpy(np.where(host < 0, host + n, host).astype(np.int64))
+    return core.index_select(t, d, idx)
+
+
+@builtin("index_select", "index_select(t, dim, ids)", "entries of t along dim picked by ids", min_args=3,
+         max_args=3, category=C)
+def index_select(t, dim, ids):
+    return gather(t, ids, dim)
+
+
+@builtin("scatter", "scatter(t, dim, ids, src)", "copy of t with slices along dim at ids replaced by src",
+         min_args=4, max_args=4, category=C)
+def scatter(t, dim, ids, src):
+    t = to_tensor(t, "t")
+    d = to_dim(dim, t.ndim)
+    arr = t.numpy().copy()
+    id_list = ids.numpy().reshape(-1).tolist() if isinstance(ids, Tensor) else (
+        ids if isinstance(ids, list) else [ids])
+    n = t.shape[d]
+    positions = []
+    for i in id_list:
+        i = to_int(i, "id")
+        if not -n <= i < n:
+            raise BuiltinArgError(f"id {i} out of range for dim {d} of size {n}")
+        positions.append(i % n)
+    src_arr = to_tensor(src, "src").numpy()
+    moved = np.moveaxis(arr, d, 0)
+    try:
+        moved[positions] = np.moveaxis(src_arr, d, 0) if src_arr.ndim == arr.ndim else src_arr
+    except ValueError:
+        raise BuiltinArgError(f"src {list(src_arr.shape)} does not fit {len(positions)} slices of "
+                              f"tensor {list(t.shape)} along dim {d}") from None
+    return core.from_numpy(arr, t.dtype)
+
+
+@builtin("chunk", "chunk(t, n, [dim])", "split t into n nearly equal parts (an array)", min_args=2,
+         max_args=3, category=C)
+def chunk(t, n, dim=0):
+    t = to_tensor(t, "t")
+    k = to_int(n, "n")
+    if k <= 0:
+        raise BuiltinArgError("n must be positive")
+    return list(core.chunk(t, k, to_dim(dim, t.ndim)))
+
+
+@builtin("split", "split(t, size_or_sizes, [dim])", "split t into pieces of a size (or a list of sizes)",
+         min_args=2, max_args=3, category=C)
+def split(t, sizes, dim=0):
+    if isinstance(t, str):
+        return t.split(sizes) if isinstance(sizes, str) else t.split()
+    t = to_tensor(t, "t")
+    d = to_dim(dim, t.ndim)
+    if isinstance(sizes, list):
+        parts = [to_int(s, "size") for s in sizes]
+        if sum(parts) != t.shape[d]:
+            raise BuiltinArgError(f"sizes {parts} do not add up to {t.shape[d]}")
+        return list(core.split(t, parts, d))
+    size = to_int(sizes, "size")
+    if size <= 0:
+        raise BuiltinArgError("size must be positive")
+    n = t.shape[d]
+    return list(core.split(t, [min(size, n - s) for s in range(0, n, size)], d))
+
+
+@builtin("contiguous", "contiguous(t)", "a contiguous copy of t (t itself if already contiguous)",
+         min_args=1, max_args=1, category=C)
+def contiguous(t):
+    return core.contiguous(to_tensor(t, "t"))
+
+
+@builtin("copy_", "copy_(dst, src)", "write src into dst (a tensor or a view) in place; returns dst",
+         min_args=2, max_args=2, category=C)
+def copy_(dst, src):
+    if not isinstance(dst, Tensor):
+        raise BuiltinArgError(f"dst must be a tensor, got {type_name(dst)}")
+    core.copy_(dst, to_tensor(src, "src"))
+    return dst
+
+
+@builtin("to_int", "to_int(x)", "an int from a number or a one-element tensor", min_args=1, max_args=1,
+         category=C)
+def to_int_builtin(x):
+    if isinstance(x, float):
+        return int(x)
+    if isinstance(x, Tensor):
+        if x.numel != 1:
+            raise BuiltinArgError(f"to_int needs one element, got tensor {list(x.shape)}")
+        return int(x.item())
+    if isinstance(x, str):
+        try:
+            return int(x.strip())
+        except ValueError:
+            raise BuiltinArgError(f"cannot convert {x!r} to int") from None
+    return to_int(x, "x")
+
+
+@builtin("to_float", "to_float(x)", "a float from a number or a one-element tensor", min_args=1, max_args=1,
+         category=C)
+def to_float_builtin(x):
+    if isinstance(x, str):
+        try:
+            return float(x.strip())
+        except ValueError:
+            raise BuiltinArgError(f"cannot convert {x!r} to float") from None
+    return to_float(x, "x")
+
+
+@builtin("item", "item(t)", "the single value of a one-element tensor as a number", min_args=1, max_args=1,
+         category=C)
+def item(t):
+    t = to_tensor(t, "t")
+    if t.numel != 1:
+        raise BuiltinArgError(f"item needs one element, got tensor {list(t.shape)}")
+    return t.item()
+
+
+@builtin("to_list", "to_list(t)", "the values of a tensor as a (nested) array", min_args=1, max_args=1,
+         category=C)
+def to_list_builtin(t):
+    arr = to_tensor(t, "t").numpy()
+    if arr.dtype == np.float16:
+        arr = arr.astype(np.float32)
+    return arr.tolist()
+
+
+@builtin("positional_encoding", "positional_encoding(seq_len, d_model)",
+         "sinusoidal position encodings [seq_len, d_model] (sin on even, cos on odd columns)",
+         min_args=2, max_args=2, category=C)
+def positional_encoding(seq_len, d_model):
+    n, d = to_int(seq_len, "seq_len"), to_int(d_model, "d_model")
+    if n < 0 or d <= 0:
+        raise BuiltinArgError("seq_len must be >= 0 and d_model > 0")
+    pos = np.arange(n, dtype=np.float64)[:, None]
+    i = np.arange(d, dtype=np.float64)[None, :]
+    angle = pos / np.power(10000.0, (2 * (i // 2)) / d)
+    pe = np.where(i % 2 == 0, np.sin(angle), np.cos(angle)).astype(np.float32)
+    return core.from_numpy(pe)
+
+
+def _register_typed(prefix: str, dt: str) -> None:
+    @builtin(f"{prefix}::zeros", f"{prefix}::zeros(shape)", f"{dt} tensor of zeros", min_args=1, max_args=1,
+             category=C)
+    def typed_zeros(shape):
+        return core.zeros(to_shape(shape), dt)
+
+    @builtin(f"{prefix}::ones", f"{prefix}::ones(shape)", f"{dt} tensor of ones", min_args=1, max_args=1,
+             category=C)
+    def typed_ones(shape):
+        return core.ones(to_shape(shape), dt)
+
+    @builtin(f"{prefix}::full", f"{prefix}::full(shape, value)", f"{dt} tensor filled with value", min_args=2,
+             max_args=2, category=C)
+    def typed_full(shape, value):
+        return core.full(to_shape(shape), to_float(value, "value"), dt)
+
+    @builtin(f"{prefix}::arange", f"{prefix}::arange(n | start, stop, [step])", f"{dt} evenly spaced values",
+             min_args=1, max_args=3, category=C)
+    def typed_arange(a, b=None, step=1):
+        return arange(a, b, step).astype(dt)
+
+    @builtin(f"{prefix}::from_array", f"{prefix}::from_array(array, [shape])",
+             f"{dt} tensor from a (nested) numeric array, optionally reshaped", min_args=1, max_args=2,
+             category=C)
+    def typed_from_array(values, shape=None):
+        t = to_tensor(values).astype(dt)
+        return reshape(t, shape) if shape is not None else t
+
+    @builtin(f"{prefix}::rand", f"{prefix}::rand(shape)", f"{dt} uniform random values", min_args=1,
+             max_args=1, needs_ctx=True, category=C)
+    def typed_rand(ctx, shape):
+        return rand(ctx, shape).astype(dt)
+
+
+for _prefix, _dt in (("f32", "f32"), ("f16", "f16"), ("i32", "i32"), ("i64", "i64"), ("bf16", "bf16")):
+    _register_typed(_prefix, _dt)
