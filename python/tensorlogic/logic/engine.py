@@ -19,6 +19,8 @@ interpreter wants back on a LogicError it raises, e.g. the AST node's (line, col
     engine.relation_tensor("Ancestor")   # NumPy array over entity indices (bool, or float32 if weighted)
     engine.has_relation("Parent")        # lets the interpreter tell a relation call from a function call
 
+Rule bodies may also hold `Comparison(op, left, right, pos)` (op in == != < <= > >=, e.g. `X != Y`):
+constants compare numbers numerically and names alphabetically.
 Terms: `Name(text)` for a bare identifier (the engine decides variable vs constant: see terms.py),
 `Const(value)` for a string or integer literal, `Var(name)` to force a variable; `not` atoms have
 `negated=True`. Every error is a LogicError subclass (errors.py) with `.message` and `.pos`.

@@ -175,8 +175,9 @@ class _Evaluator:
                 self.fail(f"only the first argument of {name} may carry indices", node)
             extra.append(float(np.asarray(self.ops.to_numpy(scalar.tensor))))
         host = self.ops.to_numpy(value.tensor)
-        if self.call is not None:
-            result = self.call(name, [host] + extra)
+        if self.call is not None:  # TL functions take TL tensors (native when the runtime is built)
+            argument = self.ops.from_numpy(host) if self.ops.name == "core" else host
+            result = self.call(name, [argument] + extra)
             result = self.to_host(result, f"{name}(...)", node)
         elif name == "sigmoid_t" and len(extra) == 1:
             from .builtins import sigmoid_t_host  # noqa: PLC0415
