@@ -1,12 +1,13 @@
-// See thread_pool.h for the invariants. A job is published by writing fn_/ctx_/n_tasks_ and
-// then incrementing generation_ (seq_cst); workers that observe the new generation claim task
-// indices with next_task_.fetch_add, and the publisher waits until busy_workers_ drops to 0.
-// Lost wake-ups are impossible: a worker registers in sleepers_ under sleep_mutex_ before it
-// re-checks generation_, and the publisher reads sleepers_ after bumping generation_.
+// See thread_pool.h for the invariants. Publishing a job: write fn_/ctx_, reset done_, then
+// store the job word (seq_cst) with a new generation, the task count and index 0. Claiming:
+// CAS the word from (gen, n, i) to (gen, n, i + 1) only while the generation matches and i < n;
+// a successful claim proves the job is still running, so fn_/ctx_ are that job's. The publisher
+// returns when done_ reaches n. Lost wake-ups are impossible: a worker registers in sleepers_
+// under sleep_mutex_ before re-checking the job word; the publisher reads sleepers_ after
+// storing it.
 #include "thread_pool.h"
 
 #include <chrono>
-#include <type_traits>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -14,26 +15,45 @@
 #elif defined(__aarch64__)
 #define TL_CPU_RELAX() asm volatile("yield" ::: "memory")
 #else
-#define TL_CPU_RELAX() std::this_thread::yield()
+#define TL_CPU_RELAX() ((void)0)
 #endif
 
 namespace tl::cpu {
 namespace {
+
 thread_local bool t_inside_pool_task = false;
-// How long an idle worker keeps spinning for the next job before it sleeps.
-constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+constexpr int kIndexBits = 24;
+constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+constexpr int64_t kMaxTasks = static_cast<int64_t>(kIndexMask);
+
+inline uint64_t gen_of(uint64_t w) { return w >> 48; }
+inline int64_t count_of(uint64_t w) { return static_cast<int64_t>((w >> kIndexBits) & kIndexMask); }
+inline int64_t index_of(uint64_t w) { return static_cast<int64_t>(w & kIndexMask); }
+
+// Idle workers poll with pause for kSpinPause, then keep polling with yields (giving the core
+// to any runnable thread, e.g. the interpreter) until kSpinTotal, then sleep.
+constexpr auto kSpinPause = std::chrono::microseconds(20);
+constexpr auto kSpinTotal = std::chrono::microseconds(300);
+
+struct InsideTask {
+  bool saved;
+  InsideTask() : saved(t_inside_pool_task) { t_inside_pool_task = true; }
+  ~InsideTask() { t_inside_pool_task = saved; }
+};
+
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   size_ = std::max(1, threads);
-  workers_.reserve(size_ - 1);
-  for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  workers_.reserve(static_cast<size_t>(size_ - 1));
+  for (int i = 1; i < size_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   stop_.store(true);
-  generation_.fetch_add(1);
+  job_.fetch_add(uint64_t{1} << 48);  // a new generation wakes every waiter
   {
     std::lock_guard<std::mutex> lock(sleep_mutex_);
   }
@@ -41,41 +61,41 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::execute_tasks() {
-  bool was_inside = t_inside_pool_task;
-  t_inside_pool_task = true;
+void ThreadPool::work_on(uint64_t gen) {
+  InsideTask inside;
+  uint64_t w = job_.load(std::memory_order_acquire);
   for (;;) {
-    int64_t i = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= n_tasks_) break;
-    fn_(ctx_, i);
+    if (gen_of(w) != gen || index_of(w) >= count_of(w)) return;
+    if (!job_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    fn_(ctx_, index_of(w));
+    done_.fetch_add(1, std::memory_order_release);
+    w = job_.load(std::memory_order_acquire);
   }
-  t_inside_pool_task = was_inside;
 }
 
 void ThreadPool::run_impl(int64_t n_tasks, TaskFn fn, void* ctx) {
-  std::unique_lock<std::mutex> lock(run_mutex_, std::try_to_lock);
-  if (workers_.empty() || t_inside_pool_task || !lock.owns_lock() || n_tasks == 1) {
-    bool was_inside = t_inside_pool_task;
-    t_inside_pool_task = true;
+  std::unique_lock<std::mutex> lock(run_mutex_, std::defer_lock);
+  const bool serial = workers_.empty() || t_inside_pool_task || n_tasks == 1 || n_tasks > kMaxTasks ||
+                      !lock.try_lock();
+  if (serial) {
+    InsideTask inside;
     for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i);
-    t_inside_pool_task = was_inside;
     return;
   }
   fn_ = fn;
   ctx_ = ctx;
-  n_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  busy_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: publishes the job
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = (gen_of(job_.load()) + 1) & 0xffff;
+  job_.store((gen << 48) | (static_cast<uint64_t>(n_tasks) << kIndexBits));  // seq_cst publish
   if (sleepers_.load() > 0) {
     { std::lock_guard<std::mutex> g(sleep_mutex_); }
     wake_.notify_all();
   }
-  execute_tasks();
-  // Tasks may still run on workers; wait for all of them to leave the job.
+  work_on(gen);
+  // Every task is claimed; wait for the ones still running on workers.
   int spins = 0;
-  while (busy_workers_.load(std::memory_order_acquire) != 0) {
-    if (++spins < 4096) {
+  while (done_.load(std::memory_order_acquire) != n_tasks) {
+    if (++spins < 2048) {
       TL_CPU_RELAX();
     } else {
       std::this_thread::yield();
@@ -83,26 +103,31 @@ void ThreadPool::run_impl(int64_t n_tasks, TaskFn fn, void* ctx) {
   }
 }
 
-void ThreadPool::worker_loop(int) {
-  uint64_t seen = 0;
+void ThreadPool::worker_loop() {
+  uint64_t seen = gen_of(job_.load());
   for (;;) {
-    // Spin for a short while, then sleep until a new generation is published.
     auto spin_start = std::chrono::steady_clock::now();
     int polls = 0;
-    while (generation_.load(std::memory_order_acquire) == seen) {
-      TL_CPU_RELAX();
-      if ((++polls & 63) == 0 && std::chrono::steady_clock::now() - spin_start > kSpinTime) {
-        std::unique_lock<std::mutex> lock(sleep_mutex_);
-        sleepers_.fetch_add(1);
-        while (generation_.load() == seen) wake_.wait(lock);
-        sleepers_.fetch_sub(1);
-        break;
+    while (gen_of(job_.load(std::memory_order_acquire)) == seen) {
+      if ((++polls & 31) != 0) {
+        TL_CPU_RELAX();
+        continue;
       }
+      auto idle = std::chrono::steady_clock::now() - spin_start;
+      if (idle < kSpinPause) continue;
+      if (idle < kSpinTotal) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      sleepers_.fetch_add(1);
+      while (gen_of(job_.load()) == seen) wake_.wait(lock);
+      sleepers_.fetch_sub(1);
+      break;
     }
-    seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    execute_tasks();
-    busy_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    seen = gen_of(job_.load(std::memory_order_acquire));
+    work_on(seen);
   }
 }
 
