@@ -62,7 +62,6 @@ class MetalDevice {
     __unsafe_unretained id<MTLBuffer> placeholder = nil;
   };
   Handles handles() const;
-  size_t live_buffer_count() const;
 
  private:
   id<MTLDevice> device_ = nil;

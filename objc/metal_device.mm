@@ -188,10 +188,5 @@ MetalDevice::Handles MetalDevice::handles() const {
   }
 }
 
-size_t MetalDevice::live_buffer_count() const {
-  std::lock_guard<std::mutex> lock(buffers_mutex_);
-  return live_buffers_.size();
-}
-
 }  // namespace metal
 }  // namespace tl
