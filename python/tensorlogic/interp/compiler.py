@@ -739,6 +739,8 @@ class Compiler:
 
         if fallback is not None and name not in interp.global_names:
             return lambda f: fallback
+        if fallback is None and name not in interp.global_names:
+            interp.unresolved_names.append((name, self.span(e)))
 
         def ev_global(f):
             v = g.get(name, UNSET)
@@ -1087,6 +1089,11 @@ class Compiler:
 
     def _user_call(self, fv: FunctionValue, args, e, scope: Scope):
         caller = scope.fn.name
+        nparams = len(fv.decl.params) - (1 if fv.is_method and fv.owner is not None and isinstance(
+            e.func, ast.Name) else 0)
+        if len(args) != nparams:
+            self.interp.static_errors.append(self.error(
+                f"{fv.qualified_name} takes {nparams} argument{'s' if nparams != 1 else ''}, got {len(args)}", e))
         invoke = self._invoke
         n = len(args)
         if n == 0:

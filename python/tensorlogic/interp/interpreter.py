@@ -83,6 +83,7 @@ class Interpreter:
         self.depth = 0
         self.static_errors: list[TLError] = []
         self.unresolved_calls: list[tuple[str, SourceSpan]] = []
+        self.unresolved_names: list[tuple[str, SourceSpan]] = []
         self.ctx = RunContext(self, out if out is not None else sys.stdout, stdin, seed)
         self._logic = None
         self._logic_decls: list[Callable[[Any], None]] = []

@@ -1,0 +1,312 @@
+"""The `tl` command.
+
+    tl run [--test | --bench] [--backend cpu|cuda|metal] [--memory-check] [--seed N] [--debug] FILE
+    tl test FILE            same as `tl run --test FILE`
+    tl check FILE...        parse and static checks only (undefined names, arity, break outside loops)
+    tl repl                 interactive prompt (also reads piped input)
+    tl help builtins | tl help NAME
+    tl generate | chat | model ...   (model commands, from tensorlogic.models.cli)
+    tl --version
+
+Exit status: 0 success; 1 a TL error (syntax, runtime, import) or a failed test; 2 a usage error
+(bad options, missing/unreadable file); 3 `--memory-check` found device bytes still live after
+teardown. Invariant: a TL user never sees a Python traceback unless they pass --debug.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from . import __version__
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LEAK = 0, 1, 2, 3
+
+
+class _ArgParser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors: one line and exit status 2
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"tl: error: {message}\n")
+        sys.exit(EXIT_USAGE)
+
+
+def _check_file(path: str) -> str | None:
+    """One clear line when FILE cannot be a TL source file, else None."""
+    if not os.path.exists(path):
+        return f"tl: {path}: no such file"
+    if os.path.isdir(path):
+        return f"tl: {path}: is a directory, not a .tl file"
+    if not os.access(path, os.R_OK):
+        return f"tl: {path}: permission denied"
+    try:
+        with open(path, "rb") as f:
+            f.read().decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"tl: {path}: not UTF-8 text (bad byte at offset {e.start})"
+    except OSError as e:
+        return f"tl: {path}: cannot read ({e.strerror or e})"
+    return None
+
+
+def _select_backend(name: str | None) -> str | None:
+    """Initialize `_core` on the requested backend; returns an error line or None."""
+    if name is None and not os.environ.get("TL_BACKEND"):
+        return None
+    try:
+        from .builtins.convert import CORE_AVAILABLE, core
+        if not CORE_AVAILABLE:
+            return "tl: the tensor runtime (tensorlogic._core) is not built"
+        core.init(name or os.environ.get("TL_BACKEND"))
+    except Exception as e:  # BackendUnavailable and friends: one line
+        return f"tl: backend {name or os.environ.get('TL_BACKEND')}: {str(e).splitlines()[0] if str(e) else e}"
+    return None
+
+
+def _print_error(err: BaseException, debug: bool) -> None:
+    from .lang.errors import TLError
+    if debug:
+        traceback.print_exception(err)
+    if isinstance(err, TLError):
+        sys.stderr.write(err.format() + "\n")
+    else:
+        sys.stderr.write(f"tl: internal error: {type(err).__name__}: {err}\n"
+                         "(this is a bug in TensorLogic; run with --debug for the Python traceback)\n")
+
+
+def _release_everything(interp) -> None:
+    interp.close()
+    try:
+        from .builtins import models as model_builtins  # the models helper's registry of open models
+        release = getattr(model_builtins, "release_all", None) or getattr(model_builtins, "close_all_models", None)
+        if release is not None:
+            release()
+    except ImportError:
+        pass
+
+
+def _memory_check(out) -> int:
+    import gc
+
+    from .builtins.convert import CORE_AVAILABLE, core
+    if not CORE_AVAILABLE:
+        out.write("memory check: tensor runtime not built; nothing to check\n")
+        return EXIT_OK
+    gc.collect()
+    core.synchronize()
+    core.clear_cache()
+    stats = dict(core.memory_stats())
+    keys = ["live_bytes", "live_tensors", "peak_bytes", "cached_bytes", "reserved_bytes", "allocations", "frees",
+            "pool_hits", "pool_misses", "reservation_hits", "command_buffers_committed",
+            "command_buffers_in_flight"]
+    out.write("memory ledger after teardown:\n")
+    for k in keys:
+        if k in stats:
+            out.write(f"  {k:28s} {stats[k]}\n")
+    live = int(stats.get("live_bytes", 0))
+    if live != 0:
+        out.write(f"memory check FAILED: {live} device bytes still live\n")
+        return EXIT_LEAK
+    out.write("memory check passed: 0 live bytes\n")
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    from .interp.interpreter import Interpreter
+    from .lang.errors import TLError
+    bad = _check_file(args.file)
+    if bad:
+        sys.stderr.write(bad + "\n")
+        return EXIT_USAGE
+    err_line = _select_backend(args.backend)
+    if err_line:
+        sys.stderr.write(err_line + "\n")
+        return EXIT_USAGE
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
+    interp = Interpreter(seed=args.seed)
+    status = EXIT_OK
+    try:
+        try:
+            loaded = interp.load_file(args.file)
+            interp.run_top_level(loaded)
+            if args.test:
+                status = _run_tests(interp, loaded)
+            elif args.bench:
+                _run_benches(interp, loaded)
+            else:
+                interp.run_main(loaded)
+        except TLError as e:
+            _drop_traceback(e, args.debug)
+            _print_error(e, args.debug)
+            status = EXIT_ERROR
+        except KeyboardInterrupt:
+            sys.stderr.write("tl: interrupted\n")
+            status = EXIT_ERROR
+        except Exception as e:  # noqa: BLE001 - an interpreter bug: one message, never a raw traceback
+            _drop_traceback(e, args.debug)
+            _print_error(e, args.debug)
+            status = EXIT_ERROR
+        sys.stdout.flush()
+    finally:
+        _release_everything(interp)
+        del interp
+    if args.memory_check:
+        leak = _memory_check(sys.stdout)
+        if leak:
+            return EXIT_LEAK
+    return status
+
+
+def _drop_traceback(e: BaseException, debug: bool) -> None:
+    """Drop Python frames held by the error (they hold program values) unless --debug wants them."""
+    if debug:
+        return
+    e.__traceback__ = None
+    e.__context__ = None
+    e.__cause__ = None
+
+
+def _run_tests(interp, loaded) -> int:
+    if not loaded.tests:
+        print("no tests found")
+        return EXIT_OK
+
+    def report(outcome):
+        if outcome.passed:
+            print(f"test {outcome.name} ... ok")
+        else:
+            print(f"test {outcome.name} ... FAILED")
+            _drop_traceback(outcome.error, False)
+            print("    " + outcome.error.format().replace("\n", "\n    "))
+        sys.stdout.flush()
+    outcomes = interp.run_tests(loaded, report)
+    passed = sum(o.passed for o in outcomes)
+    failed = len(outcomes) - passed
+    print(f"{passed} passed, {failed} failed")
+    return EXIT_OK if failed == 0 else EXIT_ERROR
+
+
+def _run_benches(interp, loaded) -> None:
+    if not loaded.benches:
+        print("no benches found")
+        return
+
+    def report(name, runs, mean_s, min_s):
+        print(f"bench {name}: mean {mean_s * 1e3:.3f} ms, min {min_s * 1e3:.3f} ms ({runs} runs)")
+        sys.stdout.flush()
+    interp.run_benches(loaded, report)
+
+
+def cmd_check(args) -> int:
+    from .interp.static_check import check_file
+    status = EXIT_OK
+    for path in args.files:
+        bad = _check_file(path)
+        if bad:
+            sys.stderr.write(bad + "\n")
+            return EXIT_USAGE
+        errors = check_file(path)
+        for e in errors:
+            sys.stderr.write(e.format(show_trace=False) + "\n")
+        if errors:
+            status = EXIT_ERROR
+        else:
+            print(f"{path}: ok")
+    return status
+
+
+def cmd_repl(args) -> int:
+    from .repl import run_repl
+    err_line = _select_backend(args.backend)
+    if err_line:
+        sys.stderr.write(err_line + "\n")
+        return EXIT_USAGE
+    return run_repl(seed=args.seed)
+
+
+def cmd_help(args) -> int:
+    from . import builtins as _builtins  # noqa: F401 - registers the table
+    from .builtins.registry import BUILTINS
+    topic = args.topic
+    if topic in (None, "builtins"):
+        by_category: dict[str, list] = {}
+        for b in BUILTINS.values():
+            by_category.setdefault(b.category, []).append(b)
+        for category in sorted(by_category):
+            print(f"{category}:")
+            for b in sorted(by_category[category], key=lambda b: b.name):
+                print(f"  {b.signature:52s} {b.doc}")
+        return EXIT_OK
+    b = BUILTINS.get(topic)
+    if b is None:
+        close = [n for n in BUILTINS if topic.lower() in n.lower()]
+        sys.stderr.write(f"tl: no builtin named '{topic}'" + (f" (similar: {', '.join(sorted(close)[:8])})"
+                                                             if close else "") + "\n")
+        return EXIT_ERROR
+    print(f"{b.signature}\n    {b.doc}\n    category: {b.category}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgParser(prog="tl", description="TensorLogic: run .tl programs")
+    parser.add_argument("--version", action="version", version=f"tl {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_ArgParser)
+
+    def add_run_options(p):
+        p.add_argument("--backend", choices=["cpu", "cuda", "metal"], help="device backend (overrides TL_BACKEND)")
+        p.add_argument("--memory-check", action="store_true",
+                       help="after teardown print the memory ledger; exit 3 if device bytes are still live")
+        p.add_argument("--seed", type=int, default=None, help="seed the random generator (rand, sampling)")
+        p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+        p.add_argument("file", help="the .tl program")
+
+    run = sub.add_parser("run", help="run a program")
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument("--test", action="store_true", help="run the program's test blocks")
+    mode.add_argument("--bench", action="store_true", help="run the program's bench blocks")
+    add_run_options(run)
+    run.set_defaults(func=cmd_run)
+
+    test = sub.add_parser("test", help="run a program's test blocks")
+    add_run_options(test)
+    test.set_defaults(func=cmd_run, test=True, bench=False)
+
+    check = sub.add_parser("check", help="parse and check programs without running them")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.set_defaults(func=cmd_check)
+
+    repl = sub.add_parser("repl", help="interactive prompt")
+    repl.add_argument("--backend", choices=["cpu", "cuda", "metal"])
+    repl.add_argument("--seed", type=int, default=None)
+    repl.set_defaults(func=cmd_repl)
+
+    helpp = sub.add_parser("help", help="builtin reference: `tl help builtins` or `tl help NAME`")
+    helpp.add_argument("topic", nargs="?", default=None)
+    helpp.set_defaults(func=cmd_help)
+
+    try:
+        from .models.cli import register_commands
+    except ImportError:
+        register_commands = None
+    if register_commands is not None:
+        register_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        sys.stderr.write("tl: interrupted\n")
+        return EXIT_ERROR
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""`tl check`: everything that can be found without running a program.
+
+Finds syntax errors, import errors (missing files, cycles), compile errors (`break` outside a loop,
+unknown cast types, bad logic statements), calls with the wrong number of arguments to builtins and
+user functions, and names or functions defined nowhere. Invariant: nothing of the program runs
+(no top-level statement, no main), so checking has no side effects.
+"""
+from __future__ import annotations
+
+import io
+
+from ..lang.errors import TLError, TLRuntimeError
+from .interpreter import Interpreter
+
+
+def check_file(path: str) -> list[TLError]:
+    interp = Interpreter(out=io.StringIO())
+    try:
+        interp.load_file(path)
+    except TLError as e:
+        e.__traceback__ = None
+        return [e]
+    errors: list[TLError] = list(interp.static_errors)
+    known = set(interp.functions) | set(interp.global_names) | set(interp.structs)
+    seen: set[tuple[str, int, int]] = set()
+    for name, span in interp.unresolved_calls:
+        if name not in known and (name, span.line, span.column) not in seen:
+            seen.add((name, span.line, span.column))
+            errors.append(TLRuntimeError(f"undefined function '{name}'", span))
+    for name, span in interp.unresolved_names:
+        if name not in known and (name, span.line, span.column) not in seen:
+            seen.add((name, span.line, span.column))
+            errors.append(TLRuntimeError(f"undefined name '{name}'", span))
+    errors.sort(key=lambda e: (e.span.filename, e.span.line, e.span.column) if e.span else ("", 0, 0))
+    interp.close()
+    return errors
