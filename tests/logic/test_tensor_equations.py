@@ -93,3 +93,14 @@ def test_equation_errors_name_the_problem():
 def test_einsum_indexed_python_api():
     a = np.ones((2, 3), np.float32)
     np.testing.assert_allclose(einsum_indexed(("i",), [(a, ("i", "j"))]), [3.0, 3.0])
+
+
+def test_scalars_broadcast_and_extra_function_arguments():
+    w = np.array([[1.0, 0.5], [-1.0, 2.0]], np.float32)
+    x = np.array([2.0, 1.0], np.float32)
+    doubled = equation("D", ["i"], ast.BinOp(1, 1, "*", ast.FloatLit(1, 1, 2.0), idx("X", "i")))
+    np.testing.assert_allclose(evaluate_tensor_equation(doubled, {"X": x}.__getitem__, ops=NumpyOps()), 2 * x)
+    soft = equation("H", ["i"], ast.Call(1, 1, ast.Name(1, 1, "sigmoid_t"), (
+        ast.JuxtProduct(1, 1, (idx("W", "i", "j"), idx("X", "j"))), ast.FloatLit(1, 1, 0.5))))
+    h = evaluate_tensor_equation(soft, {"W": w, "X": x}.__getitem__, ops=NumpyOps())
+    np.testing.assert_allclose(h, 1 / (1 + np.exp(-(w @ x) / 0.5)), rtol=1e-6)

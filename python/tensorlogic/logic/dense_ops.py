@@ -13,7 +13,7 @@ class NumpyOps:
     name = "numpy"
 
     def from_numpy(self, array: np.ndarray):
-        return np.ascontiguousarray(array, dtype=np.float32)
+        return np.asarray(array, dtype=np.float32, order="C")
 
     def to_numpy(self, tensor) -> np.ndarray:
         return np.asarray(tensor, dtype=np.float32)
@@ -84,7 +84,7 @@ class CoreOps:
         self.core = core_module
 
     def from_numpy(self, array: np.ndarray):
-        return self.core.from_numpy(np.ascontiguousarray(array, dtype=np.float32), dtype="f32")
+        return self.core.from_numpy(np.asarray(array, dtype=np.float32, order="C"), dtype="f32")
 
     def to_numpy(self, tensor) -> np.ndarray:
         return tensor.numpy()
