@@ -97,7 +97,7 @@ def run_one(case: str, evaluator: str, kind: str, nodes: int, check: bool) -> di
         info["closure"] = len(table)
         stats = [s for s in engine.last_stats if "Ancestor" in s.relations][0]
         info["rounds"] = stats.iterations
-        info["mode"] = stats.mode
+        info["mode"] = f"{stats.mode} on {stats.backend}"
         info["peak_mib"] = rss_mib()  # before the check below builds Python sets
         if check:
             values = np.array(engine.domains["entity"].values, dtype=np.int64)
@@ -151,7 +151,7 @@ def main() -> None:
 
 
 def print_table(rows: list[dict]) -> None:
-    header = ("case", "evaluator", "nodes", "edges", "closure", "rounds", "seconds", "peak MiB", "+MiB", "check")
+    header = ("case", "evaluator", "runs", "nodes", "edges", "closure", "rounds", "seconds", "peak MiB", "+MiB", "check")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for r in rows:
@@ -159,7 +159,8 @@ def print_table(rows: list[dict]) -> None:
             print(f"| {r['case']} | {r['evaluator']} | {r['error']} |")
             continue
         check = {True: "= baseline", False: "MISMATCH", None: ""}[r.get("matches_baseline")]
-        print(f"| {r['case']} | {r['evaluator']} | {r['nodes']:,} | {r['edges']:,} | {r['closure']:,} | "
+        runs = r.get("mode", "Python sets")
+        print(f"| {r['case']} | {r['evaluator']} | {runs} | {r['nodes']:,} | {r['edges']:,} | {r['closure']:,} | "
               f"{r['rounds'] if r['rounds'] is not None else ''} | {r['seconds']:.2f} | "
               f"{r['peak_mib']:.0f} | {r['growth_mib']:.0f} | {check} |")
 

@@ -142,3 +142,18 @@ def test_declared_entity_types_keep_separate_domains(mode):
     assert answers(engine, "Visits(X, C)") == [("ann", "rome")]
     assert engine.relation_tensor("Lives").shape == (2, 2)
     assert engine.relation_axes("Visits") == [["ann", "bob"], ["paris", "rome"]]
+
+
+def test_empty_relations_and_zero_arity_propositions(mode):
+    from tensorlogic.logic import LogicEngine
+    from conftest import MODES
+    engine = LogicEngine(**MODES[mode])
+    engine.declare_relation("Parent", ["person", "person"])
+    engine.declare_relation("Flag", [])
+    for rule in ANCESTOR + ["Any() <- Flag()", "Quiet() <- not Any()"]:
+        engine.add_rule(__import__("tensorlogic.logic", fromlist=["parse_rule"]).parse_rule(rule))
+    assert answers(engine, "Ancestor(X, Y)") == []
+    assert engine.relation_tensor("Ancestor").shape == (0, 0)
+    assert answers(engine, "Any()") is False and answers(engine, "Quiet()") is True
+    engine.add_fact(parse_atom("Flag()"))
+    assert answers(engine, "Any()") is True and answers(engine, "Quiet()") is False

@@ -62,6 +62,7 @@ class RelationInfo:
 class StratumStats:
     relations: tuple
     mode: str  # "dense" or "sparse"
+    backend: str  # where it ran: "core" (the native runtime), "numpy"
     soft: bool
     iterations: int
     seconds: float
@@ -220,7 +221,8 @@ class LogicEngine:
             stratum = set(component)
             soft = any(r.temperature > 0 for r in rules)
             touched = stratum | {a.relation for r in rules for a in r.body}
-            dense = all(key_space(tables[name].sizes) <= self.dense_limit for name in touched)
+            dense = all(key_space(tables[name].sizes) <= self.dense_limit and 0 not in tables[name].sizes
+                        for name in touched)
             started = time.perf_counter()
             if dense and self._dense_evaluator is not None:
                 from .dense_eval import DenseStratum
@@ -231,7 +233,8 @@ class LogicEngine:
                                        self.max_soft_iterations)
                 dense = False
             runner.run()
-            stats.append(StratumStats(tuple(component), "dense" if dense else "sparse", soft,
+            backend = runner.ops.name if dense else "numpy"
+            stats.append(StratumStats(tuple(component), "dense" if dense else "sparse", backend, soft,
                                       runner.iterations, time.perf_counter() - started))
         self._tables = tables
         self.last_stats = stats

@@ -126,9 +126,9 @@ class RelationTable:
                                            np.concatenate([self.value_array(), other.value_array()]))
 
     def to_dense(self) -> np.ndarray:
-        dense = np.zeros(key_space(self.sizes), np.float32)
-        dense[self.keys] = self.value_array()
-        return dense.reshape(self.sizes)
+        dense = np.zeros(self.sizes, np.float32)
+        dense.reshape(-1)[self.keys] = self.value_array()
+        return dense
 
     @staticmethod
     def from_dense(dense: np.ndarray, boolean: bool) -> "RelationTable":
