@@ -9,9 +9,9 @@ for K and V, written in place; reading returns views of the filled prefix, never
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,15 @@ from .registry import TLObject, builtin
 
 # Files at least this large show a progress bar while uploading (when stderr is a terminal).
 PROGRESS_MIN_BYTES = 256 << 20
+
+# Every model and KV cache still open, so that `tl run` can release their device memory at exit (R6).
+_OPEN_VALUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def release_all() -> None:
+    """Close every open model and release every KV cache (called by `tl run` after the program)."""
+    for value in list(_OPEN_VALUES):
+        value.release_device_memory()
 
 
 def _model_error(e: ModelError) -> BuiltinArgError:
@@ -132,6 +141,10 @@ class ModelValue(TLObject):
         self._tree = _build_tree(self.tensors)
         self._tokenizer = None
         self.load_seconds = time.perf_counter() - started
+        _OPEN_VALUES.add(self)
+
+    def release_device_memory(self) -> None:
+        self.close()
 
     def _live(self) -> dict[str, Any]:
         if self.tensors is None:
@@ -517,6 +530,7 @@ class KVCacheValue(TLObject):
         self.k: list[Any] = [None] * n_layers
         self.v: list[Any] = [None] * n_layers
         self.lengths = [0] * n_layers
+        _OPEN_VALUES.add(self)
         if capacity is not None and n_kv_heads is not None and head_dim is not None:
             for i in range(n_layers):
                 self._allocate(i, capacity, n_kv_heads, head_dim)
@@ -582,6 +596,9 @@ class KVCacheValue(TLObject):
 
     def reset(self) -> None:
         self.lengths = [0] * self.n_layers
+
+    def release_device_memory(self) -> None:
+        self.release()
 
     def release(self) -> None:
         self.k = [None] * self.n_layers
