@@ -71,7 +71,8 @@ def stratify(relations: list[str], rules: list[CompiledRule]) -> list[list[str]]
         head = rule.head.relation
         for atom in rule.body:
             if atom.negated and component_of[atom.relation] == component_of[head]:
-                raise StratificationError(
-                    f"{head} depends on the negation of {atom.relation}, which depends on {head} "
-                    f"(rule `{rule.source}`): the program has no stratification", rule.source.pos)
+                cycle = ("its own negation" if atom.relation == head else
+                         f"the negation of {atom.relation}, which depends on {head}")
+                raise StratificationError(f"{head} depends on {cycle} (rule `{rule.source}`): "
+                                          f"the program has no stratification", rule.source.pos)
     return components
