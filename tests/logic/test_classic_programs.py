@@ -157,3 +157,17 @@ def test_empty_relations_and_zero_arity_propositions(mode):
     assert answers(engine, "Any()") is False and answers(engine, "Quiet()") is True
     engine.add_fact(parse_atom("Flag()"))
     assert answers(engine, "Any()") is True and answers(engine, "Quiet()") is False
+
+
+def test_facts_for_a_rule_defined_relation_before_its_body_relation_exists(mode):
+    from tensorlogic.logic import LogicEngine, parse_rule
+    from conftest import MODES
+    engine = LogicEngine(**MODES[mode])
+    for rule in ANCESTOR:
+        engine.add_rule(parse_rule(rule))
+    engine.add_fact(parse_atom("Ancestor(a, b)"))  # Parent has no facts yet
+    engine.add_fact(parse_atom("Parent(b, c)"))
+    assert answers(engine, "Ancestor(X, Y)") == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert answers(engine, "Ancestor(_, Y)") == [("b",), ("c",)]
+    assert answers(engine, "Ancestor(a, _)") is True
+    assert answers(engine, "Ancestor(nobody, Y)") == []

@@ -254,45 +254,39 @@ class LogicEngine:
         self.infer()
         table = self._tables[atom.relation]
         types = self._types_of(atom.relation)
-        known = self._known_constants()
-        terms = []
-        var_ids: dict[str, int] = {}
-        names: list[str] = []
-        impossible = False
-        for term, type_name in zip(atom.args, types):
-            resolved = self._resolve(term, known)
-            if isinstance(resolved, Var):
-                if resolved.name == "_":
-                    terms.append(("v", len(var_ids) + 1000000 + len(terms)))
-                    continue
-                if resolved.name not in var_ids:
-                    var_ids[resolved.name] = len(var_ids)
-                    names.append(resolved.name)
-                terms.append(("v", var_ids[resolved.name]))
-            else:
-                index = self._domain(type_name).lookup(resolved.value)
-                if index is None:
-                    impossible = True
-                    index = 0
-                terms.append(("c", index))
-        weighted = table.is_weighted
         domains = [self._domain(t) for t in types]
-        if impossible or len(table) == 0:
-            rows_out: list[tuple] = []
-            weights_out: list[float] = []
-        else:
-            compiled = CompiledAtom(atom.relation, tuple(terms), False, table.sizes)
-            bindings = scan(compiled, table, weighted=True)
-            var_positions = {}
+        known = self._known_constants()
+        names: list[str] = []  # the query's named variables, in order of first occurrence
+        terms = []
+        anonymous = 0
+        impossible = False
+        for term, domain in zip(atom.args, domains):
+            resolved = self._resolve(term, known)
+            if isinstance(resolved, Var) and resolved.name == "_":
+                anonymous += 1
+                terms.append(("v", -anonymous))  # matches anything, not returned
+            elif isinstance(resolved, Var):
+                if resolved.name not in names:
+                    names.append(resolved.name)
+                terms.append(("v", names.index(resolved.name)))
+            else:
+                index = domain.lookup(resolved.value)
+                impossible |= index is None  # a constant nobody mentioned: no answers
+                terms.append(("c", index if index is not None else 0))
+        rows_out: list[tuple] = []
+        weights_out: list[float] = []
+        if not impossible and len(table):
+            bindings = scan(CompiledAtom(atom.relation, tuple(terms), False, table.sizes), table,
+                            weighted=True)
+            position_of = {}
             for position, (kind, value) in enumerate(terms):
-                if kind == "v" and value < 1000000 and value not in var_positions:
-                    var_positions[value] = position
-            columns = [bindings.columns[v] for v in range(len(names))]
-            sizes = tuple(table.sizes[var_positions[v]] for v in range(len(names)))
-            keys = encode(columns, sizes, bindings.rows)
+                if kind == "v" and value >= 0:
+                    position_of.setdefault(value, position)
+            sizes = tuple(table.sizes[position_of[v]] for v in range(len(names)))
+            keys = encode([bindings.columns[v] for v in range(len(names))], sizes, bindings.rows)
             projected = RelationTable.from_unsorted(sizes, keys, bindings.weights)
-            out_columns = projected.columns()
-            value_lists = [[domains[var_positions[v]].values[i] for i in out_columns[v].tolist()]
+            columns = projected.columns()
+            value_lists = [[domains[position_of[v]].values[i] for i in columns[v].tolist()]
                            for v in range(len(names))]
             rows_out = list(zip(*value_lists)) if names else [()] * len(projected)
             weights_out = projected.value_array().tolist()
@@ -301,7 +295,7 @@ class LogicEngine:
             rows_out = [rows_out[i] for i in order]
             weights_out = [weights_out[i] for i in order]
         return QueryResult(atom=atom, variables=tuple(names), rows=rows_out,
-                           weights=weights_out if weighted else None)
+                           weights=weights_out if table.is_weighted else None)
 
     def relation_tensor(self, name: str, pos: Any = None) -> np.ndarray:
         """The relation as a dense array over entity indices: bool, or float32 if weighted."""
@@ -354,8 +348,12 @@ class LogicEngine:
         return info
 
     def _inferred_types(self, name: str) -> tuple:
-        """Types of a rule-defined relation before it gets facts (compiles the rules once)."""
-        self._compile()
+        """Types of a rule-defined relation before it gets facts, from the rules if they compile
+        yet (a rule may still name relations whose facts come later), else the default type."""
+        try:
+            self._compile()
+        except LogicError:
+            return (DEFAULT_ENTITY_TYPE,) * self.relations[name].arity
         return tuple(self._slot_types[(name, i)] for i in range(self.relations[name].arity))
 
     def _retype_facts(self, name: str, old: tuple, new: tuple, pos) -> None:
@@ -461,8 +459,8 @@ class LogicEngine:
                         var_sizes[term] = sizes[i]
                 existential = ()
                 if atom.negated:
-                    existential = tuple(t for t in out_terms_vars(out_terms)
-                                        if var_names[t].startswith("_#"))
+                    existential = tuple(dict.fromkeys(v for kind, v in out_terms
+                                                      if kind == "v" and var_names[v].startswith("_#")))
                 compiled_atoms.append(CompiledAtom(atom.relation, tuple(out_terms), atom.negated,
                                                    sizes, existential))
             compiled.append(CompiledRule(compiled_atoms[0], tuple(compiled_atoms[1:]),
@@ -555,10 +553,3 @@ class LogicEngine:
             comparisons.append((item, sides[0], sides[1]))
         return rule, atoms, var_names, comparisons
 
-
-def out_terms_vars(terms) -> list[int]:
-    seen = []
-    for kind, value in terms:
-        if kind == "v" and value not in seen:
-            seen.append(value)
-    return seen
