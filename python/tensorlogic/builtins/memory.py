@@ -35,7 +35,8 @@ def buffer_reserve_learnable(shape, count, dtype="f32"):
 
 
 def _stats_record(entries: list[dict]) -> Record:
-    per_shape = [Record(dict(e), "buffer_stats_entry") for e in entries]
+    per_shape = [Record({k: list(v) if isinstance(v, tuple) else v for k, v in e.items()}, "buffer_stats_entry")
+                 for e in entries]
     reserved = sum(int(e.get("reserved", 0)) for e in entries)
     taken = sum(int(e.get("taken", 0)) for e in entries)
     hits = sum(int(e.get("hits", 0)) for e in entries)

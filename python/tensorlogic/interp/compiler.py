@@ -203,7 +203,9 @@ class Compiler:
             raise exc
         else:
             text = str(exc) or type(exc).__name__
-            if what and text.startswith(what + ":"):
+            head = text.split(":", 1)[0]
+            if what and (text.startswith(what + ":") or (what.startswith("'") and head.isidentifier()
+                                                          and ":" in text)):
                 msg = text
             else:
                 msg = prefix + text

@@ -181,6 +181,18 @@ def _syntax_error(message: str, source: str, filename: str, line: int, column: i
     return TLSyntaxError(message, SourceSpan(filename, line, column, _source_line(source, line)), note)
 
 
+def _unclosed_block_comment(source: str, before: int | None) -> int | None:
+    """Offset of a `/*` at or before `before` that is never closed (outside strings and // comments)."""
+    start = source.rfind("/*", 0, (before or 0) + 2)
+    if start < 0 or source.find("*/", start + 2) >= 0:
+        return None
+    line_start = source.rfind("\n", 0, start) + 1
+    prefix = source[line_start:start]
+    if "//" in prefix or prefix.count('"') % 2:
+        return None
+    return start
+
+
 def _convert_lark_error(err: UnexpectedInput, source: str, filename: str, parser: lark.Lark) -> TLSyntaxError:
     if isinstance(err, UnexpectedCharacters):
         line, col = err.line, err.column
@@ -198,6 +210,11 @@ def _convert_lark_error(err: UnexpectedInput, source: str, filename: str, parser
         return _syntax_error(f"unexpected character {char!r}", source, filename, line, col)
     if isinstance(err, UnexpectedToken):
         tok = err.token
+        opened = _unclosed_block_comment(source, tok.start_pos if tok.type != "$END" else len(source))
+        if opened is not None:
+            line = source.count("\n", 0, opened) + 1
+            col = opened - (source.rfind("\n", 0, opened) + 1) + 1
+            return _syntax_error("unterminated block comment (missing '*/')", source, filename, line, col)
         expected_terms = set(err.expected)
         try:  # exact set (LALR's own may include lookaheads of reductions that would fail later)
             if err.interactive_parser is not None:

@@ -166,8 +166,7 @@ class DenseStratum:
 
     def _certain(self, tensor):
         """1 where the value is 1 (certainly true), else 0."""
-        host = self.ops.to_numpy(tensor)
-        return self.ops.from_numpy((host >= 1.0).astype(np.float32))
+        return self.ops.at_least_one(tensor)
 
     def _run_soft(self, current: dict, facts: dict, heads: list) -> dict:
         ops = self.ops

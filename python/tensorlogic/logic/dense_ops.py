@@ -57,6 +57,9 @@ class NumpyOps:
     def hard_step(self, tensor):
         return (tensor > 0).astype(np.float32)
 
+    def at_least_one(self, tensor):
+        return (tensor >= 1.0).astype(np.float32)
+
     def soft_step(self, tensor, temperature: float):
         return np.tanh(tensor / (2.0 * temperature)).astype(np.float32)
 
@@ -127,6 +130,9 @@ class CoreOps:
 
     def hard_step(self, tensor):
         return self.core.astype(self.core.gt(tensor, 0.0), "f32")
+
+    def at_least_one(self, tensor):
+        return self.core.astype(self.core.ge(tensor, 1.0), "f32")
 
     def soft_step(self, tensor, temperature: float):
         return self.core.tanh(self.core.div(tensor, 2.0 * temperature))

@@ -163,16 +163,15 @@ class SparseStratum:
         positive = [i for i, a in enumerate(rule.body) if not a.negated]
         pending_negations = [i for i, a in enumerate(rule.body) if a.negated]
         pending_comparisons = list(rule.comparisons)
-        order = []
+        # Join order: the delta atom (if any) or the first positive atom, then repeatedly the atom
+        # sharing the most variables with what is bound so far (ties: body order).
         remaining = list(positive)
-        if delta_position is not None:
-            order.append(delta_position)
-            remaining.remove(delta_position)
-        bound: set[int] = set(rule.body[order[0]].variables) if order else set()
+        first = delta_position if delta_position is not None else remaining[0]
+        order = [first]
+        remaining.remove(first)
+        bound: set[int] = set(rule.body[first].variables)
         while remaining:
             best = max(remaining, key=lambda i: (len(bound & set(rule.body[i].variables)), -i))
-            if not order:
-                best = remaining[0]
             order.append(best)
             remaining.remove(best)
             bound |= set(rule.body[best].variables)
