@@ -166,10 +166,13 @@ class SparseStratum:
         # Join order: the delta atom (if any) or the first positive atom, then repeatedly the atom
         # sharing the most variables with what is bound so far (ties: body order).
         remaining = list(positive)
-        first = delta_position if delta_position is not None else remaining[0]
-        order = [first]
-        remaining.remove(first)
-        bound: set[int] = set(rule.body[first].variables)
+        order: list[int] = []
+        bound: set[int] = set()
+        if remaining:  # (a body of only negated ground atoms has none)
+            first = delta_position if delta_position is not None else remaining[0]
+            order.append(first)
+            remaining.remove(first)
+            bound |= set(rule.body[first].variables)
         while remaining:
             best = max(remaining, key=lambda i: (len(bound & set(rule.body[i].variables)), -i))
             order.append(best)
