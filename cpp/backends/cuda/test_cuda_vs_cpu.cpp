@@ -770,6 +770,47 @@ void bench_decode(Backend& gpu, int ctx) {
   std::printf("BENCH decode (SmolLM2-135M shapes, Q4_1 + Q8_0 logits, kernels only): ctx %d: "
               "%.1f tokens/s, %.3f ms/token, %zu kernel calls/token\n",
               ctx, tokens / s, 1e3 * s / tokens, launches);
+  // Where a decode step's time goes: each kernel kind of the step, 300 calls in one command
+  // buffer (launch gaps included), in microseconds per call, times its calls per token.
+  if (ctx == 256) {
+    const int64_t pos = ctx;
+    View kall = view(layers[0].kc, DType::F32, {pos + 1, Hkv, Dh});
+    View vall = view(layers[0].vc, DType::F32, {pos + 1, Hkv, Dh});
+    struct Item { const char* name; int per_token; Command cmd; };
+    const Layer ly = layers[0];
+    std::vector<Item> items = {
+        {"linear q4_1 576->576 (q, o)", 2 * 30, [=](Kernels& k) { k.linear(h, ly.wq, q); }},
+        {"linear q4_1 576->192 (k, v)", 2 * 30, [=](Kernels& k) { k.linear(h, ly.wk, kx); }},
+        {"linear q4_1 576->1536 (gate, up)", 2 * 30, [=](Kernels& k) { k.linear(h, ly.wg, g); }},
+        {"linear q4_1 1536->576 (down)", 30, [=](Kernels& k) { k.linear(g, ly.wd, h); }},
+        {"linear q8_0 576->49152 (logits)", 1, [=](Kernels& k) { k.linear(h, emb, logits); }},
+        {"attention 9/3 heads, 257 keys", 30, [=](Kernels& k) {
+           k.attention(view(q.data, DType::F32, {1, H, Dh}), kall, vall, View{}, 0.125f, true, pos,
+                       view(att.data, DType::F32, {1, H, Dh}));
+         }},
+        {"rms_norm 576", 2 * 30 + 1, [=](Kernels& k) { k.rms_norm(xres, ly.n1, 1e-5f, h); }},
+        {"rope 9 heads", 2 * 30, [=](Kernels& k) { k.rope(view(q.data, DType::F32, {1, 1, H, Dh}), pos, 100000.f, false, view(q.data, DType::F32, {1, 1, H, Dh})); }},
+        {"binary add 576", 2 * 30, [=](Kernels& k) { k.binary(BinaryOp::Add, xres, h, xres); }},
+        {"unary silu 1536 / mul", 2 * 30, [=](Kernels& k) { k.unary(UnaryOp::Silu, g, g); }},
+        {"copy 192 (v to cache)", 30, [=](Kernels& k) { k.copy(vx, view(ly.vc, DType::F32, {1, Hkv * Dh})); }},
+        {"argmax 49152", 1, [=](Kernels& k) { k.reduce(ReduceOp::ArgMax, logits, 1, V, 1, ids); }},
+    };
+    double total_us = 0;
+    for (const Item& it : items) {
+      std::vector<Command> c(300, it.cmd);
+      gpu.submit(c, [](const std::string&) {});
+      gpu.synchronize();
+      const auto a = std::chrono::steady_clock::now();
+      gpu.submit(c, [](const std::string&) {});
+      gpu.synchronize();
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count() / 300;
+      total_us += us * it.per_token;
+      std::printf("BENCH   %-34s %7.2f us/call x %3d/token = %8.1f us/token\n", it.name, us, it.per_token,
+                  us * it.per_token);
+    }
+    std::printf("BENCH   sum of the above: %.1f us/token (launch-bound kernels dominate when this is "
+                "close to the measured step)\n", total_us);
+  }
   // Prompt-style linear throughput: M = 128 rows through the FFN up projection.
   {
     View xm = view(alloc(128 * d * 4), DType::F32, {128, d});
