@@ -25,19 +25,19 @@ cmake --build build/gpu -j16 --target test_cuda_vs_cpu >> "$OUT/build.log" 2>&1 
 cmake --build build/gpu -j16 >> "$OUT/build.log" 2>&1 || { echo "full build failed:"; grep -m20 -B2 -A8 "error" "$OUT/build.log"; }
 echo "build: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
 T=build/gpu/cpp/backends/cuda/test_cuda_vs_cpu
-timeout 300 $T > "$OUT/cuda_vs_cpu.log" 2>&1; grep -m 30 FAIL "$OUT/cuda_vs_cpu.log"; echo "cuda_vs_cpu: $(tail -1 "$OUT/cuda_vs_cpu.log")" | tee -a "$OUT/summary.txt"
-timeout 200 $T --bench > "$OUT/bench.log" 2>&1; grep BENCH "$OUT/bench.log" | tee -a "$OUT/summary.txt"
-timeout 150 ctest --test-dir build/gpu -E test_cuda_vs_cpu --output-on-failure > "$OUT/ctest.log" 2>&1
-echo "ctest (CPU runtime tests, built with CUDA): $(grep 'tests passed' "$OUT/ctest.log")" | tee -a "$OUT/summary.txt"
+timeout 240 $T > "$OUT/cuda_vs_cpu.log" 2>&1; grep -m 30 FAIL "$OUT/cuda_vs_cpu.log"; echo "cuda_vs_cpu: $(tail -1 "$OUT/cuda_vs_cpu.log")" | tee -a "$OUT/summary.txt"
+timeout 120 $T --bench > "$OUT/bench.log" 2>&1; grep BENCH "$OUT/bench.log" | tee -a "$OUT/summary.txt"
 export PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH}
-timeout 400 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend.py > "$OUT/pytest_cross.log" 2>&1
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend.py > "$OUT/pytest_cross.log" 2>&1
 echo "pytest cross_backend: $(tail -1 "$OUT/pytest_cross.log")" | tee -a "$OUT/summary.txt"
-TL_BACKEND=cuda timeout 400 python3 -m pytest -q -p no:cacheprovider tests/runtime --ignore=tests/runtime/test_cross_backend.py \
+TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime --ignore=tests/runtime/test_cross_backend.py \
   --ignore=tests/runtime/test_cross_backend_model.py > "$OUT/pytest_runtime_on_cuda.log" 2>&1
 echo "pytest tests/runtime with TL_BACKEND=cuda: $(tail -1 "$OUT/pytest_runtime_on_cuda.log")" | tee -a "$OUT/summary.txt"
-TL_CROSS_MODEL_LAYERS=30 TL_CROSS_REPORT="$OUT/model_report.json" timeout 400 python3 -m pytest -q -s -p no:cacheprovider \
+TL_CROSS_MODEL_LAYERS=30 TL_CROSS_REPORT="$OUT/model_report.json" timeout 240 python3 -m pytest -q -s -p no:cacheprovider \
   tests/runtime/test_cross_backend_model.py > "$OUT/pytest_model.log" 2>&1
 echo "pytest model cross-backend: $(tail -1 "$OUT/pytest_model.log")" | tee -a "$OUT/summary.txt"
 grep -h '^generated\|gguf' "$OUT/pytest_model.log" | tee -a "$OUT/summary.txt"
-timeout 300 python3 "$ROOT/cpp/backends/cuda/gpu_checks/hf_decode_baseline.py" 37 64 2>"$OUT/hf.err" | tee -a "$OUT/summary.txt"
+timeout 150 python3 "$ROOT/cpp/backends/cuda/gpu_checks/hf_decode_baseline.py" 37 64 2>"$OUT/hf.err" | tee -a "$OUT/summary.txt"
+timeout 60 ctest --test-dir build/gpu -E test_cuda_vs_cpu --output-on-failure > "$OUT/ctest.log" 2>&1
+echo "ctest (CPU runtime tests, built with CUDA): $(grep 'tests passed' "$OUT/ctest.log")" | tee -a "$OUT/summary.txt"
 cat "$OUT/summary.txt"
