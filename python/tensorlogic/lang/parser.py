@@ -34,6 +34,30 @@ class _TokenFilter(lark.lark.PostLex):
     def __init__(self) -> None:
         self.open_brackets: list[Token] = []
 
+    @staticmethod
+    def _is_index_notation_factor(peek) -> bool:
+        """After `]`, does `NAME[a, b]` follow (index names only, not followed by `=`)? Then NAME
+        continues an index-notation product rather than starting a new statement."""
+        tok = peek(1)
+        if tok is None or tok.type != "_LSQB":
+            return False
+        n = 2
+        while True:
+            name = peek(n)
+            if name is None or name.type != "NAME":
+                return False
+            sep = peek(n + 1)
+            if sep is None:
+                return False
+            if sep.type == "_RSQB":
+                after = peek(n + 2)
+                return after is None or after.type not in ("_EQUAL", "AUG_ASSIGN")
+            if sep.type != "_COMMA":
+                return False
+            n += 2
+            if n > 40:
+                return False
+
     def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         self.open_brackets = []
         prev: Token | None = None
@@ -65,7 +89,8 @@ class _TokenFilter(lark.lark.PostLex):
                 if nxt is not None and nxt2 is not None and nxt.type == "NAME" and nxt2.type == "_COLON":
                     tok = Token.new_borrow_pos("STRUCT_LBRACE", tok.value, tok)
             elif ttype == "NAME" and prev is not None and prev.type == "_RSQB" and prev.end_line == tok.line:
-                tok = Token.new_borrow_pos("JUXT_NAME", tok.value, tok)
+                if self._is_index_notation_factor(peek):
+                    tok = Token.new_borrow_pos("JUXT_NAME", tok.value, tok)
             elif ttype == "ANNOTATION" and prev is not None and prev.end_line == tok.line:
                 at = Token("AT", "@", tok.start_pos, tok.line, tok.column, tok.line, tok.column + 1,
                            tok.start_pos + 1)
