@@ -171,3 +171,16 @@ def test_facts_for_a_rule_defined_relation_before_its_body_relation_exists(mode)
     assert answers(engine, "Ancestor(_, Y)") == [("b",), ("c",)]
     assert answers(engine, "Ancestor(a, _)") is True
     assert answers(engine, "Ancestor(nobody, Y)") == []
+
+
+def test_negation_after_a_join_that_finds_nothing(mode):
+    from tensorlogic.logic import LogicEngine, parse_rule
+    from conftest import MODES
+    engine = LogicEngine(**MODES[mode])
+    engine.declare_relation("Start", ["entity"])
+    engine.declare_relation("Blocked", ["entity"])
+    engine.add_facts("Edge", [(1, 2)])
+    engine.add_rule(parse_rule("Next(Y) <- Start(X), Edge(X, Y), not Blocked(Y)"))
+    assert answers(engine, "Next(Y)") == []
+    engine.add_facts("Start", [(1,)])
+    assert answers(engine, "Next(Y)") == [(2,)]

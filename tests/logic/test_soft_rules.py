@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import MODES
 
@@ -101,3 +102,30 @@ def test_sigmoid_t_matches_its_definition_and_is_a_step_at_zero():
     np.testing.assert_allclose(out, 1 / (1 + np.exp(-np.array([-1.0, 0.0, 2.0]) / 0.25)), rtol=1e-6)
     with pytest.raises(Exception, match="temperature must be >= 0"):
         sigmoid_t(1.0, -1.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(links=st.lists(st.tuples(st.tuples(st.integers(0, 5), st.integers(0, 5)), st.floats(0.05, 1.0)),
+                      min_size=1, max_size=10, unique_by=lambda t: t[0]),
+       blocked=st.lists(st.tuples(st.integers(0, 5), st.floats(0.0, 1.0)), max_size=3, unique_by=lambda t: t[0]),
+       temperature=st.sampled_from([0.0, 0.3, 1.0, 4.0]))
+def test_soft_strata_agree_between_dense_and_sparse(links, blocked, temperature):
+    results = []
+    for mode in ("dense", "sparse"):
+        engine = LogicEngine(**MODES[mode])
+        engine.declare_relation("Blocked", ["entity"])
+        engine.add_fact(parse_atom("Seed(0)"))
+        for (a, b), w in links:
+            engine.add_fact(parse_atom(f"Link({a}, {b})"), w)
+        for node, w in blocked:
+            engine.add_fact(parse_atom(f"Blocked({node})"), w)
+        engine.add_rule(parse_rule("Belief(X) <- Seed(X)"))
+        engine.add_rule(parse_rule("Belief(Y) <- Belief(X), Link(X, Y), not Blocked(Y)", temperature=temperature))
+        engine.add_rule(parse_rule("Both(X, Y) <- Belief(X), Belief(Y), Link(X, Y)", temperature=temperature))
+        results.append([engine.query(parse_atom(q)) for q in ("Belief(X)", "Both(X, Y)")])
+    for dense, sparse in zip(*results):
+        assert dense.rows == sparse.rows
+        if dense.weights is None:
+            assert sparse.weights is None
+        else:
+            np.testing.assert_allclose(dense.weights, sparse.weights, rtol=1e-5, atol=1e-6)

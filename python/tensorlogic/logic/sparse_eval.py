@@ -197,8 +197,9 @@ class SparseStratum:
                     pending_negations.remove(j)
             if rows.rows == 0:
                 break
-        for j in pending_negations:  # ground negated atoms (no variables)
-            rows = apply_negation(rows, rule.body[j], inputs[j], rule.var_sizes)
+        if rows.rows and pending_negations:  # only ground negated atoms (no variables) are left
+            for j in pending_negations:
+                rows = apply_negation(rows, rule.body[j], inputs[j], rule.var_sizes)
 
         head = rule.head
         if rows.rows == 0:
