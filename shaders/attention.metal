@@ -31,7 +31,9 @@ kernel void tl_attention(constant TLAttentionParams& p [[buffer(0)]],
                          device const uchar* mask [[buffer(4)]],
                          device float* out [[buffer(5)]],
                          uint2 group [[threadgroup_position_in_grid]],
-                         uint tid [[thread_position_in_threadgroup]]) {
+                         uint2 local [[thread_position_in_threadgroup]]) {
+  // Position attributes of one kernel share one vector width (an MSL rule), hence uint2 local.
+  uint tid = local.x;
   threadgroup float q_row[TL_ATTN_MAX_D];
   threadgroup float probs[TL_ATTN_THREADS];
   threadgroup float scratch[TL_ATTN_THREADS];

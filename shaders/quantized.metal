@@ -13,8 +13,10 @@ kernel void tl_linear(constant TLRowsParams& p [[buffer(0)]],
                       device float* out [[buffer(3)]],
                       uint2 first_group [[threadgroup_position_in_grid]],
                       uint2 group_count [[threadgroups_per_grid]],
-                      uint tid [[thread_position_in_threadgroup]]) {
+                      uint2 local [[thread_position_in_threadgroup]]) {
+  // Position attributes of one kernel share one vector width (an MSL rule), hence uint2 local.
   threadgroup float scratch[TL_LINEAR_THREADS];
+  uint tid = local.x;
   for (long m = first_group.y; m < p.m; m += group_count.y) {
     for (long n = first_group.x; n < p.n; n += group_count.x) {
       device const uchar* w_row = w + n * p.row_bytes;

@@ -174,7 +174,7 @@ extern "C" int tl_shim_dispatch(const char* kernel, void* params, void** buffers
     auto& p = *static_cast<TLRowsParams*>(params);
     run_grid(groups, threads, true, [&](const Position& q) {
       tl_linear(p, buffer<const float>(b, 1), buffer<const uchar>(b, 2), buffer<float>(b, 3),
-                xy(q.group), xy(q.groups), q.local.x);
+                xy(q.group), xy(q.groups), xy(q.local));
     });
   } else if (name == "tl_gather_rows") {
     auto& p = *static_cast<TLRowsParams*>(params);
@@ -209,7 +209,7 @@ extern "C" int tl_shim_dispatch(const char* kernel, void* params, void** buffers
     run_grid(groups, threads, true, [&](const Position& q) {
       tl_attention(p, buffer<const uchar>(b, 1), buffer<const uchar>(b, 2),
                    buffer<const uchar>(b, 3), buffer<const uchar>(b, 4), buffer<float>(b, 5),
-                   xy(q.group), q.local.x);
+                   xy(q.group), xy(q.local));
     });
   } else if (name == "tl_delay") {
     auto& p = *static_cast<TLDelayParams*>(params);

@@ -170,6 +170,41 @@ def test_every_pipeline_the_host_requests_exists_as_a_kernel_and_none_is_unused(
     assert requested == defined
 
 
+def kernel_signatures() -> dict[str, str]:
+    signatures = {}
+    for shader in SHADERS.glob("*.metal"):
+        for name, params in re.findall(r"kernel void (\w+)\((.*?)\)\s*\{", shader.read_text(), re.S):
+            signatures[name] = params
+    return signatures
+
+
+def test_position_attributes_of_each_kernel_share_one_vector_width():
+    # An MSL rule the C++ shim cannot see: grid/threadgroup position arguments of one kernel are
+    # all scalars or all vectors with the same number of components.
+    for name, params in kernel_signatures().items():
+        widths = {t for t, attr in re.findall(
+            r"\b(uint[23]?)\s+\w+\s*\[\[(thread\w*|threadgroup\w*)\]\]", params)}
+        assert len(widths) <= 1, f"{name} mixes {sorted(widths)}"
+
+
+def test_host_binds_exactly_the_buffer_slots_each_kernel_declares():
+    source = (OBJC / "metal_kernels.mm").read_text()
+    methods = re.split(r"\nvoid MetalKernels::", source)[1:]
+    checked = 0
+    signatures = kernel_signatures()
+    for body in methods:
+        pipelines = re.findall(r'pipeline\("(\w+)"', body)
+        if not pipelines:
+            continue
+        bound = {int(i) for i in re.findall(r"bind\(\w+, (\d+),", body)}
+        bound |= {int(i) for i in re.findall(r"\.index = (\d+);", body)}
+        declared = {int(i) for i in re.findall(r"\[\[buffer\((\d+)\)\]\]", signatures[pipelines[0]])}
+        assert declared - {0} == bound, f"{pipelines[0]}: kernel {sorted(declared)} vs host {sorted(bound)}"
+        assert 0 in declared  # params always come through setBytes at index 0
+        checked += 1
+    assert checked == len(kernels_interface_methods())
+
+
 # ---- 5. shader kernels executed on the CPU through the shim -------------------------------------
 
 F32, F16, BF16, I32, I64, BOOL = 0, 1, 2, 3, 4, 5
@@ -326,7 +361,8 @@ def test_binary_kernel_broadcasts_and_matches_numpy_in_f32(shim, op):
     p = ElementwiseParams(a=desc(a_full), b=desc(b), n=out.size, op=code,
                           out_dtype=NP_CODE[out.dtype], float_compute=1)
     dispatch(shim, "tl_binary", p, {1: a_full, 2: b, 3: out}, groups=[2], threads=[4])
-    expected = NP_BINARY[op](a_full.astype(np.float32), b.astype(np.float32))
+    with np.errstate(all="ignore"):  # pow of a negative base: NaN on both sides
+        expected = NP_BINARY[op](a_full.astype(np.float32), b.astype(np.float32))
     np.testing.assert_allclose(out, expected, rtol=1e-6, equal_nan=True)
 
 
@@ -380,7 +416,9 @@ def test_unary_kernel_matches_numpy(shim, op):
     p = ElementwiseParams(a=desc(x), n=x.size, op=UNARY_OPS.index(op), out_dtype=F32,
                           float_compute=1)
     dispatch(shim, "tl_unary", p, {1: x, 3: out}, groups=[1], threads=[4])
-    np.testing.assert_allclose(out, unary_reference(op, x), rtol=2e-6, atol=2e-6)
+    with np.errstate(all="ignore"):
+        expected = unary_reference(op, x)
+    np.testing.assert_allclose(out, expected, rtol=2e-6, atol=2e-6)
 
 
 def test_copy_kernel_converts_dtypes_between_strided_views(shim):
