@@ -176,3 +176,35 @@ def test_tiny_spm_model_generates(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["prompt_ids"][0] == 1 and len(out["ids"]) == 4
+
+
+def test_chat_ctrl_c_stops_a_reply_and_chat_goes_on(model_path):
+    import select
+    import signal
+    import time
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen([sys.executable, "-m", "tensorlogic", "chat", "--model", str(model_path),
+                             "--max-tokens", "1500"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    try:
+        proc.stdin.write(b"Write a very long story about a dragon who learns to cook.\n")
+        proc.stdin.flush()
+        got = b""
+        deadline = time.time() + 120
+        while len(got) < 40 and time.time() < deadline:  # the reply is streaming
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                got += os.read(proc.stdout.fileno(), 4096)
+        assert len(got) >= 40, "no streamed output"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(b"What is the capital of France?\n", timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = (got + out).decode()
+    assert proc.returncode == 0, err.decode()
+    assert "[stopped]" in text
+    assert "Paris" in text.split("[stopped]", 1)[1]
+    assert "Traceback" not in err.decode()

@@ -177,3 +177,24 @@ def test_sampler():
         mb.SamplerValue(1.0, 0, 0.0, None)
     with pytest.raises(BuiltinArgError, match="temperature"):
         mb.SamplerValue(-1.0, 0, 1.0, None)
+
+
+def test_load_tokenizer_from_tokenizer_json(tiny_bpe_path, tmp_path):
+    import json
+
+    gguf_tok = mb.load_tokenizer_value(str(tiny_bpe_path))
+    gguf_tok.tok._hf.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"eos_token": "<|im_end|>", "chat_template": "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"}))
+    tok = mb.load_tokenizer_value(str(tmp_path / "tokenizer.json"))
+    text = "Hello, world! 😀 café <|im_end|>"
+    assert tok.tokenize(text, False) == gguf_tok.tokenize(text, False)
+    ids = tok.tokenize(text, False)
+    assert tok.detokenize(ids) == text
+    assert tok.tok.eos_id == gguf_tok.tok.eos_id == 2 and 2 in tok.tok.eog_ids
+    assert tok.apply_chat_template([["user", "a"], ["assistant", "b"]], False) == "[a][b]"
+    dec = tok.tok.stream_decoder(skip_special=True)
+    assert "".join(dec.push(i) for i in ids) + dec.flush() == "Hello, world! 😀 café "
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(BuiltinArgError, match="not a valid tokenizer.json"):
+        mb.load_tokenizer_value(str(tmp_path / "broken.json"))
