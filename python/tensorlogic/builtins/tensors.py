@@ -59,9 +59,9 @@ def randn(ctx, shape):
     return core.from_numpy(ctx.rng.standard_normal(dims, dtype=np.float32))
 
 
-@builtin("tensor", "tensor(array, [dtype])", "a tensor from a (nested) numeric array",
+@builtin("from_array", "from_array(array, [dtype])", "a tensor from a (nested) numeric array",
          min_args=1, max_args=2, category=C)
-def tensor(values, dtype=None):
+def from_array(values, dtype=None):
     t = to_tensor(values)
     return t.astype(dtype_of(dtype)) if dtype is not None else t
 
