@@ -8,6 +8,8 @@
 5. The shader kernels themselves, compiled against the shim and run on the CPU with real
    threadgroup barriers (shaders/check/shim_executor.cpp), match NumPy and the gguf package.
 None of this runs Metal: the backend has never been executed on Apple hardware by this project.
+On macOS the last test also runs objc/tests/test_metal_on_mac.py (every op against the CPU
+backend under Metal API validation, a flat 10,000-matmul loop, run-time errors, teardown).
 """
 from __future__ import annotations
 
@@ -715,3 +717,13 @@ def test_delay_kernel_runs_and_leaves_the_sink_alone(shim):
     sink = np.zeros(16, np.float32)
     dispatch(shim, "tl_delay", DelayParams(iterations=1000), {1: sink}, groups=[1], threads=[1])
     assert not sink.any()
+
+
+# ---- on a Mac: the device tests ------------------------------------------------------------------
+
+@pytest.mark.skipif(sys.platform != "darwin", reason="the Metal device tests need macOS")
+def test_metal_device_tests_pass_on_macos():
+    # objc/tests/test_metal_on_mac.py skips itself when no Metal device or backend is available.
+    result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                  str(OBJC / "tests" / "test_metal_on_mac.py")])
+    assert result.returncode in (0, 5), result.stdout[-6000:] + result.stderr[-2000:]
