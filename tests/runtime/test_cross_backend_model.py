@@ -64,14 +64,15 @@ def _compare(name: str, path: Path, prompt_ids: list[int], n_new: int):
         "cpu": {"prompt_tok_s": round(ref.prompt_tok_s, 1), "decode_tok_s": round(ref.decode_tok_s, 1)},
         OTHER: {"prompt_tok_s": round(got.prompt_tok_s, 1), "decode_tok_s": round(got.decode_tok_s, 1)},
     }
-    print(f"\n{name}: {json.dumps(REPORT[name])}")
-    if os.environ.get("TL_CROSS_REPORT"):
-        Path(os.environ["TL_CROSS_REPORT"]).write_text(json.dumps(REPORT, indent=1))
     a = np.asarray(ref.prompt_logits, dtype=np.float64)
     b = np.asarray(got.prompt_logits, dtype=np.float64)
     assert a.shape == b.shape
     diff = float(np.max(np.abs(a - b)))
     REPORT[name]["prompt_logits_max_abs_diff"] = diff
+    REPORT[name]["greedy_ids_equal"] = ref.ids == got.ids
+    print(f"\n{name}: {json.dumps(REPORT[name])}")
+    if os.environ.get("TL_CROSS_REPORT"):
+        Path(os.environ["TL_CROSS_REPORT"]).write_text(json.dumps(REPORT, indent=1))
     assert diff <= 1e-3 * max(1.0, float(np.max(np.abs(a)))), f"prompt logits differ by {diff}"
     if ref.ids != got.ids:
         first = next(i for i, (x, y) in enumerate(zip(ref.ids, got.ids)) if x != y)

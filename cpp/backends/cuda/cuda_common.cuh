@@ -75,8 +75,9 @@ __device__ __forceinline__ float load_float(const void* p, DType t, int64_t i) {
 }
 
 __device__ __forceinline__ int64_t float_to_int64(float f) {
-  // Truncation toward zero, NaN -> 0, saturating at the int64 range (defined behaviour on device).
-  return __float2ll_rz(f);
+  // Truncation toward zero, saturating at the int64 range; NaN -> 0 as on the CPU backend
+  // (the hardware conversion alone gives INT64_MIN for NaN).
+  return f != f ? 0 : __float2ll_rz(f);
 }
 
 __device__ __forceinline__ int64_t load_int(const void* p, DType t, int64_t i) {
