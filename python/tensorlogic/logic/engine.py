@@ -46,6 +46,7 @@ from .terms import Atom, Comparison, Const, Name, Rule, Var
 
 DEFAULT_ENTITY_TYPE = "entity"
 DEFAULT_DENSE_LIMIT = 1 << 16  # a stratum whose relations all have at most this many cells runs dense
+DENSE_JOIN_LIMIT = 1 << 24  # ... and each of its rules has at most this many variable assignments
 DENSE_TENSOR_LIMIT = 1 << 26  # relation_tensor refuses to materialize more cells than this
 
 
@@ -221,8 +222,10 @@ class LogicEngine:
             stratum = set(component)
             soft = any(r.temperature > 0 for r in rules)
             touched = stratum | {a.relation for r in rules for a in r.body}
-            dense = all(key_space(tables[name].sizes) <= self.dense_limit and 0 not in tables[name].sizes
-                        for name in touched)
+            dense = (all(key_space(tables[name].sizes) <= self.dense_limit and 0 not in tables[name].sizes
+                         for name in touched)
+                     and all(key_space(r.var_sizes) <= max(self.dense_limit, DENSE_JOIN_LIMIT)
+                             for r in rules))
             started = time.perf_counter()
             if dense and self._dense_evaluator is not None:
                 from .dense_eval import DenseStratum
