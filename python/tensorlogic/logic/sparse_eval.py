@@ -11,8 +11,17 @@ from __future__ import annotations
 import numpy as np
 
 from .compiled import CompiledAtom, CompiledRule, rule_step
-from .errors import ConvergenceError
+from .errors import ConvergenceError, LogicError
 from .relation_table import KeySet, RelationTable, check_key_space, encode, key_space, sorted_unique
+
+
+JOIN_ROW_LIMIT = 1 << 26  # a join producing more intermediate rows than this is refused
+
+
+def _check_rows(total: int) -> None:
+    if total > JOIN_ROW_LIMIT:
+        raise LogicError(f"a rule body joins {total:,} intermediate rows (limit {JOIN_ROW_LIMIT:,}); "
+                         f"give its atoms shared variables or more constants")
 
 
 class Bindings:
@@ -68,6 +77,7 @@ def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=N
     if shared is None:
         shared = [v for v in left.columns if v in right.columns]
     if not shared:
+        _check_rows(left.rows * right.rows)
         left_index = np.repeat(np.arange(left.rows), right.rows)
         right_index = np.tile(np.arange(right.rows), left.rows)
     else:
@@ -81,6 +91,7 @@ def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=N
         high = np.searchsorted(sorted_keys, left_keys, "right")
         counts = high - low
         total = int(counts.sum())
+        _check_rows(total)
         left_index = np.repeat(np.arange(left.rows), counts)
         run_starts = np.cumsum(counts) - counts
         right_index = order[np.repeat(low, counts) + (np.arange(total) - np.repeat(run_starts, counts))]
@@ -186,7 +197,10 @@ class SparseStratum:
             shared = [v for v in atom.variables if v in rows.columns]
             cacheable = atom.relation not in self.stratum
             right, sorted_pair = self._scan_sorted(atom, table, shared, rule.var_sizes, cacheable)
-            rows = join(rows, right, rule.var_sizes, sorted_pair, shared)
+            try:
+                rows = join(rows, right, rule.var_sizes, sorted_pair, shared)
+            except LogicError as error:
+                raise LogicError(f"rule `{rule.source}`: {error.message}", rule.source.pos) from None
             for comparison in list(pending_comparisons):
                 if all(v in rows.columns for v in comparison.variables):
                     rows = apply_comparison(rows, comparison)
