@@ -11,11 +11,11 @@ kernel void tl_copy(constant TLCopyParams& p [[buffer(0)]],
                     uint grid [[threads_per_grid]]) {
   for (long i = gid; i < p.n; i += grid) {
     long is = tl_offset(p.src, i);
-    long id = tl_offset(p.dst, i);
+    long at = tl_offset(p.dst, i);
     if (p.integer_compute) {
-      tl_store_i(dst, id, p.dst.dtype, tl_load_i(src, is, p.src.dtype));
+      tl_store_i(dst, at, p.dst.dtype, tl_load_i(src, is, p.src.dtype));
     } else {
-      tl_store_f(dst, id, p.dst.dtype, tl_load_f(src, is, p.src.dtype));
+      tl_store_f(dst, at, p.dst.dtype, tl_load_f(src, is, p.src.dtype));
     }
   }
 }
@@ -26,11 +26,11 @@ kernel void tl_fill(constant TLCopyParams& p [[buffer(0)]],
                     uint gid [[thread_position_in_grid]],
                     uint grid [[threads_per_grid]]) {
   for (long i = gid; i < p.n; i += grid) {
-    long id = tl_offset(p.dst, i);
+    long at = tl_offset(p.dst, i);
     if (p.integer_compute) {
-      tl_store_i(dst, id, p.dst.dtype, p.value_i);
+      tl_store_i(dst, at, p.dst.dtype, p.value_i);
     } else {
-      tl_store_f(dst, id, p.dst.dtype, p.value_f);
+      tl_store_f(dst, at, p.dst.dtype, p.value_f);
     }
   }
 }

@@ -13,8 +13,8 @@ kernel void tl_gather_rows(constant TLRowsParams& p [[buffer(0)]],
                            uint2 gid [[thread_position_in_grid]],
                            uint2 grid [[threads_per_grid]]) {
   for (long i = gid.y; i < p.m; i += grid.y) {
-    long id = tl_load_i(ids, i, p.ids_dtype);
-    bool valid = id >= 0 && id < p.n;
+    long row_id = tl_load_i(ids, i, p.ids_dtype);
+    bool valid = row_id >= 0 && row_id < p.n;
     if (!valid && gid.x == 0) {
       // The weak exchange may fail spuriously; retry while the record is still empty.
       int expected = TL_ERROR_NONE;
@@ -25,11 +25,11 @@ kernel void tl_gather_rows(constant TLRowsParams& p [[buffer(0)]],
                                                     memory_order_relaxed, memory_order_relaxed);
       }
       if (won) {
-        error->value = id;
+        error->value = row_id;
         error->limit = p.n;
       }
     }
-    device const uchar* row = table + (valid ? id : 0) * p.row_bytes;
+    device const uchar* row = table + (valid ? row_id : 0) * p.row_bytes;
     for (long d = gid.x; d < p.k; d += grid.x) {
       float v = valid ? tl_row_elem(row, p.w_dtype, d) : 0.0f;
       tl_store_f(out, i * p.k + d, p.out_dtype, v);

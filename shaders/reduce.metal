@@ -34,7 +34,7 @@ inline bool tl_int_better(long va, long ia, long vb, long ib, bool want_max) {
 }
 
 // Max/Min/ArgMax/ArgMin of one output in f32.
-inline void tl_float_extreme_one(constant TLReduceParams& p, device const uchar* in,
+inline void tl_float_extreme_one(constant TLReduceParams& p, device const uchar* input,
                                  device uchar* out, long o, long j, uint tid,
                                  threadgroup float* values, threadgroup long* indices) {
   bool want_max = p.op == TL_ROP_MAX || p.op == TL_ROP_ARGMAX;
@@ -42,7 +42,7 @@ inline void tl_float_extreme_one(constant TLReduceParams& p, device const uchar*
   float best = 0.0f;
   long best_index = -1;
   for (long r = tid; r < p.n; r += TL_REDUCE_THREADS) {
-    float v = tl_load_f(in, base + r * p.inner, p.in_dtype);
+    float v = tl_load_f(input, base + r * p.inner, p.in_dtype);
     if (tl_float_better(v, r, best, best_index, want_max)) {
       best = v;
       best_index = r;
@@ -72,13 +72,13 @@ inline void tl_float_extreme_one(constant TLReduceParams& p, device const uchar*
 }
 
 // Sum/Mean of one output in f32.
-inline void tl_float_sum_one(constant TLReduceParams& p, device const uchar* in,
+inline void tl_float_sum_one(constant TLReduceParams& p, device const uchar* input,
                              device uchar* out, long o, long j, uint tid,
                              threadgroup float* values) {
   long base = o * p.n * p.inner + j;
   float acc = 0.0f;
   for (long r = tid; r < p.n; r += TL_REDUCE_THREADS) {
-    acc += tl_load_f(in, base + r * p.inner, p.in_dtype);
+    acc += tl_load_f(input, base + r * p.inner, p.in_dtype);
   }
   float total = tl_threadgroup_sum(values, acc, tid, TL_REDUCE_THREADS);
   if (p.op == TL_ROP_MEAN) total = p.n > 0 ? total / float(p.n) : NAN;
@@ -86,7 +86,7 @@ inline void tl_float_sum_one(constant TLReduceParams& p, device const uchar* in,
 }
 
 // Every op of one output in int64 (integer input, integer result or an index).
-inline void tl_int_reduce_one(constant TLReduceParams& p, device const uchar* in,
+inline void tl_int_reduce_one(constant TLReduceParams& p, device const uchar* input,
                               device uchar* out, long o, long j, uint tid,
                               threadgroup long* values, threadgroup long* indices) {
   bool is_sum = p.op == TL_ROP_SUM || p.op == TL_ROP_MEAN;
@@ -95,7 +95,7 @@ inline void tl_int_reduce_one(constant TLReduceParams& p, device const uchar* in
   long acc = 0;
   long best_index = -1;
   for (long r = tid; r < p.n; r += TL_REDUCE_THREADS) {
-    long v = tl_load_i(in, base + r * p.inner, p.in_dtype);
+    long v = tl_load_i(input, base + r * p.inner, p.in_dtype);
     if (is_sum) {
       acc += v;
     } else if (tl_int_better(v, r, acc, best_index, want_max)) {
@@ -133,7 +133,7 @@ inline void tl_int_reduce_one(constant TLReduceParams& p, device const uchar* in
 
 // CPU twin: Kernels::reduce (cpp/backends/cpu/kernels_reduce.cpp).
 kernel void tl_reduce(constant TLReduceParams& p [[buffer(0)]],
-                      device const uchar* in [[buffer(1)]],
+                      device const uchar* input [[buffer(1)]],
                       device uchar* out [[buffer(2)]],
                       uint first_group [[threadgroup_position_in_grid]],
                       uint group_count [[threadgroups_per_grid]],
@@ -146,11 +146,11 @@ kernel void tl_reduce(constant TLReduceParams& p [[buffer(0)]],
     long o = g / p.inner;
     long j = g % p.inner;
     if (p.integer_compute) {
-      tl_int_reduce_one(p, in, out, o, j, tid, int_values, indices);
+      tl_int_reduce_one(p, input, out, o, j, tid, int_values, indices);
     } else if (is_sum) {
-      tl_float_sum_one(p, in, out, o, j, tid, float_values);
+      tl_float_sum_one(p, input, out, o, j, tid, float_values);
     } else {
-      tl_float_extreme_one(p, in, out, o, j, tid, float_values, indices);
+      tl_float_extreme_one(p, input, out, o, j, tid, float_values, indices);
     }
   }
 }
@@ -158,7 +158,7 @@ kernel void tl_reduce(constant TLReduceParams& p [[buffer(0)]],
 // CPU twin: Kernels::softmax (cpp/backends/cpu/kernels_reduce.cpp). Subtracts the row maximum
 // before exp; a row that is all -inf yields NaN, as the naive formula does.
 kernel void tl_softmax(constant TLReduceParams& p [[buffer(0)]],
-                       device const uchar* in [[buffer(1)]],
+                       device const uchar* input [[buffer(1)]],
                        device uchar* out [[buffer(2)]],
                        uint first_group [[threadgroup_position_in_grid]],
                        uint group_count [[threadgroups_per_grid]],
@@ -170,17 +170,17 @@ kernel void tl_softmax(constant TLReduceParams& p [[buffer(0)]],
     long base = o * p.n * p.inner + j;
     float local_max = -INFINITY;
     for (long r = tid; r < p.n; r += TL_REDUCE_THREADS) {
-      local_max = max(local_max, tl_load_f(in, base + r * p.inner, p.in_dtype));
+      local_max = max(local_max, tl_load_f(input, base + r * p.inner, p.in_dtype));
     }
     float row_max = tl_threadgroup_max(scratch, local_max, tid, TL_REDUCE_THREADS);
     float local_sum = 0.0f;
     for (long r = tid; r < p.n; r += TL_REDUCE_THREADS) {
-      local_sum += exp(tl_load_f(in, base + r * p.inner, p.in_dtype) - row_max);
+      local_sum += exp(tl_load_f(input, base + r * p.inner, p.in_dtype) - row_max);
     }
     float row_sum = tl_threadgroup_sum(scratch, local_sum, tid, TL_REDUCE_THREADS);
     for (long r = tid; r < p.n; r += TL_REDUCE_THREADS) {
       long at = base + r * p.inner;
-      tl_store_f(out, at, p.out_dtype, exp(tl_load_f(in, at, p.in_dtype) - row_max) / row_sum);
+      tl_store_f(out, at, p.out_dtype, exp(tl_load_f(input, at, p.in_dtype) - row_max) / row_sum);
     }
   }
 }
