@@ -1,7 +1,8 @@
 """What can be verified about the Metal backend on a machine without Apple hardware.
 
 1. R5 lint: every Objective-C touch in objc/ is inside @autoreleasepool (and the lint can fail).
-2. objc/*.mm compile as Objective-C++ with ARC against declaration stubs of the SDK (clang).
+2. objc/*.mm compile as Objective-C++ with ARC against declaration stubs of the SDK (clang), and
+   objc/CMakeLists.txt builds the static library tl_metal from them (code generated, not linked).
 3. shaders/*.metal and the embedded single-unit source compile as C++ with a Metal shim (clang).
 4. Every Kernels method has a Metal override and a shader kernel naming its CPU twin, and every
    pipeline name the host asks for exists as a kernel.
@@ -133,6 +134,15 @@ def test_shaders_compile_as_cpp_with_the_metal_shim():
     result = run(["bash", str(SHADERS / "check" / "check_shaders.sh")])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "check_shaders: ok" in result.stdout
+
+
+@needs_clang
+def test_tl_metal_library_builds_with_its_cmakelists_against_the_sdk_stubs(tmp_path):
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not installed")
+    result = run(["bash", str(OBJC / "tests" / "check_cmake_build.sh"), str(tmp_path)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check_cmake_build: ok" in result.stdout
 
 
 # ---- 4. twins ----------------------------------------------------------------------------------
