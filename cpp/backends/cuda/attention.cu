@@ -1,9 +1,12 @@
 // Scaled dot-product attention with grouped-query heads, and the causal mask builder.
-// One block per (query row, query head); each warp walks a strided subset of the keys with an
-// online softmax (running max, running sum, f32 accumulators of D/32 values per lane), and the
-// warps' partial results are merged in shared memory. k and v are read through their strides,
+// One block per (query row, query head) and key split; each warp walks a strided subset of the
+// block's keys with an online softmax (running max, running sum, f32 accumulators of D/32 values
+// per lane), and the warps' partial results are merged in shared memory. With few (row, head)
+// tasks (decode) the keys are split over several blocks that write (max, sum, accumulators) to
+// the backend's attention scratch, merged by a second kernel in stream order. k and v are read through their strides,
 // so they may be the first Sk rows of a preallocated KV cache. A query that sees no key (all
 // masked, or causal before the first key) gets a row of zeros, as on the CPU backend.
+#include <algorithm>
 #include <cmath>
 
 #include "cuda_common.cuh"
@@ -31,7 +34,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
                      int64_t mask_s0,
                      int64_t mask_s1, float scale, bool causal, int64_t q_pos_offset, int64_t Sq,
-                     int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out) {
+                     int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out, float* partial) {
   __shared__ float s_max[kAttnWarps];
   __shared__ float s_sum[kAttnWarps];
   __shared__ float s_acc[kAttnWarps][kPerLane * 32];
@@ -54,8 +57,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       const int64_t last = q_pos_offset + i;  // keys j <= last are visible
       keys = last < 0 ? 0 : (last + 1 < Sk ? last + 1 : Sk);
     }
+    const int64_t splits = gridDim.y;
+    const int64_t chunk = (Sk + splits - 1) / splits;
+    const int64_t j0 = blockIdx.y * chunk;
+    const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
     float m = -INFINITY, l = 0.0f;
-    for (int64_t j = warp; j < keys; j += kAttnWarps) {
+    for (int64_t j = j0 + warp; j < j1; j += kAttnWarps) {
       const int64_t kbase = j * k.s0 + hk * k.s1;
       float part = 0.0f;
 #pragma unroll
@@ -96,14 +103,52 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       weight[w] = s_max[w] == -INFINITY ? 0.0f : expf(s_max[w] - gmax);
       total += s_sum[w] * weight[w];
     }
+    if (partial == nullptr) {
+      const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+      for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[w][d], weight[w], o);
+        out[task * D + d] = o * inv;
+      }
+    } else {
+      float* rec = partial + (task * splits + blockIdx.y) * (D + 2);  // [max, sum, acc[D]]
+      if (threadIdx.x == 0) {
+        rec[0] = gmax;
+        rec[1] = total;
+      }
+      for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[w][d], weight[w], o);
+        rec[2 + d] = o;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Merges the key splits' (max, sum, accumulators) records of each (row, head) task.
+__global__ void attention_combine_kernel(const float* partial, int splits, int64_t tasks, int64_t D,
+                                         float* out) {
+  for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const float* base = partial + task * splits * (D + 2);
+    float gmax = -INFINITY;
+    for (int s = 0; s < splits; ++s) gmax = fmaxf(gmax, base[s * (D + 2)]);
+    float total = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float ms = base[s * (D + 2)];
+      if (ms != -INFINITY) total += base[s * (D + 2) + 1] * expf(ms - gmax);
+    }
     const float inv = total > 0.0f ? 1.0f / total : 0.0f;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       float o = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[w][d], weight[w], o);
-      out[(i * Hq + h) * D + d] = o * inv;
+      for (int s = 0; s < splits; ++s) {
+        const float ms = base[s * (D + 2)];
+        if (ms != -INFINITY) o = fmaf(base[s * (D + 2) + 2 + d], expf(ms - gmax), o);
+      }
+      out[task * D + d] = o * inv;
     }
-    __syncthreads();
   }
 }
 
@@ -143,14 +188,25 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   }
   if (Sq == 0 || Hq == 0 || D == 0) return;
   const int64_t tasks = Sq * Hq;
-  const unsigned grid = static_cast<unsigned>(tasks < (1 << 30) ? tasks : (1 << 30));
+  // Split the keys over more blocks when the (row, head) tasks alone can't fill the GPU.
+  int64_t splits = 1;
+  if (attention_scratch_ != nullptr && tasks < 2 * sm_count_ && Sk >= 128) {
+    splits = (2 * sm_count_ + tasks - 1) / tasks;
+    const int64_t by_keys = (Sk + 63) / 64;  // at least ~64 keys per block
+    const int64_t by_scratch = static_cast<int64_t>(attention_scratch_floats_) / (tasks * (D + 2));
+    splits = std::min<int64_t>({splits, by_keys, by_scratch, 64});
+    if (splits < 1) splits = 1;
+  }
+  float* partial = splits > 1 ? attention_scratch_ : nullptr;
+  const dim3 grid(static_cast<unsigned>(tasks < (1 << 30) ? tasks : (1 << 30)),
+                  static_cast<unsigned>(splits));
   const void* mp = mask.data;
   const int64_t ms0 = mask.data ? mask.strides[0] : 0, ms1 = mask.data ? mask.strides[1] : 0;
   auto* op = static_cast<float*>(out.data);
 #define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
   attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                     \
       strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, causal,     \
-      q_pos_offset, Sq, Sk, Hq, Hkv, D, op)
+      q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial)
   if (D <= 32) {
     TL_LAUNCH_ATTENTION(1);
   } else if (D <= 64) {
@@ -164,6 +220,11 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   }
 #undef TL_LAUNCH_ATTENTION
   check_launch("attention");
+  if (partial != nullptr) {
+    attention_combine_kernel<<<static_cast<unsigned>(tasks < 65535 ? tasks : 65535), 128, 0,
+                               stream_>>>(partial, static_cast<int>(splits), tasks, D, op);
+    check_launch("attention");
+  }
 }
 
 void CudaKernels::causal_mask(int64_t offset, const View& out) {

@@ -206,6 +206,15 @@ class CudaBackend final : public Backend {
         kernels_(stream_, [this] { return current_error_slot(); }),
         state_(std::make_shared<CompletionState>()) {
     state_->device = device;
+    int sms = 1;
+    (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    // A fixed scratch for attention key splits; without it attention runs unsplit.
+    if (cudaMalloc(&attention_scratch_, kAttentionScratchBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      attention_scratch_ = nullptr;
+    }
+    kernels_.set_device_resources(static_cast<float*>(attention_scratch_),
+                                  attention_scratch_ ? kAttentionScratchBytes / sizeof(float) : 0, sms);
     completion_thread_ = std::thread(&CompletionState::run, state_);
   }
 
@@ -223,6 +232,7 @@ class CudaBackend final : public Backend {
       completion_thread_.join();
     }
     (void)cudaStreamDestroy(stream_);  // pending work still completes; resources go after it
+    if (attention_scratch_ != nullptr) (void)cudaFree(attention_scratch_);  // waits for the device
   }
 
   const char* name() const override { return "cuda"; }
@@ -340,7 +350,10 @@ class CudaBackend final : public Backend {
     return state_->slots.device(encoding_slot_);
   }
 
+  static constexpr size_t kAttentionScratchBytes = size_t(4) << 20;
+
   cudaStream_t stream_ = nullptr;
+  void* attention_scratch_ = nullptr;
   CudaKernels kernels_;
   std::shared_ptr<CompletionState> state_;
   std::thread completion_thread_;

@@ -59,9 +59,20 @@ class CudaKernels final : public Kernels {
 
   void delay(uint32_t us) override;
 
+  // Device resources owned by the backend: the attention split scratch (reused in stream order
+  // by every attention call) and the multiprocessor count the split size is chosen for.
+  void set_device_resources(float* attention_scratch, size_t scratch_floats, int sm_count) {
+    attention_scratch_ = attention_scratch;
+    attention_scratch_floats_ = scratch_floats;
+    sm_count_ = sm_count > 0 ? sm_count : 1;
+  }
+
  private:
   cudaStream_t stream_;
   std::function<DeviceErrorSlot*()> error_slot_;
+  float* attention_scratch_ = nullptr;
+  size_t attention_scratch_floats_ = 0;
+  int64_t sm_count_ = 1;
 };
 
 }  // namespace cuda

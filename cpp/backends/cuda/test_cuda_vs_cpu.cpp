@@ -528,9 +528,11 @@ void test_norm_rope_mask() {
 
 void test_attention() {
   for (int rep = 0; rep < 16; ++rep) {
-    const int64_t Hkv = rand_int(1, 3), group = rand_int(1, 3), Hq = Hkv * group;
-    const int64_t D = std::vector<int64_t>{16, 32, 64, 80, 128, 256}[rand_int(0, 5)];
-    const int64_t Sq = rep % 3 == 0 ? 1 : rand_int(1, 20), Sk = rand_int(1, 300);
+    // rep 0 and 1: decode-like long contexts (the key-split path), then random shapes.
+    const int64_t Hkv = rep < 2 ? 3 : rand_int(1, 3), group = rep < 2 ? 3 : rand_int(1, 3), Hq = Hkv * group;
+    const int64_t D = rep < 2 ? 64 : std::vector<int64_t>{16, 32, 64, 80, 128, 256}[rand_int(0, 5)];
+    const int64_t Sq = rep < 2 ? rep + 1 : (rep % 3 == 0 ? 1 : rand_int(1, 20));
+    const int64_t Sk = rep < 2 ? 1500 - 700 * rep : rand_int(1, 300);
     const int64_t Smax = Sk + rand_int(0, 20);
     const bool causal = rep % 2 == 0, with_mask = rep % 4 == 1;
     const int64_t qpos = causal ? std::max<int64_t>(0, Sk - Sq - rand_int(-2, 2)) : 0;
