@@ -13,7 +13,7 @@ import sys
 from typing import Iterator
 
 import lark
-from lark import Token, Transformer_NonRecursive, v_args
+from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast
@@ -117,8 +117,8 @@ def _lark_parser() -> lark.Lark:
     if _PARSER is None:
         with open(_GRAMMAR_PATH, encoding="utf-8") as f:
             grammar = f.read()
-        kwargs = dict(parser="lalr", lexer="basic", propagate_positions=True, postlex=_FILTER,
-                      maybe_placeholders=True)
+        kwargs = dict(parser="lalr", lexer="basic", postlex=_FILTER, maybe_placeholders=True,
+                      keep_all_tokens=True, transformer=_CALLBACKS)
         try:
             _PARSER = lark.Lark(grammar, cache=True, **kwargs)
         except (OSError, PermissionError):
@@ -354,8 +354,44 @@ def _indexed_tensor(expr: ast.Expr) -> ast.IndexedTensor | None:
     return None
 
 
-@v_args(meta=True)
-class _ToAst(Transformer_NonRecursive):
+class _Meta:
+    """Position of a reduced rule: its first token or positioned child (AST built during parsing)."""
+    __slots__ = ("line", "column")
+
+    def __init__(self, line: int, column: int):
+        self.line = line
+        self.column = column
+
+
+def _first_position(children) -> _Meta:
+    for c in children:
+        if c is None:
+            continue
+        line = getattr(c, "line", None)
+        if line is not None:
+            return _Meta(line, c.column)
+        if isinstance(c, tuple) and c:
+            inner = _first_position(c)
+            if inner.line:
+                return inner
+    return _Meta(0, 0)
+
+
+def _inline_callback(method):
+    def callback(children):
+        meta = _first_position(children)
+        kept = [c for c in children if not (isinstance(c, Token) and c.type[0] == "_")]
+        return method(meta, kept)
+    return callback
+
+
+class _ToAst:
+    """One method per grammar rule, called with (position, children without punctuation) as the
+    LALR parser reduces, so no parse tree is built."""
+
+    def primary(self, meta, ch):  # `( expr )`
+        return ch[0]
+
     # ---- declarations
     def start(self, meta, items):
         return tuple(items)
@@ -712,24 +748,29 @@ class _Mode:
 _TO_AST = _ToAst()
 
 
+class _Callbacks:
+    pass
+
+
+_CALLBACKS = _Callbacks()
+for _name in dir(_ToAst):
+    if not _name.startswith("_"):
+        setattr(_CALLBACKS, _name, _inline_callback(getattr(_TO_AST, _name)))
+
+
 def parse(source: str, filename: str = "<input>") -> ast.Program:
     """Parse TL source text; raise TLSyntaxError (with position, caret and expected tokens) on error."""
     parser = _lark_parser()
     try:
-        tree = parser.parse(source)
+        items = parser.parse(source)
     except UnexpectedInput as err:
         raise _convert_lark_error(err, source, filename, parser) from None
+    except _AstError as inner:
+        raise _syntax_error(inner.message, source, filename, inner.line, inner.column) from None
     except RecursionError:
         raise _syntax_error("program is nested too deeply", source, filename, 1, 1) from None
-    try:
-        items = _TO_AST.transform(tree)
-    except lark.exceptions.VisitError as err:
-        inner = err.orig_exc
-        if isinstance(inner, _AstError):
-            raise _syntax_error(inner.message, source, filename, inner.line, inner.column) from None
-        raise
-    except RecursionError:
-        raise _syntax_error("program is nested too deeply", source, filename, 1, 1) from None
+    if not isinstance(items, tuple):  # an empty program reduces no `start` rule callback
+        items = ()
     return ast.Program(items, filename, source)
 
 
