@@ -222,6 +222,7 @@ def _upload_all(g, weight_mode: str, progress: bool | None) -> dict[str, Any]:
     try:
         for info in infos:
             tensors[info.name] = _upload(g, info, weight_mode)
+            g.release_pages(info.name)
             if bar is not None:
                 bar.update(info.nbytes)
     finally:

@@ -9,6 +9,7 @@ the header is parsed here because `gguf.GGUFReader` needs seconds for a 50k-toke
 """
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -206,9 +207,11 @@ class GGUFFile:
         if size < 24:
             raise ModelError(f"{self._label}: not a valid GGUF file: only {size} bytes")
         try:
-            self._map: np.memmap | None = np.memmap(self.path, dtype=np.uint8, mode="r")
+            with open(self.path, "rb") as f:
+                self._mmap: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:
             raise ModelError(f"{self._label}: cannot map the file: {e}") from None
+        self._map: np.ndarray | None = np.frombuffer(self._mmap, dtype=np.uint8)
         self.file_size = size
         self.metadata: dict[str, Any] = {}
         self.metadata_types: dict[str, GGUFValueType] = {}
@@ -304,8 +307,26 @@ class GGUFFile:
         return self._map is None
 
     def close(self) -> None:
-        """Drop this file's mapping. Views returned earlier stay valid until they are dropped."""
+        """Drop this file's mapping. Views returned earlier stay valid until they are dropped
+        (the mapping is unmapped when the last of them goes)."""
         self._map = None
+        self._mmap = None
+
+    def release_pages(self, name: str) -> None:
+        """Tell the OS the pages of tensor `name` are not needed any more (after uploading it), so a
+        model's bytes are not resident twice. The mapping is read-only and file-backed: a later
+        read simply faults the pages back in."""
+        if self._mmap is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        info = self.tensor_info(name)
+        page = mmap.PAGESIZE
+        start = (info.offset + page - 1) // page * page
+        end = (info.offset + info.nbytes) // page * page
+        if end > start:
+            try:
+                self._mmap.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (OSError, ValueError):
+                pass  # advice only
 
     def __enter__(self) -> "GGUFFile":
         return self
