@@ -125,3 +125,11 @@ def test_a_runaway_cross_product_is_refused_with_the_rule_named():
     with pytest.raises(LogicError, match="rule `P\\(X, Y\\) <- A\\(X\\), A\\(Y\\)`: a rule body joins 81,000,000") as info:
         engine.infer()
     assert info.value.pos == (3, 1)
+
+
+def test_check_reports_rule_errors_without_evaluating():
+    engine = build("sparse", FACTS, ["Win(X) <- Edge(X, _), not Win(X)"])
+    with pytest.raises(StratificationError):
+        engine.check()
+    assert engine.last_stats == []
+    build("sparse", FACTS, ["Path(X, Y) <- Edge(X, Y)"]).check()

@@ -12,6 +12,7 @@ interpreter wants back on a LogicError it raises, e.g. the AST node's (line, col
     engine.declare_relation("Parent", ["person", "person"], pos)   # `relation Parent(x: person, ...)`
     engine.add_fact(Atom("Parent", (Name("alice"), Name("bob")), pos=p), weight=1.0)
     engine.add_rule(Rule(head_atom, body_atoms, temperature=None | T, pos=p))   # `@temperature(T)`
+    engine.check()                       # compile + stratify only: raises the first LogicError (`tl check`)
     engine.infer()                       # explicit `infer`; query() also infers when needed
     result = engine.query(Atom("Ancestor", (Name("X"), Name("dave")), pos=p))
     result.value                         # list of tuples of constants, or a bool for a ground query
@@ -208,6 +209,11 @@ class LogicEngine:
         return name in self.relations
 
     # -- evaluation -----------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise the first error the rules have (unknown relation, arity, safety, types,
+        stratification) without evaluating anything."""
+        stratify(sorted(self.relations), self._compile())
+
     def infer(self) -> list[StratumStats]:
         """Run every stratum to its fixpoint (no-op when nothing changed since the last run)."""
         if self._tables is not None:
