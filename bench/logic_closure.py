@@ -4,7 +4,8 @@
     python bench/logic_closure.py --quick    # smaller cases, for a smoke run
 
 Cases: random sparse directed graphs with n nodes and n edges (average out-degree 1, endpoints
-uniform, seed 0) for n = 1,000 / 10,000 / 50,000, and a chain of 2,000 nodes (2,000 rounds).
+uniform, seed 0) for n = 200 / 1,000 / 10,000 / 50,000, and a chain of 2,000 nodes (2,000 rounds).
+`engine-dense` forces the dense tensor path (on the native runtime when it is built) for n <= 1,000.
 Each (case, evaluator) runs in a fresh subprocess, so its peak memory (ru_maxrss) is its own;
 `+MiB` is the growth of the peak over the process's size after the graph was generated.
 The engine's closure is checked tuple for tuple against the baseline's.
@@ -23,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASE_TIMEOUT_S = 600
 
 CASES = {  # name -> (kind, nodes)
+    "random-200": ("random", 200),  # small enough that the engine's default is the dense path
     "random-1k": ("random", 1000),
     "random-10k": ("random", 10000),
     "random-50k": ("random", 50000),
