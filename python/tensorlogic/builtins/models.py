@@ -325,9 +325,10 @@ class TokenizerValue(TLObject):
             raise _model_error(e) from None
         return TokenizerValue(tok, template, label)
 
-    def tokenize(self, text: Any, add_special: Any = True) -> list[int]:
+    def tokenize(self, text: Any, add_special: Any = True, parse_special: Any = True) -> list[int]:
         try:
-            return self.tok.encode(to_str(text, "text"), add_special=to_bool(add_special, "add_special"))
+            return self.tok.encode(to_str(text, "text"), add_special=to_bool(add_special, "add_special"),
+                                   parse_special=to_bool(parse_special, "parse_special"))
         except ModelError as e:
             raise _model_error(e) from None
 
@@ -353,7 +354,7 @@ class TokenizerValue(TLObject):
         raise AttributeError(name)
 
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
-        if name == "tokenize" and 1 <= len(args) <= 2:
+        if name == "tokenize" and 1 <= len(args) <= 3:
             return self.tokenize(*args)
         if name == "detokenize" and 1 <= len(args) <= 2:
             return self.detokenize(*args)
@@ -434,11 +435,11 @@ def _load_tokenizer(source):
     return load_tokenizer_value(source)
 
 
-@builtin("tokenize", "tokenize(tok, text, add_special=true)",
-         "token ids of text (special tokens written in the text are recognised)",
-         min_args=2, max_args=3, category="models")
-def _tokenize(tok, text, add_special=True):
-    return _as_tokenizer(tok).tokenize(text, add_special)
+@builtin("tokenize", "tokenize(tok, text, add_special=true, parse_special=true)",
+         "token ids of text; add_special adds BOS/EOS where the model wants them, parse_special "
+         "recognises special tokens written in the text", min_args=2, max_args=4, category="models")
+def _tokenize(tok, text, add_special=True, parse_special=True):
+    return _as_tokenizer(tok).tokenize(text, add_special, parse_special)
 
 
 @builtin("detokenize", "detokenize(tok, ids, skip_special=false)", "text of token ids",

@@ -285,6 +285,10 @@ def run_chat(session: LlmSession, args, sampling: dict) -> int:
         return 0 if reply is not None else 130
     interactive = sys.stdin.isatty()
     if interactive:
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
         print(f"Chatting with {session.config.name} ({session.model.path.name}). "
               "Ctrl-C stops a reply, Ctrl-D exits.", file=sys.stderr)
     while True:

@@ -1,0 +1,78 @@
+"""The model builtins used from TL source, as programs use them (tensorlogic.run API)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorlogic._core")
+
+import tensorlogic.api as api  # noqa: E402
+
+STDLIB = Path(__file__).resolve().parents[2] / "python" / "tensorlogic" / "stdlib" / "llama.tl"
+
+
+def _run(source: str, tmp_path) -> api.Result:
+    program = tmp_path / "prog.tl"
+    program.write_text(source)
+    return api.run(str(program))
+
+
+def test_model_values_from_tl(tiny_bpe_path, tmp_path):
+    r = _run(f'''
+main {{
+    let model = load_model("{tiny_bpe_path}")
+    print(model.config.n_layers, model.config.d_model, model.config.tied_output)
+    let w = model.blk[1].attn_q.weight
+    print(shape(w))
+    print(shape(get_tensor(model, "token_embd.weight")))
+    print(model.has_tensor("output.weight"))
+    let tok = load_tokenizer(model)
+    let ids = tokenize(tok, "Hello, world!", true)
+    print(detokenize(tok, ids, false))
+    print(tok.detokenize(tok.tokenize("<|im_start|>x", false), false))
+    print(apply_chat_template(tok, [["user", "Hi"]], true))
+    model.close()
+    print(model.closed)
+}}
+''', tmp_path)
+    assert r.ok, r.error_text
+    lines = r.output.splitlines()
+    assert lines[0] == "2 64 true"
+    assert lines[1] == "[64, 64]"
+    assert lines[3] == "false"
+    assert lines[4] == "Hello, world!"
+    assert lines[5] == "<|im_start|>x"
+    assert lines[6:9] == ["<|im_start|>user", "Hi<|im_end|>", "<|im_start|>assistant"]
+    assert lines[-1] == "true"
+
+
+def test_generation_loop_from_tl(tiny_bpe_path, tmp_path):
+    r = _run(f'''
+import "{STDLIB}"
+main {{
+    let model = load_model("{tiny_bpe_path}")
+    let tok = load_tokenizer(model)
+    let cache = llama_kv_cache(model, 32)
+    let ids = tokenize(tok, "The capital of France is", false)
+    let stream = text_stream(tok)
+    let out = llama_generate(model, cache, ids, 0, 5, token_sampler(0.0), [], stream)
+    stream.finish()
+    print()
+    print(len(out), cache.length == len(ids) + 4)
+    let again = llama_generate(model, cache, ids, 0, 5, token_sampler(0.0), [], text_stream(tok))
+    print()
+    print(again == out)
+}}
+''', tmp_path)
+    assert r.ok, r.error_text
+    lines = r.output.splitlines()
+    assert "5 true" in lines and lines[-1] == "true"
+
+
+def test_model_errors_name_the_builtin_and_line(tmp_path):
+    r = _run('main {\n    let m = load_model("/no/such/model.gguf")\n}\n', tmp_path)
+    assert not r.ok
+    assert "no such model file" in r.error_text and ("line 2" in r.error_text or ":2:" in r.error_text)
+    r = _run('main {\n    let c = llama_kv_cache(3, 10)\n}\n', tmp_path)
+    assert not r.ok and "must be a model" in r.error_text
