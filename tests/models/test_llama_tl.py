@@ -136,3 +136,15 @@ def test_chat_turns_reuse_the_cache(smollm2_session):
     assert second.ids == fresh.ids
     np.testing.assert_allclose(second.prompt_logits, fresh.prompt_logits, atol=2e-4)
     assert "Rome" in second.text
+
+
+def test_generation_stops_when_the_context_is_full(tiny_bpe_path):
+    from tensorlogic.models.errors import ModelError
+
+    with LlmSession(tiny_bpe_path, context=8) as session:
+        ids = session.raw_prompt_ids("the quick brown")
+        assert len(ids) < 8
+        r = session.generate(ids, 50, stop_at_eog=False)
+        assert r.stopped_by == "context" and len(ids) + len(r.ids) == 9  # 8 positions fed, 1 more chosen
+        with pytest.raises(ModelError, match="more than the context of 8"):
+            session.generate(session.raw_prompt_ids("the quick brown fox jumps over the lazy dog twice"), 1)

@@ -162,6 +162,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except Exception as e:  # a bug, not a user error: still one line (`tl --debug`-style details elsewhere)
+        return _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
@@ -176,3 +178,5 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except Exception as e:  # a bug, not a user error: still one line (`tl --debug`-style details elsewhere)
+        return _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")

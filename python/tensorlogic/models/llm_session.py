@@ -132,8 +132,13 @@ class LlmSession:
         self.requested_context = context
         self.cache: KVCacheValue | None = None
         self.cached_ids: list[int] = []
+        from ..lang.errors import TLError
+
         self.interp = Interpreter(out=sys.stdout)
-        self.interp.load_file(str(STDLIB_DIR / "llama.tl"))
+        try:
+            self.interp.load_file(str(STDLIB_DIR / "llama.tl"))
+        except TLError as e:
+            raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
         self._generate_fn = self.interp.functions["llama_generate"]
 
     # ------------------------------------------------------------------ lifecycle
