@@ -1,4 +1,6 @@
-"""Shared helpers: build the same logic program on the dense and on the sparse evaluator."""
+"""Shared helpers for the logic tests: build one program on the dense and the sparse evaluator, and
+run the plain-Python reference. (Not named conftest.py: tests/models has one, and both are
+imported as top-level modules.)"""
 from __future__ import annotations
 
 import pytest

@@ -1,9 +1,9 @@
 """Classic Datalog programs with known answers, on both the dense and the sparse evaluator."""
 from __future__ import annotations
 
-from conftest import answers, build
+from logic_support import MODES, answers, build, mode  # noqa: F401 (mode is a fixture)
 
-from tensorlogic.logic import parse_atom
+from tensorlogic.logic import LogicEngine, parse_atom, parse_rule
 
 FAMILY = {"Parent": [("alice", "bob"), ("bob", "carol"), ("carol", "dave")]}
 ANCESTOR = ["Ancestor(X, Y) <- Parent(X, Y)", "Ancestor(X, Z) <- Ancestor(X, Y), Parent(Y, Z)"]
@@ -128,8 +128,6 @@ def test_relation_tensor_is_the_boolean_closure_matrix(mode):
 
 
 def test_declared_entity_types_keep_separate_domains(mode):
-    from tensorlogic.logic import LogicEngine
-    from conftest import MODES
     engine = LogicEngine(**MODES[mode])
     engine.declare_entity("person", ["ann", "bob"])
     engine.declare_entity("city")
@@ -137,21 +135,18 @@ def test_declared_entity_types_keep_separate_domains(mode):
     engine.declare_relation("Knows", ["person", "person"])
     engine.add_facts("Lives", [("ann", "paris"), ("bob", "rome")])
     engine.add_facts("Knows", [("ann", "bob")])
-    engine.add_rule(__import__("tensorlogic.logic", fromlist=["parse_rule"]).parse_rule(
-        "Visits(X, C) <- Knows(X, Y), Lives(Y, C)"))
+    engine.add_rule(parse_rule("Visits(X, C) <- Knows(X, Y), Lives(Y, C)"))
     assert answers(engine, "Visits(X, C)") == [("ann", "rome")]
     assert engine.relation_tensor("Lives").shape == (2, 2)
     assert engine.relation_axes("Visits") == [["ann", "bob"], ["paris", "rome"]]
 
 
 def test_empty_relations_and_zero_arity_propositions(mode):
-    from tensorlogic.logic import LogicEngine
-    from conftest import MODES
     engine = LogicEngine(**MODES[mode])
     engine.declare_relation("Parent", ["person", "person"])
     engine.declare_relation("Flag", [])
     for rule in ANCESTOR + ["Any() <- Flag()", "Quiet() <- not Any()"]:
-        engine.add_rule(__import__("tensorlogic.logic", fromlist=["parse_rule"]).parse_rule(rule))
+        engine.add_rule(parse_rule(rule))
     assert answers(engine, "Ancestor(X, Y)") == []
     assert engine.relation_tensor("Ancestor").shape == (0, 0)
     assert answers(engine, "Any()") is False and answers(engine, "Quiet()") is True
@@ -160,8 +155,6 @@ def test_empty_relations_and_zero_arity_propositions(mode):
 
 
 def test_facts_for_a_rule_defined_relation_before_its_body_relation_exists(mode):
-    from tensorlogic.logic import LogicEngine, parse_rule
-    from conftest import MODES
     engine = LogicEngine(**MODES[mode])
     for rule in ANCESTOR:
         engine.add_rule(parse_rule(rule))
@@ -174,8 +167,6 @@ def test_facts_for_a_rule_defined_relation_before_its_body_relation_exists(mode)
 
 
 def test_negation_after_a_join_that_finds_nothing(mode):
-    from tensorlogic.logic import LogicEngine, parse_rule
-    from conftest import MODES
     engine = LogicEngine(**MODES[mode])
     engine.declare_relation("Start", ["entity"])
     engine.declare_relation("Blocked", ["entity"])

@@ -17,7 +17,11 @@ PROGRAM = r'''
 import json, sys
 from tensorlogic.logic import LogicEngine, parse_atom, parse_rule
 from tensorlogic.logic.dense_ops import CoreOps, NumpyOps
-ops = NumpyOps() if sys.argv[1] == "numpy" else CoreOps(__import__("tensorlogic._core", fromlist=["x"]))
+if sys.argv[1] == "numpy":
+    ops = NumpyOps()
+else:
+    from tensorlogic import _core
+    ops = CoreOps(_core)
 if sys.argv[1] != "numpy":
     ops.core.init(sys.argv[1])
 engine = LogicEngine(dense_limit=1 << 20, dense_evaluator=ops)

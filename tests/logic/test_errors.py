@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import build
+from logic_support import build
 
 from tensorlogic.logic import (ArityError, Atom, LogicEngine, LogicError, LogicTypeError, Name,
                                StratificationError, UnknownRelationError, UnsafeRuleError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from conftest import build, reference
+from logic_support import build, reference
 
 from tensorlogic.logic import parse_atom
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import MODES
+from logic_support import MODES, mode  # noqa: F401 (mode is a fixture)
 
 from tensorlogic.logic import ConvergenceError, LogicEngine, parse_atom, parse_rule
 from tensorlogic.logic.builtins import sigmoid_t
