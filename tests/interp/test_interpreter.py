@@ -380,3 +380,28 @@ def test_cwd_independent_file_run(tmp_path):
         assert tensorlogic.run(str(p)).output == "ok\n"
     finally:
         os.chdir(cwd)
+
+
+def test_facts_may_follow_rules_and_capitalized_calls_assert_implied_relations():
+    assert out("""
+        Anc(X, Y) <- Par(X, Y)
+        Anc(X, Z) <- Anc(X, Y), Par(Y, Z)
+        main {
+            Likes(alice, tea)  Likes(bob, coffee)
+            Likes(X, tea)?
+            Par(a, b)  Par(b, c)
+            Anc(a, Y)?
+        }""") == "Likes(X, tea): alice\nAnc(a, Y): b, c\n"
+
+
+def test_weighted_facts_and_tensor_equations_reach_the_logic_package():
+    text = out("""
+        main {
+            Edge(a, b) = 0.5
+            Edge(a, X)?
+            let W = [[1.0, 2.0], [3.0, 4.0]]
+            let X = [1.0, 1.0]
+            Y[i] = W[i, j] X[j]
+            print(Y)
+        }""")
+    assert text.startswith("Edge(a, X): b") and text.endswith("[3., 7.]\n")

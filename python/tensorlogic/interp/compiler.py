@@ -408,8 +408,7 @@ class Compiler:
 
     def stmt_ExprStmt(self, stmt: ast.ExprStmt, scope: Scope, tail: bool = False):
         expr = stmt.expr
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and self.interp.is_relation(
-                expr.func.id) and expr.func.id not in self.interp.functions and scope.lookup(expr.func.id) is None:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and self._is_fact_call(expr.func.id, scope):
             return self.stmt_Fact(ast.Fact(stmt.line, stmt.column,
                                            ast.Atom(expr.line, expr.column, expr.func.id, expr.args), None), scope)
         if isinstance(expr, ast.Query):
@@ -423,6 +422,19 @@ class Compiler:
         def ex_expr(f):
             ev(f)
         return ex_expr
+
+    def _is_fact_call(self, name: str, scope: Scope) -> bool:
+        """`R(a, b)` as a statement asserts a fact when R is a relation of the program, or when R is
+        capitalized and names no function, builtin or variable (a relation implied by its facts)."""
+        interp = self.interp
+        if name in interp.functions or scope.lookup(name) is not None or name in interp.global_names:
+            return False
+        if interp.is_relation(name):
+            return True
+        if name[:1].isupper() and name not in registry.BUILTINS and "::" not in name:
+            interp.relations.add(name)
+            return True
+        return False
 
     def stmt_IfStmt(self, stmt: ast.IfStmt, scope: Scope, tail: bool = False):
         conds = [self.compile_expr(c, scope) for c, _ in stmt.branches]
@@ -624,7 +636,7 @@ class Compiler:
                     w = float(wv) if not isinstance(wv, Tensor) else float(wv.item())
                 except Exception:
                     raise self.error(f"a fact's weight must be a number, got {type_name(wv)}", stmt) from None
-            engine = interp.logic_engine(self.span(stmt))
+            engine = interp.logic_engine(self.span(stmt), flush=False)
             self._logic_call(stmt, lambda: engine.add_fact(atom, weight=w, pos=atom.pos))
         return ex_fact
 
@@ -653,8 +665,8 @@ class Compiler:
                     raise self.error(f"@temperature takes a number, got {type_name(tv)}", stmt)
                 t = float(tv)
             rule = interp.logic_terms().Rule(head(f), tuple(b(f) for b in body), t, pos)
-            engine = interp.logic_engine(pos)
-            self._logic_call(stmt, lambda: engine.add_rule(rule))
+            interp.logic_engine(pos, flush=False)
+            interp.pending_rules.append(rule)  # added before the next query (facts may come later)
         return ex_rule
 
     def _query(self, expr: ast.Query, scope: Scope, print_answers: bool):
@@ -664,8 +676,8 @@ class Compiler:
 
         def ev_query(f):
             atom = build(f)
-            engine = interp.logic_engine(self.span(expr))
-            result = self._logic_call(expr, lambda: engine.query(atom))
+            result = self._logic_call(expr, lambda: interp.logic_engine(self.span(expr), needed=atom.relation)
+                                      .query(atom))
             if print_answers:
                 interp.ctx.write(result.text() + "\n")
                 return None

@@ -87,6 +87,7 @@ class Interpreter:
         self.ctx = RunContext(self, out if out is not None else sys.stdout, stdin, seed)
         self._logic = None
         self._logic_decls: list[Callable[[Any], None]] = []
+        self.pending_rules: list = []
         self._loaded_files: set[str] = set()
         self.top_info = FunctionScopeInfo("<top level>")
         self.top_scope = Scope(None, self.top_info, is_global=True)
@@ -249,7 +250,30 @@ class Interpreter:
         import tensorlogic.logic as logic
         return logic
 
-    def logic_engine(self, span: SourceSpan | None = None):
+    def logic_engine(self, span: SourceSpan | None = None, flush: bool = True, needed: str | None = None):
+        """The run's LogicEngine. Rules wait in `pending_rules` until something reads the relations
+        (a query, relation_tensor, infer), so facts asserted after a rule can still define the
+        relations its body uses. A rule whose body names a relation nobody has defined yet stays
+        pending; it is an error only when the relation read (`needed`, or all for None) depends on it."""
+        engine = self._engine(span)
+        if flush and self.pending_rules:
+            pending = self.pending_rules
+            heads = {rule.head.relation for rule in pending}
+            ready, waiting = [], []
+            for rule in pending:
+                known = all(engine.has_relation(a.relation) or a.relation in heads for a in rule.body)
+                (ready if known or needed is None or rule.head.relation == needed else waiting).append(rule)
+            self.pending_rules = waiting
+            for rule in ready:
+                try:
+                    engine.add_rule(rule)
+                except TLError:
+                    raise
+                except Exception as e:
+                    raise self.logic_error(e, getattr(rule, "pos", None) or span) from None
+        return engine
+
+    def _engine(self, span: SourceSpan | None):
         if self._logic is None:
             self.require_logic(span)
             from tensorlogic.logic import LogicEngine
@@ -282,7 +306,7 @@ class Interpreter:
 
     def _run_logic_decls(self) -> None:
         if self._logic_decls and self._logic is None:
-            self.logic_engine()
+            self._engine(None)
 
     def run_top_level(self, loaded: LoadedProgram) -> None:
         self._run_logic_decls()
@@ -358,6 +382,7 @@ class Interpreter:
         self.structs.clear()
         self._logic = None
         self._logic_decls.clear()
+        self.pending_rules.clear()
         self.static_errors.clear()
         gc.collect()
 
