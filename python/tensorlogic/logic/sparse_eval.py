@@ -5,6 +5,8 @@ bound variable, plus a weight per row in soft mode); each positive atom is a sor
 variables it shares with the table, each negated atom a filter once its variables are bound.
 Boolean strata run semi-naive (each round joins only the previous round's new tuples at one
 recursive position); soft strata (any rule with temperature > 0) iterate to a numeric fixpoint.
+Invariant: a tuple enters a round's delta only if it was not certainly true before (KeySet), so
+each tuple is joined as "new" at most once and a Boolean stratum ends after finitely many rounds.
 """
 from __future__ import annotations
 
