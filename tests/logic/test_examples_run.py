@@ -29,6 +29,7 @@ def test_family_tree_example():
     assert "Ancestor(X, dave): alice, bob, carol\n" in text
     assert "Grandparent(alice, Z): carol, chris\n" in text
     assert "Founder(X): alice\n" in text
+    assert "SameGeneration(dave, Y): dana, dave\n" in text
     assert "alice has 6 descendants" in text
     assert "dana descends from alice" in text
     assert "Ancestor(X, erin): alice, bob, carol, dave\n" in text
