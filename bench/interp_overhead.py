@@ -15,7 +15,7 @@ def timed(body: str, setup: str = "") -> float:
     src = f"fn f(a) {{ a }}\nmain {{\n {setup}\n let i = 0\n let x = 1.5\n let t = ones([4])\n" \
           f" while i < {N} {{\n  i = i + 1\n  {body}\n }}\n}}\n"
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         interp = Interpreter(out=io.StringIO())
         loaded = interp.load_source(src, "bench.tl")
         start = time.perf_counter()

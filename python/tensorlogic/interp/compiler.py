@@ -12,6 +12,7 @@ reaches a TL user); block exit clears the slots the block declared.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Callable
 
 from ..builtins import registry
@@ -128,20 +129,20 @@ def _pow(a, b):
 
 
 _PY_BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "⊙": lambda a, b: a * b,
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "⊙": operator.mul,
     "/": _div,
-    "%": _mod,
+    "%": operator.mod,
     "@": _matmul,
-    "**": _pow,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
+    "**": operator.pow,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
@@ -859,10 +860,25 @@ class Compiler:
                 raise self.convert(exc2, e, opname) from None
 
         if op in ("+", "-", "*", "⊙", "<", "<=", ">", ">=", "==", "!=", "**", "%"):
+            # Python's own operator is right for numbers, strings and tensors; lists (numeric arrays
+            # act as tensors) and failures (str + int, shape errors) take the slow path.
+            if isinstance(e.right, (ast.IntLit, ast.FloatLit)):
+                const = e.right.value
+
+                def ev_binop_const(f):
+                    a = left(f)
+                    if a.__class__ is list:
+                        return fail(a, const, None)
+                    try:
+                        return pyop(a, const)
+                    except Exception as exc:
+                        return fail(a, const, exc)
+                return ev_binop_const
+
             def ev_binop(f):
                 a = left(f)
                 b = right(f)
-                if a.__class__ is list or b.__class__ is list or a.__class__ is str or b.__class__ is str:
+                if a.__class__ is list or b.__class__ is list:
                     return fail(a, b, None)
                 try:
                     return pyop(a, b)
