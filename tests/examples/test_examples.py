@@ -15,7 +15,9 @@ EXPECTED = os.path.join(os.path.dirname(__file__), "expected")
 EXAMPLES = ["hello", "tensors", "functions_structs", "control_flow", "transformer_block", "memory"]
 
 
-ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+# the subprocess imports the same tensorlogic as this process (the source tree or the installed one)
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
+ENV = dict(os.environ, PYTHONPATH=PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -8,8 +8,12 @@ import sys
 
 import pytest
 
+import tensorlogic
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+# the subprocess imports the same tensorlogic as this process (the source tree or the installed one)
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
+ENV = dict(os.environ, PYTHONPATH=PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 def tl(*args, stdin: str | None = None, timeout: int = 120):
