@@ -151,3 +151,28 @@ def test_unsupported_tokenizer_and_pre(tmp_path):
         Tokenizer("llama", ["a", "b"], None, scores=None)
     with pytest.raises(ModelError, match="eos token id 9 is outside"):
         Tokenizer("gpt2", ["a"], None, merges=[], eos_id=9)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizers(tiny_bpe_path, tiny_spm_path):
+    return Tokenizer.from_file(tiny_bpe_path), Tokenizer.from_file(tiny_spm_path)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=_TEXT)
+def test_any_text_round_trips_and_streams_whole(tiny_tokenizers, text):
+    for tok in tiny_tokenizers:
+        ids = tok.encode(text, add_special=False, parse_special=False)
+        assert all(0 <= i < tok.vocab_size for i in ids)
+        if tok.kind == "gpt2":
+            assert tok.decode(ids) == text
+        else:  # SentencePiece puts one space in front, decode takes it away
+            assert tok.decode(ids) == text
+        dec = tok.stream_decoder(skip_special=False)
+        streamed = "".join(dec.push(i) for i in ids) + dec.flush()
+        assert streamed == (" " + text if tok.kind == "llama" and text else text)

@@ -335,6 +335,8 @@ class _SentencePiece:
                 ids.append(special_id)
                 prev_special = True
                 continue
+            if not fragment:
+                continue
             if self.add_space_prefix and prev_special:
                 fragment = " " + fragment
             ids.extend(self._encode_fragment(fragment.replace(" ", "\u2581")))
