@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "runtime/backend.h"
 
@@ -221,6 +223,11 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     const bool on_completion_thread = std::this_thread::get_id() == completion_thread_.get_id();
     if (!on_completion_thread) synchronize();
+    if (const char* e = std::getenv("TL_CUDA_LAUNCH_STATS"); e != nullptr && *e != '\0' && *e != '0') {
+      std::fprintf(stderr, "tl-cuda: %llu device operations (kernel launches and copies) in %llu command buffers\n",
+                   static_cast<unsigned long long>(g_device_ops.load() - device_ops_at_start_),
+                   static_cast<unsigned long long>(state_->submitted));
+    }
     {
       std::lock_guard<std::mutex> lock(state_->queue_mutex);
       state_->stopping = true;
@@ -351,6 +358,8 @@ class CudaBackend final : public Backend {
   }
 
   static constexpr size_t kAttentionScratchBytes = size_t(4) << 20;
+
+  uint64_t device_ops_at_start_ = g_device_ops.load();
 
   cudaStream_t stream_ = nullptr;
   void* attention_scratch_ = nullptr;

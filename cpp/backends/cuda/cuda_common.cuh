@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -160,8 +161,13 @@ inline unsigned grid_for(int64_t n, int threads) {
   return static_cast<unsigned>(blocks < cap ? blocks : cap);
 }
 
+// Device operations (kernel launches and stream copies) issued by the kernels, for the
+// TL_CUDA_LAUNCH_STATS report the backend prints when it is destroyed.
+inline std::atomic<uint64_t> g_device_ops{0};
+
 // Throws KernelError naming `what` if the last launch failed.
 inline void check_launch(const char* what) {
+  g_device_ops.fetch_add(1, std::memory_order_relaxed);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     throw KernelError(std::string("cuda: ") + what + ": " + cudaGetErrorString(err));

@@ -333,6 +333,7 @@ void CudaKernels::copy(const View& src, const View& dst) {
       (void)cudaGetLastError();
       throw KernelError(std::string("cuda: copy: ") + cudaGetErrorString(err));
     }
+    g_device_ops.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   const bool fl = is_floating(src.dtype) || is_floating(dst.dtype);

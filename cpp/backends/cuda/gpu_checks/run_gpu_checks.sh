@@ -16,11 +16,11 @@ if [ -d .git ] && git rev-parse HEAD >/dev/null 2>&1; then
 fi
 cd "$SRC"
 export PYTHONUNBUFFERED=1
-{ nvidia-smi; nvcc --version; python3 --version; cmake --version | head -1; } > "$OUT/env.txt" 2>&1
+{ nvidia-smi; nvcc --version; python3 --version; cmake --version | head -1; } > "$OUT/build.log" 2>&1
 PYBIND=$(python3 -m pybind11 --cmakedir)
 t0=$(date +%s)
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTL_CUDA=ON -DTL_CUDA_ARCHITECTURES=$ARCH \
-  -DTL_BUILD_TESTS=ON -Dpybind11_DIR="$PYBIND" -DPython_EXECUTABLE="$(command -v python3)" > "$OUT/build.log" 2>&1
+  -DTL_BUILD_TESTS=ON -Dpybind11_DIR="$PYBIND" -DPython_EXECUTABLE="$(command -v python3)" >> "$OUT/build.log" 2>&1
 cmake --build build/gpu -j16 --target test_cuda_vs_cpu >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; }
 cmake --build build/gpu -j16 >> "$OUT/build.log" 2>&1 || { echo "full build failed:"; grep -m20 -B2 -A8 "error" "$OUT/build.log"; }
 echo "build: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
@@ -28,16 +28,19 @@ T=build/gpu/cpp/backends/cuda/test_cuda_vs_cpu
 timeout 240 $T > "$OUT/cuda_vs_cpu.log" 2>&1; grep -m 30 FAIL "$OUT/cuda_vs_cpu.log"; echo "cuda_vs_cpu: $(tail -1 "$OUT/cuda_vs_cpu.log")" | tee -a "$OUT/summary.txt"
 timeout 120 $T --bench > "$OUT/bench.log" 2>&1; grep BENCH "$OUT/bench.log" | tee -a "$OUT/summary.txt"
 export PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH}
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend.py > "$OUT/pytest_cross.log" 2>&1
-echo "pytest cross_backend: $(tail -1 "$OUT/pytest_cross.log")" | tee -a "$OUT/summary.txt"
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend.py -rf > "$OUT/p1.log" 2>&1
+echo "pytest cross_backend: $(tail -1 "$OUT/p1.log")" | tee -a "$OUT/summary.txt"
 TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime --ignore=tests/runtime/test_cross_backend.py \
-  --ignore=tests/runtime/test_cross_backend_model.py > "$OUT/pytest_runtime_on_cuda.log" 2>&1
-echo "pytest tests/runtime with TL_BACKEND=cuda: $(tail -1 "$OUT/pytest_runtime_on_cuda.log")" | tee -a "$OUT/summary.txt"
+  --ignore=tests/runtime/test_cross_backend_model.py -rf > "$OUT/p2.log" 2>&1
+echo "pytest tests/runtime with TL_BACKEND=cuda: $(tail -1 "$OUT/p2.log")" | tee -a "$OUT/summary.txt"
 TL_CROSS_MODEL_LAYERS=30 TL_CROSS_REPORT="$OUT/model_report.json" timeout 240 python3 -m pytest -q -s -p no:cacheprovider \
-  tests/runtime/test_cross_backend_model.py > "$OUT/pytest_model.log" 2>&1
-echo "pytest model cross-backend: $(tail -1 "$OUT/pytest_model.log")" | tee -a "$OUT/summary.txt"
-grep -h '^generated\|gguf' "$OUT/pytest_model.log" | tee -a "$OUT/summary.txt"
-timeout 150 python3 "$ROOT/cpp/backends/cuda/gpu_checks/hf_decode_baseline.py" 37 64 2>"$OUT/hf.err" | tee -a "$OUT/summary.txt"
+  tests/runtime/test_cross_backend_model.py -rf > "$OUT/p3.log" 2>&1
+echo "pytest model cross-backend: $(tail -1 "$OUT/p3.log")" | tee -a "$OUT/summary.txt"
+grep -h '^generated\|gguf' "$OUT/p3.log" | tee -a "$OUT/summary.txt"
+cat "$OUT/p1.log" "$OUT/p2.log" "$OUT/p3.log" > "$OUT/pytest.log" && rm "$OUT/p1.log" "$OUT/p2.log" "$OUT/p3.log"
+grep -h "^FAILED" "$OUT/pytest.log" | tee -a "$OUT/summary.txt"
+timeout 200 python3 "$ROOT/cpp/backends/cuda/gpu_checks/launches_per_token.py" ${TL_GPU_CHECK_MODEL:-} 2>>"$OUT/build.log" | tee -a "$OUT/summary.txt"
+timeout 150 python3 "$ROOT/cpp/backends/cuda/gpu_checks/hf_decode_baseline.py" 37 64 2>>"$OUT/build.log" | tee -a "$OUT/summary.txt"
 timeout 60 ctest --test-dir build/gpu -E test_cuda_vs_cpu --output-on-failure > "$OUT/ctest.log" 2>&1
-echo "ctest (CPU runtime tests, built with CUDA): $(grep 'tests passed' "$OUT/ctest.log")" | tee -a "$OUT/summary.txt"
+echo "ctest (runtime C++ tests, CPU backend, built with CUDA): $(grep 'tests passed' "$OUT/ctest.log")" | tee -a "$OUT/summary.txt"
 cat "$OUT/summary.txt"
