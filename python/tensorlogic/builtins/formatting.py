@@ -54,6 +54,10 @@ def format_value(v: Any, nested: bool = False) -> str:
         return "(" + ", ".join(format_value(x, True) for x in v) + ")"
     if isinstance(v, Tensor):
         return format_tensor(v)
+    if isinstance(v, np.ndarray):
+        return np.array2string(v, separator=", ", threshold=1000)
+    if isinstance(v, np.generic):
+        return format_value(v.item(), nested)
     tl_repr = getattr(v, "tl_repr", None)
     if tl_repr is not None:
         return tl_repr()
