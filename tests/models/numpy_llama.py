@@ -33,6 +33,10 @@ class NumpyLlama:
                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
         half = np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim
         self.inv_freq = 1.0 / (c.rope_base ** half)
+        if c.rope_scaling == "freqs":
+            self.inv_freq = self.inv_freq / g.tensor_array("rope_freqs.weight").astype(np.float64)
+        elif c.rope_scaling == "linear":
+            self.inv_freq = self.inv_freq / c.rope_scale
         self.reset()
 
     def reset(self) -> None:

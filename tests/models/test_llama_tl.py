@@ -148,3 +148,20 @@ def test_generation_stops_when_the_context_is_full(tiny_bpe_path):
         assert r.stopped_by == "context" and len(ids) + len(r.ids) == 9  # 8 positions fed, 1 more chosen
         with pytest.raises(ModelError, match="more than the context of 8"):
             session.generate(session.raw_prompt_ids("the quick brown fox jumps over the lazy dog twice"), 1)
+
+
+@pytest.mark.parametrize("scaling", [dict(rope_freqs=True), dict(rope_linear_scale=4.0)], ids=["freqs", "linear"])
+def test_scaled_rope_matches_oracle(tmp_path, scaling):
+    path = write_tiny_llama(tmp_path / "rope.gguf", weight_type="F32", tokenizer="gpt2", **scaling)
+    g = GGUFFile(path)
+    oracle = NumpyLlama(g, dtype=np.float64)
+    assert oracle.cfg.rope_scaling == ("freqs" if "rope_freqs" in scaling else "linear")
+    plain = NumpyLlama(GGUFFile(write_tiny_llama(tmp_path / "plain.gguf", weight_type="F32")), dtype=np.float64)
+    with LlmSession(path, context=64) as session:
+        prompt = session.raw_prompt_ids("The capital of France is Paris. 12345")
+        expected_ids, expected_first = oracle.greedy(prompt, 6)
+        r = session.generate(prompt, 6, stop_at_eog=False, keep_logits=True)
+    assert np.abs(r.prompt_logits - expected_first).max() <= 1e-4 * max(np.abs(expected_first).max(), 1.0)
+    assert r.ids == expected_ids
+    _, unscaled = plain.greedy(prompt, 0)
+    assert np.abs(unscaled - expected_first).max() > 1e-3  # the scaling changes the result

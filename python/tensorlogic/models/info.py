@@ -53,7 +53,8 @@ def format_info(info: dict[str, Any]) -> str:
             f"ffn:           {cfg['d_ff']}",
             f"vocab:         {cfg['vocab_size']}",
             f"context:       {cfg['context_length']}",
-            f"rope base:     {cfg['rope_base']:g}",
+            f"rope base:     {cfg['rope_base']:g}" + {"none": "", "linear": f" (linear scaling x{cfg['rope_scale']:g})",
+                                                     "freqs": " (per-frequency factors)"}[cfg["rope_scaling"]],
             f"rms eps:       {cfg['rms_eps']:g}",
             f"output:        {'tied to token_embd.weight' if cfg['tied_output'] else 'output.weight'}",
         ]

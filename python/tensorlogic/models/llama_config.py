@@ -29,6 +29,8 @@ class LlamaConfig:
     context_length: int
     rope_base: float
     rope_dim: int
+    rope_scaling: str  # "none", "linear" (positions / rope_scale) or "freqs" (rope_freqs.weight)
+    rope_scale: float
     rms_eps: float
     tied_output: bool
     name: str
@@ -68,12 +70,21 @@ class LlamaConfig:
         rope_dim = int(g.get(f"{arch}.rope.dimension_count", head_dim))
         if rope_dim != head_dim:
             raise ModelError(f"{label}: partial RoPE ({rope_dim} of {head_dim} dims) is not supported")
-        scaling = g.get(f"{arch}.rope.scaling.type", "none")
-        if scaling not in ("none", "") and float(g.get(f"{arch}.rope.scaling.factor", 1.0)) != 1.0:
-            raise ModelError(f"{label}: RoPE scaling {scaling!r} is not supported")
-        if "rope_freqs.weight" in g.tensors:
-            raise ModelError(f"{label}: per-frequency RoPE scaling (rope_freqs.weight, Llama 3.1) "
-                             "is not supported")
+        scaling = g.get(f"{arch}.rope.scaling.type", "none") or "none"
+        factor = float(g.get(f"{arch}.rope.scaling.factor", 1.0))
+        rope_scaling, rope_scale = "none", 1.0
+        if "rope_freqs.weight" in g.tensors:  # Llama 3.1 style: one divisor per frequency
+            rope_scaling = "freqs"
+            if g.tensors["rope_freqs.weight"].shape != (head_dim // 2,):
+                raise ModelError(f"{label}: tensor rope_freqs.weight has shape "
+                                 f"{list(g.tensors['rope_freqs.weight'].shape)}, expected [{head_dim // 2}]")
+        elif scaling == "linear" and factor != 1.0:
+            if not factor > 0:
+                raise ModelError(f"{label}: {arch}.rope.scaling.factor must be positive, got {factor}")
+            rope_scaling, rope_scale = "linear", factor
+        elif scaling not in ("none", "linear") and factor != 1.0:
+            raise ModelError(f"{label}: RoPE scaling {scaling!r} is not supported (supported: linear, "
+                             "per-frequency factors)")
         rope_base = float(g.get(f"{arch}.rope.freq_base", 10000.0))
         rms_eps = float(g.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
         if not rope_base > 0 or not rms_eps > 0:
@@ -88,7 +99,8 @@ class LlamaConfig:
         cfg = LlamaConfig(
             architecture=arch, n_layers=n_layers, d_model=d_model, n_heads=n_heads,
             n_kv_heads=n_kv_heads, head_dim=head_dim, d_ff=d_ff, vocab_size=vocab_size,
-            context_length=context_length, rope_base=rope_base, rope_dim=rope_dim, rms_eps=rms_eps,
+            context_length=context_length, rope_base=rope_base, rope_dim=rope_dim,
+            rope_scaling=rope_scaling, rope_scale=rope_scale, rms_eps=rms_eps,
             tied_output="output.weight" not in g.tensors, name=str(g.get("general.name", g.path.stem)),
         )
         cfg.check_tensors(g)

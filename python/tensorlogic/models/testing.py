@@ -48,6 +48,8 @@ class TinyLlamaSpec:
     spm_pieces: int = 200
     seed: int = 0
     weight_scale: float = 0.5
+    rope_freqs: bool = False  # add rope_freqs.weight (Llama 3.1 per-frequency divisors)
+    rope_linear_scale: float | None = None  # rope.scaling.type = linear with this factor
     extra_metadata: dict = field(default_factory=dict)
 
 
@@ -144,6 +146,9 @@ def write_tiny_llama(path: str | Path, spec: TinyLlamaSpec | None = None, **over
     w.add_rope_freq_base(spec.rope_base)
     w.add_layer_norm_rms_eps(spec.rms_eps)
     w.add_rope_dimension_count(spec.d_model // spec.n_heads)
+    if spec.rope_linear_scale is not None:
+        w.add_string("llama.rope.scaling.type", "linear")
+        w.add_float32("llama.rope.scaling.factor", spec.rope_linear_scale)
 
     if spec.tokenizer == "gpt2":
         specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -215,6 +220,9 @@ def write_tiny_llama(path: str | Path, spec: TinyLlamaSpec | None = None, **over
         add_matrix(p + "ffn_up.weight", f, d, wtype)
         add_matrix(p + "ffn_down.weight", d, f, wtype)
     add_norm("output_norm.weight")
+    if spec.rope_freqs:
+        half = spec.d_model // spec.n_heads // 2
+        w.add_tensor("rope_freqs.weight", np.geomspace(1.0, 8.0, half).astype(np.float32))
     if not spec.tied_output:
         add_matrix("output.weight", vocab, d, wtype)
     w.write_header_to_file()
