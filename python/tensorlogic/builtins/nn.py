@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_tensor
+from .convert import BuiltinArgError, core, to_bool, to_float, to_int, to_tensor
 from .registry import builtin
 
 C = "nn"

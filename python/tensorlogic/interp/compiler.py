@@ -22,7 +22,7 @@ from ..builtins.formatting import format_value
 from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLRuntimeError
 from .scope import FunctionScopeInfo, Scope
-from .values import UNSET, BoundMethod, BuiltinValue, FunctionValue, RelationRef, StructType, StructValue
+from .values import UNSET, BoundMethod, BuiltinValue, FunctionValue, RelationRef, StructValue
 
 
 class _Signal:
@@ -466,11 +466,10 @@ class Compiler:
             return None
         return ex_if_chain
 
-    def _loop_body(self, body: ast.Block, scope: Scope, loop_scope: Scope | None = None):
+    def _loop_body(self, body: ast.Block, scope: Scope):
         scope.fn.loop_depth += 1
         try:
-            return self.compile_block(body, loop_scope or scope, new_scope=loop_scope is None) if loop_scope \
-                else self.compile_block(body, scope)
+            return self.compile_block(body, scope)
         finally:
             scope.fn.loop_depth -= 1
 
@@ -577,12 +576,8 @@ class Compiler:
 
     # ------------------------------------------------------------ logic statements
 
-    def _logic_pos(self, node):
-        return self.span(node)
-
     def _terms(self, atom: ast.Atom, scope: Scope):
         """Closures producing the engine's terms for an atom's arguments."""
-        from ..logic import terms as lt  # noqa: F401 - checked available by interp.logic_engine
         makers = []
         for arg in atom.args:
             pos = self.span(arg)
@@ -1234,7 +1229,6 @@ class Compiler:
         args = self._args(e.args, scope)
         name = e.method
         caller = scope.fn.name
-        interp = self.interp
 
         def ev_method(f):
             r = receiver(f)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from typing import Iterator
 
 import lark
@@ -317,10 +316,6 @@ def _tok_pos(tok: Token) -> tuple[int, int]:
     return tok.line, tok.column
 
 
-def _node_pos(x) -> tuple[int, int]:
-    if isinstance(x, Token):
-        return x.line, x.column
-    return x.line, x.column
 
 
 _AUG_OPS = {"+=": "+", "-=": "-", "*=": "*", "/=": "/"}
@@ -796,12 +791,5 @@ def read_source(path: str) -> str:
         raise TLSyntaxError(f"{path}: not UTF-8 text (bad byte at offset {e.start})") from None
 
 
-def format_error_for_terminal(err: BaseException) -> str:
-    """One place that renders any TLError for the CLI."""
-    if hasattr(err, "format"):
-        return err.format()
-    return f"error: {err}"
 
 
-if __name__ == "__main__":  # pragma: no cover - manual inspection aid
-    print(parse(open(sys.argv[1], encoding="utf-8").read(), sys.argv[1]))
