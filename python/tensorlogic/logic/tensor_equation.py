@@ -74,7 +74,8 @@ class _Evaluator:
 
         array = self.to_host(self.lookup(name), name, node)
         if array.ndim != len(index_nodes):
-            self.fail(f"{name} has {array.ndim} dimensions but is indexed with {len(index_nodes)}", node)
+            dims = f"{array.ndim} dimension{'s' if array.ndim != 1 else ''}"
+            self.fail(f"{name} has {dims} but is indexed with {len(index_nodes)}", node)
         names = []
         for axis, index in enumerate(index_nodes):
             if isinstance(index, str):
