@@ -107,6 +107,18 @@ extern "C" size_t tl_shim_sizeof(const char* type) {
   return 0;
 }
 
+// 1 when `kernel` is one of the kernels below (the fake Metal's newFunctionWithName: asks).
+extern "C" int tl_shim_has_kernel(const char* kernel) {
+  static const char* const names[] = {
+      "tl_binary", "tl_binary_scalar", "tl_where", "tl_unary", "tl_copy", "tl_fill", "tl_arange",
+      "tl_reduce", "tl_softmax", "tl_matmul", "tl_linear", "tl_gather_rows", "tl_rms_norm",
+      "tl_layer_norm", "tl_rope", "tl_causal_mask", "tl_attention", "tl_delay"};
+  for (const char* name : names) {
+    if (std::strcmp(name, kernel) == 0) return 1;
+  }
+  return 0;
+}
+
 // buffers[i] is what the host binds at Metal buffer index i (index 0 is unused: params are
 // passed separately, as setBytes does). Returns 0, or -1 for an unknown kernel name.
 extern "C" int tl_shim_dispatch(const char* kernel, void* params, void** buffers,
