@@ -150,8 +150,17 @@ def _open_session(args: argparse.Namespace):
     return LlmSession(path, backend=args.backend, context=args.context, progress=sys.stderr.isatty())
 
 
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from .llm_session import run_generate
+    from .llm_session import OutputClosed, run_generate
 
     try:
         sampling = _sampling(args)
@@ -162,12 +171,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
-    except Exception as e:  # a bug, not a user error: still one line (`tl --debug`-style details elsewhere)
+    except (BrokenPipeError, OutputClosed):
+        _silence_stdout()  # the reader went away (`| head`): exit quietly
+        return 0
+    except Exception as e:  # a bug, not a user error: still one line
         return _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
-    from .llm_session import run_chat
+    from .llm_session import OutputClosed, run_chat
 
     try:
         sampling = _sampling(args)
@@ -178,5 +190,8 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
-    except Exception as e:  # a bug, not a user error: still one line (`tl --debug`-style details elsewhere)
+    except (BrokenPipeError, OutputClosed):
+        _silence_stdout()  # the reader went away (`| head`): exit quietly
+        return 0
+    except Exception as e:  # a bug, not a user error: still one line
         return _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")

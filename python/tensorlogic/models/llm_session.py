@@ -242,9 +242,17 @@ class LlmSession:
 # ---------------------------------------------------------------------- commands
 
 
+class OutputClosed(BaseException):
+    """stdout's reader went away (`tl generate ... | head`). A BaseException so that it passes through
+    the interpreter's error conversion and ends the command quietly."""
+
+
 def _write(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputClosed() from None
 
 
 def _print_stats(session: LlmSession, r: GenerationResult) -> None:
