@@ -1,8 +1,9 @@
 // The CUDA backend: one device, one non-blocking stream, plain cudaMalloc memory.
-// Invariants: submit() only launches work and records an event, it never waits; a single
-// completion thread waits for those events in submission order and calls each command buffer's
-// on_complete exactly once, outside every lock, with the first error (a host-side KernelError, a
-// failed launch, an asynchronous device fault, or an id-out-of-range flag raised by a kernel).
+// Invariants: submit() only queues the command buffer and returns; one launch thread runs the
+// commands (kernel launches) in submission order and records an event after each command
+// buffer; one completion thread waits for those events in the same order and calls each
+// on_complete exactly once, outside every lock, with the first error (a host-side KernelError,
+// a failed launch, an asynchronous device fault, or an id-out-of-range flag from a kernel).
 // Buffer lifetimes are the runtime's business (RUNTIME.md R1-R3); this file never frees memory
 // it was not asked to.
 #include <cuda_runtime.h>
@@ -218,6 +219,7 @@ class CudaBackend final : public Backend {
     kernels_.set_device_resources(static_cast<float*>(attention_scratch_),
                                   attention_scratch_ ? kAttentionScratchBytes / sizeof(float) : 0, sms);
     completion_thread_ = std::thread(&CompletionState::run, state_);
+    launch_thread_ = std::thread([this, device] { launch_loop(device); });
   }
 
   ~CudaBackend() override {
@@ -228,6 +230,12 @@ class CudaBackend final : public Backend {
                    static_cast<unsigned long long>(g_device_ops.load() - device_ops_at_start_),
                    static_cast<unsigned long long>(state_->submitted));
     }
+    {
+      std::lock_guard<std::mutex> lock(launch_mutex_);
+      launch_stopping_ = true;
+    }
+    launch_cv_.notify_all();
+    launch_thread_.join();  // it launches what is still queued first
     {
       std::lock_guard<std::mutex> lock(state_->queue_mutex);
       state_->stopping = true;
@@ -277,51 +285,21 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(stream_), "fill_bytes");
   }
 
+  // Hands the command buffer to the launch thread and returns: the encoding thread never pays
+  // for kernel launches. Counted as submitted at once, so synchronize() waits for it.
   void submit(std::vector<Command> commands, CompletionFn on_complete) override {
-    CompletionState::Pending pending;
-    pending.on_complete = std::move(on_complete);
-    {
-      std::lock_guard<std::mutex> lock(submit_mutex_);
-      encoding_slot_ = -1;
-      for (Command& command : commands) {
-        try {
-          command(kernels_);
-        } catch (const std::exception& e) {
-          pending.error = e.what();
-          break;
-        } catch (...) {
-          pending.error = "cuda: a command failed with an unknown exception";
-          break;
-        }
-      }
-      pending.slot = encoding_slot_;
-      encoding_slot_ = -1;
-      if (pending.slot >= 0) {
-        const cudaError_t err =
-            cudaMemcpyAsync(state_->slots.host(pending.slot), state_->slots.device(pending.slot),
-                            sizeof(DeviceErrorSlot), cudaMemcpyDeviceToHost, stream_);
-        if (err != cudaSuccess && pending.error.empty()) {
-          pending.error = cuda_message("error slot read-back", err);
-        }
-      }
-      pending.event = state_->take_event();
-      if (pending.event != nullptr) {
-        const cudaError_t err = cudaEventRecord(pending.event, stream_);
-        if (err != cudaSuccess) {
-          if (pending.error.empty()) pending.error = cuda_message("event record", err);
-          state_->give_back_event(pending.event);
-          pending.event = nullptr;
-        }
-      } else if (pending.error.empty()) {
-        pending.error = "cuda: cannot create an event to track a command buffer";
-      }
-    }
+    LaunchJob job;
+    job.commands = std::move(commands);
+    job.pending.on_complete = std::move(on_complete);
     {
       std::lock_guard<std::mutex> lock(state_->queue_mutex);
-      state_->queue.push_back(std::move(pending));
       ++state_->submitted;
     }
-    state_->queue_cv.notify_one();
+    {
+      std::lock_guard<std::mutex> lock(launch_mutex_);
+      launch_queue_.push_back(std::move(job));
+    }
+    launch_cv_.notify_one();
   }
 
   void synchronize() override {
@@ -346,7 +324,73 @@ class CudaBackend final : public Backend {
     if (err != cudaSuccess) throw std::runtime_error(cuda_message(what, err));
   }
 
-  // Called by kernels (under submit_mutex_) that can report data errors.
+  struct LaunchJob {
+    std::vector<Command> commands;
+    CompletionState::Pending pending;
+  };
+
+  // The launch thread: runs each command buffer's commands (which launch kernels on the stream)
+  // in submission order, queues the error-slot read-back and the completion event, and passes
+  // the command buffer on to the completion thread.
+  void launch_loop(int device) {
+    (void)cudaSetDevice(device);
+    while (true) {
+      LaunchJob job;
+      {
+        std::unique_lock<std::mutex> lock(launch_mutex_);
+        launch_cv_.wait(lock, [&] { return !launch_queue_.empty() || launch_stopping_; });
+        if (launch_queue_.empty()) return;  // stopping and drained
+        job = std::move(launch_queue_.front());
+        launch_queue_.pop_front();
+      }
+      launch(job);
+      job.commands.clear();  // drop what the commands captured before completion is reported
+      {
+        std::lock_guard<std::mutex> lock(state_->queue_mutex);
+        state_->queue.push_back(std::move(job.pending));
+      }
+      state_->queue_cv.notify_one();
+    }
+  }
+
+  void launch(LaunchJob& job) {
+    CompletionState::Pending& pending = job.pending;
+    encoding_slot_ = -1;
+    for (Command& command : job.commands) {
+      try {
+        command(kernels_);
+      } catch (const std::exception& e) {
+        pending.error = e.what();
+        break;
+      } catch (...) {
+        pending.error = "cuda: a command failed with an unknown exception";
+        break;
+      }
+    }
+    pending.slot = encoding_slot_;
+    encoding_slot_ = -1;
+    if (pending.slot >= 0) {
+      const cudaError_t err =
+          cudaMemcpyAsync(state_->slots.host(pending.slot), state_->slots.device(pending.slot),
+                          sizeof(DeviceErrorSlot), cudaMemcpyDeviceToHost, stream_);
+      if (err != cudaSuccess && pending.error.empty()) {
+        pending.error = cuda_message("error slot read-back", err);
+      }
+    }
+    pending.event = state_->take_event();
+    if (pending.event != nullptr) {
+      const cudaError_t err = cudaEventRecord(pending.event, stream_);
+      if (err != cudaSuccess) {
+        if (pending.error.empty()) pending.error = cuda_message("event record", err);
+        state_->give_back_event(pending.event);
+        pending.event = nullptr;
+      }
+    } else if (pending.error.empty()) {
+      pending.error = "cuda: cannot create an event to track a command buffer";
+    }
+  }
+
+  // Called (on the launch thread) by kernels that can report data errors.
   DeviceErrorSlot* current_error_slot() {
     if (encoding_slot_ < 0) {
       encoding_slot_ = state_->slots.acquire();
@@ -367,8 +411,13 @@ class CudaBackend final : public Backend {
   std::shared_ptr<CompletionState> state_;
   std::thread completion_thread_;
 
-  std::mutex submit_mutex_;
-  int encoding_slot_ = -1;  // guarded by submit_mutex_
+  int encoding_slot_ = -1;  // touched by the launch thread only
+
+  std::mutex launch_mutex_;
+  std::condition_variable launch_cv_;
+  std::deque<LaunchJob> launch_queue_;
+  bool launch_stopping_ = false;
+  std::thread launch_thread_;
 };
 
 int device_from_env() {
