@@ -97,6 +97,12 @@ def test_functions_are_values():
 def test_unbounded_recursion_is_a_tl_error():
     e = err("fn down(n) { down(n + 1) }\nmain { down(0) }")
     assert "maximum call depth" in e.message or "recursion" in e.message
+    text = e.format()
+    assert "more times]" in text and len(text.splitlines()) < 15  # repeated frames are folded
+
+
+def test_deep_but_finite_recursion_works():
+    assert out("fn depth(n) { if n == 0 { 0 } else { 1 + depth(n - 1) } }\nmain { print(depth(800)) }") == "800\n"
 
 
 def test_arity_error_names_the_function_and_parameters():

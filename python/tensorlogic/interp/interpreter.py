@@ -94,6 +94,9 @@ class Interpreter:
         self.top_frame: list = []
         if seed is not None:
             self._seed_core(seed)
+        # a TL call takes a handful of Python frames; leave room for MAX_CALL_DEPTH TL calls
+        if sys.getrecursionlimit() < 20000:
+            sys.setrecursionlimit(20000)
 
     @staticmethod
     def _seed_core(seed: int) -> None:

@@ -52,8 +52,21 @@ class TLError(Exception):
             lines.append(f"note: {self.note}")
         if show_trace and self.trace:
             lines.append("TL traceback (most recent call last):")
-            for desc, sp in reversed(self.trace):
-                lines.append(f"  {sp.filename}:{sp.line}: {desc}")
+            entries = [f"  {sp.filename}:{sp.line}: {desc}" for desc, sp in reversed(self.trace)]
+            repeats = 0
+            for i, entry in enumerate(entries):
+                if i > 0 and entry == entries[i - 1]:
+                    repeats += 1
+                    if repeats >= 3:
+                        continue
+                elif repeats >= 3:
+                    lines.append(f"  [previous line repeated {repeats - 2} more times]")
+                    repeats = 0
+                else:
+                    repeats = 0
+                lines.append(entry)
+            if repeats >= 3:
+                lines.append(f"  [previous line repeated {repeats - 2} more times]")
         return "\n".join(lines)
 
     def __str__(self) -> str:
