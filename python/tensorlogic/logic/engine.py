@@ -3,6 +3,8 @@
 Invariants: facts, rules and declarations are the only state a program changes; everything derived
 (compiled rules, relation tables) is recomputed from them by `infer()` whenever they changed, so a
 query always sees the fixpoint of all facts and rules added so far. Entity indices never change.
+When only new certain facts were added and the strata they reach are monotone (no negation, no
+soft rules, no weights), `infer()` continues the previous fixpoint semi-naively instead.
 
 Hook API the interpreter calls (one engine per program run; `pos` is any position object the
 interpreter wants back on a LogicError it raises, e.g. the AST node's (line, column)):
@@ -40,7 +42,7 @@ from .domains import EntityDomain, constant_sort_key
 from .errors import (ArityError, LogicError, LogicTypeError, UnknownRelationError,
                      UnsafeRuleError)
 from .query import QueryResult
-from .relation_table import RelationTable, check_key_space, encode, key_space
+from .relation_table import RelationTable, check_key_space, encode, key_space, sorted_unique
 from .sparse_eval import SparseStratum, scan
 from .stratify import stratify
 from .terms import Atom, Comparison, Const, Name, Rule, Var
@@ -63,7 +65,7 @@ class RelationInfo:
 @dataclass
 class StratumStats:
     relations: tuple
-    mode: str  # "dense" or "sparse"
+    mode: str  # "dense", "sparse", or "incremental" (continued from the last fixpoint)
     backend: str  # where it ran: "core" (the native runtime), "numpy"
     soft: bool
     iterations: int
@@ -120,7 +122,8 @@ class LogicEngine:
         self.rules: list[Rule] = []
         self.last_stats: list[StratumStats] = []
         self._dense_evaluator = dense_evaluator
-        self._tables: dict[str, RelationTable] | None = None
+        self._tables: dict[str, RelationTable] | None = None  # the fixpoint, None: recompute
+        self._pending: dict[str, list] = {}  # true facts added since the fixpoint was computed
         self._slot_types: dict[tuple, str] = {}
 
     # -- declarations and facts -------------------------------------------------------------
@@ -169,11 +172,16 @@ class LogicEngine:
             value = term.value if isinstance(term, Const) else term.text
             indices.append(self._domain(type_name).add(value, term.pos or pos))
         table = self.facts.setdefault(atom.relation, {})
-        if weight == 0.0:
-            table.pop(tuple(indices), None)
-        else:
-            table[tuple(indices)] = weight
-        self._changed()
+        key = tuple(indices)
+        if weight == 1.0 and key not in table:
+            table[key] = 1.0
+            self._fact_added(atom.relation, key)
+        elif table.get(key) != weight:
+            if weight == 0.0:
+                table.pop(key, None)
+            else:
+                table[key] = weight
+            self._changed()
 
     def add_facts(self, relation: str, rows: Iterable[tuple], pos: Any = None) -> None:
         """Bulk form of add_fact for true facts given as tuples of constants (Python API, benchmarks)."""
@@ -186,8 +194,15 @@ class LogicEngine:
         for row in rows:
             if len(row) != info.arity:
                 raise ArityError(f"{relation} takes {info.arity} arguments, got {len(row)}", pos)
-            table[tuple(d.add(self._const_value(v), pos) for d, v in zip(domains, row))] = 1.0
-        self._changed()
+            key = tuple(d.add(self._const_value(v), pos) for d, v in zip(domains, row))
+            if table.get(key) == 1.0:
+                continue
+            structural = key in table  # a weighted fact becomes certain
+            table[key] = 1.0
+            if structural:
+                self._changed()
+            else:
+                self._fact_added(relation, key)
 
     def add_rule(self, rule: Rule) -> None:
         head = rule.head
@@ -216,8 +231,12 @@ class LogicEngine:
 
     def infer(self) -> list[StratumStats]:
         """Run every stratum to its fixpoint (no-op when nothing changed since the last run)."""
-        if self._tables is not None:
+        if self._tables is not None and not self._pending:
             return self.last_stats
+        if self._tables is not None and self._infer_incremental():
+            return self.last_stats
+        self._tables = None
+        self._pending = {}
         compiled = self._compile()
         tables = {name: self._fact_table(name) for name in self.relations}
         stats = []
@@ -248,6 +267,60 @@ class LogicEngine:
         self._tables = tables
         self.last_stats = stats
         return stats
+
+    def _infer_incremental(self) -> bool:
+        """Continue the last fixpoint with the facts added since, when that is sound: every table
+        Boolean and every stratum the new tuples reach free of negation and soft rules. Returns
+        False (changing nothing) when the caller must recompute from scratch."""
+        if any(t.is_weighted for t in self._tables.values()):
+            return False
+        compiled = self._compile()
+        tables = {}
+        for name in self.relations:
+            old = self._tables.get(name)
+            if old is None:
+                return False
+            sizes = tuple(len(self._domain(t)) for t in self._types_of(name))
+            check_key_space(sizes, f"relation {name}")
+            # domains only grow and keep their indices, so re-encoding keeps the keys sorted
+            tables[name] = old if old.sizes == sizes else RelationTable(
+                sizes, encode(old.columns(), sizes, len(old)), None)
+        changed: dict[str, np.ndarray] = {}
+        for name, rows in self._pending.items():
+            table = tables[name]
+            coords = np.array(rows, dtype=np.int64).reshape(len(rows), len(table.sizes))
+            keys = sorted_unique(encode([coords[:, i] for i in range(len(table.sizes))],
+                                        table.sizes, len(rows)))
+            if len(table.keys):
+                at = np.minimum(np.searchsorted(table.keys, keys), len(table.keys) - 1)
+                keys = keys[table.keys[at] != keys]
+            if len(keys):
+                changed[name] = keys
+                tables[name] = table.union_max(RelationTable(table.sizes, keys, None))
+        plan = []
+        for component in stratify(sorted(self.relations), compiled):
+            rules = [r for r in compiled if r.head.relation in component]
+            if not rules:
+                continue
+            plan.append((component, rules))
+        stats = []
+        for component, rules in plan:
+            if not any(a.relation in changed for r in rules for a in r.body):
+                continue
+            if any(r.temperature > 0 or any(a.negated for a in r.body) for r in rules):
+                return False
+            started = time.perf_counter()
+            runner = SparseStratum(rules, set(component), tables, False, self.tolerance,
+                                   self.max_soft_iterations)
+            for name, keys in runner.run_incremental(changed).items():
+                previous = changed.get(name)
+                changed[name] = keys if previous is None else sorted_unique(np.concatenate([previous, keys]))
+            stats.append(StratumStats(tuple(component), "incremental", "numpy", False,
+                                      runner.iterations, time.perf_counter() - started))
+        self._tables = tables
+        self._pending = {}
+        self.last_stats = stats
+        return True
 
     def query(self, atom: Atom) -> QueryResult:
         """Answers of `atom` (sorted, stable), inferring first if facts or rules changed."""
@@ -327,7 +400,14 @@ class LogicEngine:
 
     # -- internals ----------------------------------------------------------------------------
     def _changed(self) -> None:
+        """Declarations, rules or weights changed: the next read recomputes from scratch."""
         self._tables = None
+        self._pending = {}
+
+    def _fact_added(self, relation: str, key: tuple) -> None:
+        """A new certain fact: the next read may continue from the current fixpoint."""
+        if self._tables is not None:
+            self._pending.setdefault(relation, []).append(key)
 
     @staticmethod
     def _const_value(value):
@@ -350,10 +430,12 @@ class LogicEngine:
         if info is None:
             info = self.relations[name] = RelationInfo(name, arity, (DEFAULT_ENTITY_TYPE,) * arity,
                                                        False, pos)
+            self._changed()
         elif info.arity != arity:
             raise ArityError(f"{name} takes {info.arity} arguments, got {arity}", pos)
         elif info.types is None:
             info.types = self._inferred_types(name)
+            self._changed()
         return info
 
     def _inferred_types(self, name: str) -> tuple:

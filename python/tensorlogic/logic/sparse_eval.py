@@ -242,7 +242,13 @@ class SparseStratum:
         return [delta[a.relation] if i == position else current[a.relation]
                 for i, a in enumerate(rule.body)]
 
-    def _run_boolean(self) -> None:
+    def run_incremental(self, changed: dict) -> dict:
+        """Continue a Boolean stratum whose tables hold an earlier fixpoint after the tuples in
+        `changed` (relation -> sorted new keys, already in `tables`) were added; monotone rules
+        only (no negation, hard steps). Returns the newly derived keys per head relation."""
+        return self._run_boolean(changed)
+
+    def _run_boolean(self, changed: dict | None = None) -> dict:
         heads = {r.head.relation for r in self.rules}
         facts = {name: self.tables[name] for name in heads}
         true_sets = {}
@@ -268,8 +274,18 @@ class SparseStratum:
 
         found = {name: [] for name in heads}
         for rule in self.rules:
-            result = self.evaluate_rule(rule, self._inputs(rule, current, None, None), None)
-            found[rule.head.relation].append(result.keys)
+            if changed is None:  # from scratch: every rule once over everything known
+                result = self.evaluate_rule(rule, self._inputs(rule, current, None, None), None)
+                found[rule.head.relation].append(result.keys)
+                continue
+            for position, atom in enumerate(rule.body):  # continuing: joins that use a new tuple
+                new_keys = changed.get(atom.relation)
+                if atom.negated or new_keys is None or not len(new_keys):
+                    continue
+                delta_table = RelationTable(current[atom.relation].sizes, new_keys, None)
+                inputs = [delta_table if j == position else current[a.relation]
+                          for j, a in enumerate(rule.body)]
+                found[rule.head.relation].append(self.evaluate_rule(rule, inputs, position).keys)
         delta = absorb(found)
         self.iterations = 1
         recursive = [(rule, i) for rule in self.rules for i, a in enumerate(rule.body)
@@ -289,6 +305,7 @@ class SparseStratum:
             self.iterations += 1
         for name in heads:
             self.tables[name] = self._materialize(facts[name], derived_runs[name])
+        return {name: sorted_unique(np.concatenate(runs)) for name, runs in derived_runs.items() if runs}
 
     @staticmethod
     def _materialize(facts: RelationTable, runs: list) -> RelationTable:
