@@ -4,6 +4,7 @@ imported as top-level modules.)"""
 from __future__ import annotations
 
 import pytest
+from hypothesis import strategies as st
 
 from tensorlogic.logic import LogicEngine, parse_atom, parse_rule
 from tensorlogic.logic.reference import ReferenceDatalog
@@ -39,3 +40,37 @@ def answers(engine: LogicEngine, query: str):
 @pytest.fixture(params=sorted(MODES))
 def mode(request):
     return request.param
+
+
+# Random safe, stratified programs over base relations E/2, F/2, U/1 (property tests).
+BASE = {"E": 2, "F": 2, "U": 1}
+DERIVED = {"P": 2, "Q": 1, "R": 2}
+VARIABLES = ["X", "Y", "Z"]
+
+
+@st.composite
+def programs(draw):
+    rules = []
+    for head, head_arity in DERIVED.items():
+        for _ in range(draw(st.integers(1, 2))):
+            body, bound = [], []
+            for _ in range(draw(st.integers(1, 3))):
+                relation = draw(st.sampled_from(sorted(BASE) + sorted(DERIVED)))
+                arity = {**BASE, **DERIVED}[relation]
+                args = [draw(st.sampled_from(VARIABLES * 3 + ["0", "_"])) for _ in range(arity)]
+                body.append(f"{relation}({', '.join(args)})")
+                bound += [a for a in args if a in VARIABLES]
+            if not bound:
+                bound = ["X"]
+                body.append("U(X)")
+            if draw(st.booleans()):
+                relation = draw(st.sampled_from(sorted(BASE)))
+                args = [draw(st.sampled_from(bound * 2 + ["_", "1"])) for _ in range(BASE[relation])]
+                body.append(f"not {relation}({', '.join(args)})")
+            if draw(st.integers(0, 3)) == 0:
+                left = draw(st.sampled_from(bound))
+                right = draw(st.sampled_from(bound + ["2"]))
+                body.append(f"{left} {draw(st.sampled_from(['!=', '<', '==', '>=']))} {right}")
+            head_args = [draw(st.sampled_from(bound * 3 + ["3"])) for _ in range(head_arity)]
+            rules.append(f"{head}({', '.join(head_args)}) <- {', '.join(body)}")
+    return rules

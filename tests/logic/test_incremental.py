@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from logic_support import build, reference
-from test_random_programs import DERIVED, programs
+from logic_support import DERIVED, build, programs, reference
 
 from tensorlogic.logic import LogicEngine, parse_atom, parse_rule
 
