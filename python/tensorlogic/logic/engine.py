@@ -110,6 +110,10 @@ class _TypeClasses:
         return self.fixed_type.get(self.find(node))
 
 
+def _arguments(count: int) -> str:
+    return f"{count} argument" + ("" if count == 1 else "s")
+
+
 class LogicEngine:
     def __init__(self, *, dense_limit: int = DEFAULT_DENSE_LIMIT, tolerance: float = 1e-6,
                  max_soft_iterations: int = 1000, dense_evaluator: Any = "auto"):
@@ -146,7 +150,7 @@ class LogicEngine:
                 raise LogicError(f"relation {name} is declared twice with different argument types", pos)
             return
         if known is not None and known.arity != len(types):
-            raise ArityError(f"relation {name} is declared with {len(types)} arguments but was "
+            raise ArityError(f"relation {name} is declared with {_arguments(len(types))} but was "
                              f"used with {known.arity}", pos)
         if known is not None and name in self.facts and known.types != types:
             self._retype_facts(name, known.types, types, pos)
@@ -193,7 +197,7 @@ class LogicEngine:
         table = self.facts.setdefault(relation, {})
         for row in rows:
             if len(row) != info.arity:
-                raise ArityError(f"{relation} takes {info.arity} arguments, got {len(row)}", pos)
+                raise ArityError(f"{relation} takes {_arguments(info.arity)}, got {len(row)}", pos)
             key = tuple(d.add(self._const_value(v), pos) for d, v in zip(domains, row))
             if table.get(key) == 1.0:
                 continue
@@ -212,7 +216,7 @@ class LogicEngine:
             raise LogicError(f"temperature must be >= 0, got {rule.temperature:g}", rule.pos)
         known = self.relations.get(head.relation)
         if known is not None and known.arity != len(head.args):
-            raise ArityError(f"{head.relation} takes {known.arity} arguments, but the head of rule "
+            raise ArityError(f"{head.relation} takes {_arguments(known.arity)}, but the head of rule "
                              f"`{rule}` gives {len(head.args)}", head.pos or rule.pos)
         if known is None:
             self.relations[head.relation] = RelationInfo(head.relation, len(head.args), None, False,
@@ -329,7 +333,7 @@ class LogicEngine:
         if info is None:
             raise UnknownRelationError(f"unknown relation {atom.relation} in query {atom}", pos)
         if info.arity != len(atom.args):
-            raise ArityError(f"{atom.relation} takes {info.arity} arguments, the query {atom} "
+            raise ArityError(f"{atom.relation} takes {_arguments(info.arity)}, the query {atom} "
                              f"gives {len(atom.args)}", pos)
         if atom.negated:
             raise LogicError(f"a query cannot be negated: {atom}", pos)
@@ -432,7 +436,7 @@ class LogicEngine:
                                                        False, pos)
             self._changed()
         elif info.arity != arity:
-            raise ArityError(f"{name} takes {info.arity} arguments, got {arity}", pos)
+            raise ArityError(f"{name} takes {_arguments(info.arity)}, got {arity}", pos)
         elif info.types is None:
             info.types = self._inferred_types(name)
             self._changed()
@@ -588,7 +592,7 @@ class LogicEngine:
                 raise UnknownRelationError(f"unknown relation {atom.relation} in rule `{rule}` "
                                            f"(declare it with `relation` or give it facts)", where)
             if info.arity != len(atom.args):
-                raise ArityError(f"{atom.relation} takes {info.arity} arguments, but rule `{rule}` "
+                raise ArityError(f"{atom.relation} takes {_arguments(info.arity)}, but rule `{rule}` "
                                  f"gives it {len(atom.args)}", where)
             terms = []
             for i, term in enumerate(atom.args):
