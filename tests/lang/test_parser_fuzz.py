@@ -54,3 +54,8 @@ def test_random_token_soups_give_only_syntax_errors(tokens):
 @given(st.lists(st.sampled_from(TOKENS), max_size=60))
 def test_token_soups_without_spaces_give_only_syntax_errors(tokens):
     check("".join(tokens))
+
+
+def test_form_feed_and_crlf_do_not_shift_line_numbers():
+    for source in ("\x0c@A", "let a = 1\r\nlet b = (\r\n", "\x0b\x1c\x1d\x85 let"):
+        check(source)

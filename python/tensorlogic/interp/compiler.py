@@ -172,7 +172,7 @@ class Compiler:
     def __init__(self, interp, filename: str, source: str):
         self.interp = interp
         self.filename = filename
-        self.lines = source.splitlines()
+        self.lines = source.split("\n")
 
     # ------------------------------------------------------------ positions and errors
 

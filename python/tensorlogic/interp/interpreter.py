@@ -432,5 +432,5 @@ def _file_key(path: str) -> str:
 
 
 def _line_of(source: str, line: int) -> str:
-    lines = source.splitlines()
+    lines = source.split("\n")
     return lines[line - 1] if 1 <= line <= len(lines) else ""

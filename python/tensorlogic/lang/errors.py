@@ -41,8 +41,8 @@ class TLError(Exception):
             sp = self.span
             lines.append(f"{sp.filename}:{sp.line}:{sp.column}: {self.kind}: {self.message}")
             if sp.source_line:
-                text = sp.source_line.rstrip("\n").expandtabs(4)
-                raw = sp.source_line.rstrip("\n")
+                text = sp.source_line.rstrip("\r\n").expandtabs(4)
+                raw = sp.source_line.rstrip("\r\n")
                 caret_col = len(raw[: max(sp.column - 1, 0)].expandtabs(4))
                 lines.append(f"    {text}")
                 lines.append("    " + " " * caret_col + "^")

@@ -194,7 +194,7 @@ def _join_words(words: list[str]) -> str:
 
 
 def _source_line(source: str, line: int) -> str:
-    lines = source.splitlines()
+    lines = source.split("\n")
     if 1 <= line <= len(lines):
         return lines[line - 1]
     return ""
@@ -247,7 +247,7 @@ def _convert_lark_error(err: UnexpectedInput, source: str, filename: str, parser
             pass
         expected = _expected_words(expected_terms, parser)
         if tok.type == "$END":
-            lines = source.rstrip().splitlines() or [""]
+            lines = source.rstrip().split("\n")
             line, col = len(lines), len(lines[-1]) + 1
             note = None
             if _FILTER.open_brackets:
@@ -269,7 +269,7 @@ def _convert_lark_error(err: UnexpectedInput, source: str, filename: str, parser
             note = "'<-' is the rule arrow; write 'x < -1' with a space for a comparison"
         return _syntax_error(msg, source, filename, tok.line, tok.column, note)
     if isinstance(err, UnexpectedEOF):
-        lines = source.splitlines() or [""]
+        lines = source.split("\n")
         return _syntax_error("unexpected end of file", source, filename, len(lines), len(lines[-1]) + 1)
     return _syntax_error(str(err).splitlines()[0], source, filename, 1, 1)
 
