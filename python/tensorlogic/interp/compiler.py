@@ -1362,11 +1362,13 @@ class Compiler:
         param_list = ", ".join(p.name for p in params)
         qname = fv.qualified_name
 
+        padding = [UNSET] * (nslots_ref.nslots - nparams)  # the body is compiled: its slot count is final
+
         def impl(argv):
             if len(argv) != nparams:
                 raise TLRuntimeError(f"{qname}({param_list}) takes {nparams} argument{'s' if nparams != 1 else ''}, "
                                      f"got {len(argv)}")
-            frame = argv + [UNSET] * (nslots_ref.nslots - nparams)
+            frame = argv + padding
             if has_checks:
                 named: dict = {}
                 for i, c in enumerate(checks_t):
