@@ -251,16 +251,9 @@ def _upload(g, info, weight_mode: str) -> Any:
 
 def resolve_model_path(path: Any) -> Path:
     """A model argument as a file: an existing path, or a known model name fetched into the cache."""
-    from ..models.fetch import ALIASES, KNOWN_MODELS, fetch_model
+    from ..models.fetch import resolve_model
 
-    text = to_str(path, "model path")
-    p = Path(text).expanduser()
-    if p.exists():
-        return p
-    key = text.strip().lower()
-    if key in KNOWN_MODELS or key in ALIASES:
-        return fetch_model(key, progress=sys.stderr.isatty())
-    raise ModelError(f"{text}: no such model file")
+    return resolve_model(to_str(path, "model path"), progress=sys.stderr.isatty())
 
 
 def load_model_value(path: Any, weight_mode: str = "native", progress: bool | None = None) -> ModelValue:

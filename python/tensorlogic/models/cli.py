@@ -88,18 +88,9 @@ def _fail(message: str) -> int:
 
 
 def resolve_model_path(model: str | None, progress: bool = True) -> Path:
-    """A model argument as a file path: an existing file, or a known model name (downloaded)."""
-    from .fetch import KNOWN_MODELS, ALIASES, fetch_model
+    from .fetch import resolve_model
 
-    if model is None:
-        return fetch_model(None, progress=progress)
-    p = Path(model).expanduser()
-    if p.exists():
-        return p
-    key = model.strip().lower()
-    if key in KNOWN_MODELS or key in ALIASES:
-        return fetch_model(key, progress=progress)
-    raise ModelError(f"{model}: no such file (and not a known model name; see `tl model list`)")
+    return resolve_model(model, progress)
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:

@@ -80,6 +80,20 @@ def cached_path(name: str | None = None) -> Path:
     return cache_dir() / resolve_spec(name).filename
 
 
+def resolve_model(model: str | os.PathLike | None, progress: bool = True) -> Path:
+    """A model argument as a file: an existing path, or a known model name (downloaded if needed);
+    None means the default model."""
+    if model is None:
+        return fetch_model(None, progress=progress)
+    p = Path(model).expanduser()
+    if p.exists():
+        return p
+    key = str(model).strip().lower()
+    if key in KNOWN_MODELS or key in ALIASES:
+        return fetch_model(key, progress=progress)
+    raise ModelError(f"{model}: no such model file (and not a known model name; see `tl model list`)")
+
+
 def default_model_path(progress: bool = True) -> Path:
     """The default model's file, downloading it on first use."""
     return fetch_model(DEFAULT_MODEL, progress=progress)
