@@ -12,12 +12,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from ..builtins.registry import TLObject
 from .errors import ModelError
+
+if TYPE_CHECKING:
+    from ..builtins.models import KVCacheValue
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
 CHAT_CONTEXT = 2048  # default KV cache length of `tl chat`; `tl generate` sizes it to the request
@@ -74,8 +77,12 @@ class _TokenStream(TLObject):
         raise AttributeError(name)
 
     def prompt_done(self, logits) -> None:
+        # reading the logits (or waiting for them) here costs nothing extra: choosing the first
+        # token waits for them anyway; it makes the prompt time true when no token follows
         if self.keep_logits:
             self.logits = np.asarray(logits.numpy(), dtype=np.float32).reshape(-1)
+        else:
+            logits.reshape([-1])[0:1].numpy()
         self.prompt_done_at = time.perf_counter()
 
     def push(self, tid: int) -> None:
@@ -316,7 +323,12 @@ def run_chat(session: LlmSession, args, sampling: dict) -> int:
             continue
         if not line.strip():
             continue
-        _chat_turn(session, history, line, args, sampling)
+        try:
+            _chat_turn(session, history, line, args, sampling)
+        except ModelError as e:  # this turn failed (e.g. too long for the context); the chat goes on
+            print(f"tl: error: {e}", file=sys.stderr)
+            if history and history[-1][0] == "user":
+                history.pop()
 
 
 def _chat_turn(session: LlmSession, history: list, user_text: str, args, sampling: dict) -> str | None:
