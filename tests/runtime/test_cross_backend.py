@@ -193,14 +193,14 @@ def test_copy_astype_where_fill_arange_and_setitem():
 def test_reductions_and_softmax():
     cases = []
     for name in ("sum", "mean", "max", "min", "argmax", "argmin"):
-        for shape in ((7,), (4, 300), (3, 17, 5), (2, 3000)):
+        for shape in ((7,), (4, 300), (3, 17, 5), (2, 3000), (1, 49152)):
             for dim in [None] + list(range(len(shape))):
                 for dt in ("f32", "f16", "i64"):
                     x = randn(*shape) if dt != "i64" else RNG.integers(-50, 50, shape)
                     cases.append((f"{name} {dt} {shape} dim={dim}",
                                   lambda name=name, x=x, dim=dim, dt=dt: getattr(_core, name)(
                                       T(x, dt), dim=dim, keepdim=dim == 1)))
-    for shape, dim in (((5, 40), -1), ((3, 50, 4), 1), ((2, 3000), -1), ((9,), 0)):
+    for shape, dim in (((5, 40), -1), ((3, 50, 4), 1), ((2, 3000), -1), ((9,), 0), ((1, 49152), -1)):
         x = randn(*shape) * 5
         cases.append((f"softmax {shape} {dim}", lambda x=x, dim=dim: _core.softmax(T(x), dim)))
         cases.append((f"log_softmax {shape} {dim}", lambda x=x, dim=dim: _core.log_softmax(T(x), dim)))

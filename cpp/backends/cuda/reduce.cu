@@ -14,6 +14,7 @@ namespace cuda {
 namespace {
 
 constexpr int kRowThreads = 256;
+constexpr int kWideRowThreads = 1024;  // few long rows (the argmax over a vocabulary)
 constexpr int kColThreads = 256;
 
 struct Best {
@@ -50,8 +51,8 @@ __device__ __forceinline__ float identity_of(ReduceOp op) {
 
 __global__ void reduce_rows_kernel(ReduceOp op, const void* in, DType in_dtype, int64_t outer,
                                    int64_t n, void* out, DType out_dtype) {
-  __shared__ float s_value[kRowThreads];
-  __shared__ int64_t s_index[kRowThreads];
+  __shared__ float s_value[kWideRowThreads];
+  __shared__ int64_t s_index[kWideRowThreads];
   const bool arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
   const bool want_max = op == ReduceOp::ArgMax;
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
@@ -231,7 +232,8 @@ void CudaKernels::reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, 
     reduce_int_kernel<<<grid_for(outer * inner, kColThreads), kColThreads, 0, stream_>>>(
         op, in.data, in.dtype, outer, n, inner, out.data, out.dtype);
   } else if (inner == 1) {
-    reduce_rows_kernel<<<row_grid(outer), kRowThreads, 0, stream_>>>(op, in.data, in.dtype, outer,
+    const int threads = (outer < 64 && n >= 8192) ? kWideRowThreads : kRowThreads;
+    reduce_rows_kernel<<<row_grid(outer), threads, 0, stream_>>>(op, in.data, in.dtype, outer,
                                                                       n, out.data, out.dtype);
   } else {
     reduce_columns_kernel<<<grid_for(outer * inner, kColThreads), kColThreads, 0, stream_>>>(
@@ -248,7 +250,8 @@ void CudaKernels::softmax(const View& in, int64_t outer, int64_t n, int64_t inne
   }
   if (outer == 0 || inner == 0 || n == 0) return;
   if (inner == 1) {
-    softmax_rows_kernel<<<row_grid(outer), kRowThreads, 0, stream_>>>(in.data, in.dtype, outer, n,
+    const int threads = (outer < 64 && n >= 8192) ? kWideRowThreads : kRowThreads;
+    softmax_rows_kernel<<<row_grid(outer), threads, 0, stream_>>>(in.data, in.dtype, outer, n,
                                                                        out.data, out.dtype);
   } else {
     softmax_columns_kernel<<<grid_for(outer * inner, kColThreads), kColThreads, 0, stream_>>>(
