@@ -91,8 +91,8 @@ class Tokenizer:
                 eog.add(int(i))
         self.eog_ids = frozenset(eog)
         self._piece_bytes: list[bytes | None] = [None] * n
-        specials = [i for i in range(n) if self.token_types[i] in (TOKEN_CONTROL, TOKEN_USER_DEFINED,
-                                                                    TOKEN_UNKNOWN) and self.tokens[i]]
+        special_types = np.isin(self.token_types, (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN))
+        specials = [int(i) for i in np.nonzero(special_types)[0] if self.tokens[i]]
         self.special_ids = frozenset(i for i in specials if self.token_types[i] != TOKEN_USER_DEFINED)
         if kind == "gpt2":
             self._hf = self._build_byte_level_bpe(merges or [], pre, specials)
