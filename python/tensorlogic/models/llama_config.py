@@ -138,3 +138,6 @@ class LlamaConfig:
             if info.shape != shape:
                 raise ModelError(f"{g.path}: tensor {name} has shape {list(info.shape)}, "
                                  f"expected {list(shape)} from the metadata")
+            if len(shape) == 1 and info.is_quantized:
+                raise ModelError(f"{g.path}: tensor {name} has type {info.type_name}; vectors must be "
+                                 "F32, F16 or BF16")
