@@ -290,3 +290,9 @@ def test_every_builtin_has_a_signature_and_a_one_line_doc():
     for b in BUILTINS.values():
         assert b.signature.startswith(b.name.split("::")[-1].split("(")[0]) or "::" in b.name, b.name
         assert b.doc and "\n" not in b.doc, b.name
+
+
+def test_quantized_tensors_print_their_shape_and_type_not_raw_blocks():
+    from tensorlogic.builtins.formatting import format_value
+    t = _core.from_quantized(np.zeros((2, 18), dtype=np.uint8), "q4_0", [2, 32])
+    assert format_value(t) == "<tensor [2, 32] q4_0>"

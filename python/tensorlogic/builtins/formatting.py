@@ -24,6 +24,8 @@ def _format_float(x: float) -> str:
 
 
 def format_tensor(t: Any) -> str:
+    if t.dtype.startswith("q"):  # quantized weights: the raw blocks mean nothing printed
+        return f"<tensor {list(t.shape)} {t.dtype}>"
     arr = t.numpy()
     if arr.dtype == np.float16:
         arr = arr.astype(np.float32)
