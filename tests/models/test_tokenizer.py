@@ -176,3 +176,38 @@ def test_any_text_round_trips_and_streams_whole(tiny_tokenizers, text):
         dec = tok.stream_decoder(skip_special=False)
         streamed = "".join(dec.push(i) for i in ids) + dec.flush()
         assert streamed == (" " + text if tok.kind == "llama" and text else text)
+
+
+def test_sentencepiece_matches_the_sentencepiece_library():
+    """Our llama.cpp-style SentencePiece against Google's library, on a BPE model with byte fallback
+    trained here (the kind Llama 2 / TinyLlama ship)."""
+    import io
+    import random
+
+    spm = pytest.importorskip("sentencepiece")
+    from tensorlogic.models.testing import SAMPLE_TEXT
+
+    lines = (SAMPLE_TEXT + "\n").splitlines() * 3 + ["the cat sat on the mat", "naïve café résumé",
+                                                       "1234 5678 90", "Über straße"] * 20
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=600,
+                                   model_type="bpe", byte_fallback=True, character_coverage=1.0,
+                                   add_dummy_prefix=True, remove_extra_whitespaces=False,
+                                   normalization_rule_name="identity", bos_id=1, eos_id=2, unk_id=0,
+                                   pad_id=-1, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    n = sp.get_piece_size()
+    types = [2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 1 for i in range(n)]
+    tok = Tokenizer("llama", [sp.id_to_piece(i) for i in range(n)], np.array(types),
+                    scores=np.array([sp.get_score(i) for i in range(n)], dtype=np.float32),
+                    bos_id=1, eos_id=2, unk_id=0, add_bos=True, add_space_prefix=True)
+    rng = random.Random(0)
+    alphabet = "abcdefghijklmnopqrstuvwxyz ABCDEF.,!?'0123456789éïüß😀你\n\t"
+    words = " ".join(lines).split()
+    texts = ["The capital of France is Paris.", "  two  spaces", "😀 emoji", "x", ""]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(400)]
+    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))) for _ in range(400)]
+    for text in texts:
+        assert tok.encode(text, add_special=False) == sp.encode(text), repr(text)
+        assert tok.encode(text)[0] == 1
+        assert tok.decode(sp.encode(text)) == sp.decode(sp.encode(text))
