@@ -174,14 +174,9 @@ def matmul(a, b):
 @builtin("linear", "linear(x, W, [b])", "x @ W^T (+ b) with W as [out, in] (GGUF order; may be quantized)",
          min_args=2, max_args=3, category=C)
 def linear(x, w, b=None):
-    x = to_tensor(x, "x")
-    w = to_tensor(w, "W")
-    if w.ndim != 2:
-        raise BuiltinArgError(f"W must be a matrix [out, in], got tensor {list(w.shape)}")
-    if x.ndim == 0 or x.shape[-1] != w.shape[1]:
-        raise BuiltinArgError(f"x {list(x.shape)} does not match W {list(w.shape)} ([out, in]: the last dim of "
-                              f"x must be {w.shape[1]})")
-    return core.linear(x, w, to_tensor(b, "b") if b is not None else None)
+    if x.__class__ is Tensor and w.__class__ is Tensor and (b is None or b.__class__ is Tensor):
+        return core.linear(x, w, b)  # the runtime checks shapes and names both in its error
+    return core.linear(to_tensor(x, "x"), to_tensor(w, "W"), to_tensor(b, "b") if b is not None else None)
 
 
 @builtin("dot", "dot(a, b)", "sum of a * b (a 0-d tensor)", min_args=2, max_args=2, category=C)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .convert import BuiltinArgError, core, to_bool, to_float, to_int, to_tensor
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_tensor
 from .registry import builtin
 
 C = "nn"
@@ -18,11 +18,10 @@ C = "nn"
 @builtin("rms_norm", "rms_norm(x, w, [eps])", "x / sqrt(mean(x^2) + eps) * w over the last dim",
          min_args=1, max_args=3, category=C)
 def rms_norm(x, w=None, eps=1e-5):
-    x = to_tensor(x, "x")
-    wt = to_tensor(w, "w") if w is not None else None
-    if wt is not None and (wt.ndim != 1 or x.ndim == 0 or wt.shape[0] != x.shape[-1]):
-        raise BuiltinArgError(f"w {list(wt.shape)} must be 1-D with the size of x's last dim ({list(x.shape)})")
-    return core.rms_norm(x, wt, to_float(eps, "eps"))
+    eps_f = eps if eps.__class__ is float else to_float(eps, "eps")
+    if x.__class__ is Tensor and (w is None or w.__class__ is Tensor):
+        return core.rms_norm(x, w, eps_f)  # the runtime checks that w matches x's last dim
+    return core.rms_norm(to_tensor(x, "x"), to_tensor(w, "w") if w is not None else None, eps_f)
 
 
 @builtin("layer_norm", "layer_norm(x, [w], [b], [eps])", "(x - mean) / sqrt(var + eps) * w + b over the last dim",
@@ -42,30 +41,24 @@ def layer_norm(x, w=None, b=None, eps=1e-5):
          min_args=2, max_args=2, category=C)
 def embedding(table, ids):
     table = to_tensor(table, "table")
-    if isinstance(ids, (int, float)) and not isinstance(ids, bool):
-        ids_t = core.from_numpy(np.array([to_int(ids, "id")], dtype=np.int64))
-    elif isinstance(ids, list):
-        ids_t = core.from_numpy(np.array([to_int(i, "id") for i in ids], dtype=np.int64))
-    else:
-        ids_t = to_tensor(ids, "ids")
-        if ids_t.dtype not in ("i32", "i64"):
-            ids_t = ids_t.astype("i64")
     if table.ndim != 2:
         raise BuiltinArgError(f"table must be [vocab, dim], got {list(table.shape)}")
-    host = ids_t.numpy()
-    if host.size and (host.min() < 0 or host.max() >= table.shape[0]):
-        raise BuiltinArgError(f"token id {int(host.max() if host.max() >= table.shape[0] else host.min())} is out "
-                              f"of range for a table of {table.shape[0]} rows")
-    return core.embedding(table, ids_t)
+    rows = table.shape[0]
+    if isinstance(ids, Tensor):
+        ids_t = ids if ids.dtype in ("i32", "i64") else ids.astype("i64")
+        return core.embedding(table, ids_t)  # the kernel reports out-of-range ids
+    id_list = [to_int(i, "id") for i in (ids if isinstance(ids, list) else [ids])]
+    for i in id_list:
+        if not 0 <= i < rows:
+            raise BuiltinArgError(f"token id {i} is out of range for a table of {rows} rows")
+    return core.embedding(table, core.from_numpy(np.array(id_list, dtype=np.int64)))
 
 
 @builtin("rope", "rope(x, position_offset, [base], [neox])",
          "rotary position embedding of x [..., seq, heads, head_dim] (adjacent pairs unless neox)",
          min_args=1, max_args=4, category=C)
 def rope(x, pos_offset=0, base=10000.0, neox=False):
-    x = to_tensor(x, "x")
-    if x.ndim < 3 or x.shape[-1] % 2:
-        raise BuiltinArgError(f"x must be [..., seq, heads, head_dim] with an even head_dim, got {list(x.shape)}")
+    x = to_tensor(x, "x")  # the runtime checks x is [..., seq, heads, head_dim] with an even head_dim
     return core.rope(x, to_int(pos_offset, "position_offset"), to_float(base, "base"), to_bool(neox, "neox"))
 
 
