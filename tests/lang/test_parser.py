@@ -312,3 +312,9 @@ def test_deep_nesting_is_a_syntax_error_not_a_crash():
         parse(src, "t.tl")
     except TLSyntaxError as e:
         assert "nested too deeply" in e.message
+
+
+def test_shebang_line_and_byte_order_mark_are_ignored():
+    (stmt,) = items("#!/usr/bin/env tl\nlet a = 1")
+    assert (stmt.line, stmt.column) == (2, 1)
+    assert len(items("\ufefflet a = 1")) == 1

@@ -756,8 +756,9 @@ for _name in dir(_ToAst):
 def parse(source: str, filename: str = "<input>") -> ast.Program:
     """Parse TL source text; raise TLSyntaxError (with position, caret and expected tokens) on error."""
     parser = _lark_parser()
+    text = "//" + source[2:] if source.startswith("#!") else source  # a shebang line is a comment
     try:
-        items = parser.parse(source)
+        items = parser.parse(text)
     except UnexpectedInput as err:
         raise _convert_lark_error(err, source, filename, parser) from None
     except _AstError as inner:
