@@ -59,9 +59,38 @@ def _median(xs):
 
 def _worker_tl(args) -> dict:
     os.environ["TL_THREADS"] = str(args.threads)
-    from tensorlogic.models.benchmark import run_tl_benchmark  # the TL forward pass, in TL
+    from tensorlogic.models.llm_session import LlmSession
 
-    return run_tl_benchmark(args.model, args.prompt_ids, args.decode_tokens, args.repeat)
+    t0 = time.perf_counter()
+    session = LlmSession(args.model, context=len(args.prompt_ids) + args.decode_tokens + 8)
+    load_s = time.perf_counter() - t0
+    ids = list(args.prompt_ids)
+
+    def one_run():
+        session.cached_ids = []  # prefill the whole prompt every run (no prefix reuse)
+        cpu0 = time.thread_time()
+        r = session.generate(ids, args.decode_tokens + 1, temperature=0.0, stop_at_eog=False,
+                             track_memory=True)
+        cpu = time.thread_time() - cpu0
+        a, b = r.memory_at_first, r.memory_at_last
+        n = len(r.ids) - 1
+        return {"prefill": r.prompt_seconds, "decode": r.decode_seconds, "n": n,
+                "allocs": (b["allocations"] - a["allocations"]) / n,
+                "hits": (b["pool_hits"] - a["pool_hits"]) / n,
+                "res_hits": (b["reservation_hits"] - a["reservation_hits"]) / n,
+                "host_busy": cpu / (r.prompt_seconds + r.decode_seconds)}
+
+    one_run()  # warm-up
+    runs = [one_run() for _ in range(args.repeat)]
+    return {"load_s": load_s,
+            "prompt_tok_s": len(ids) / _median([r["prefill"] for r in runs]),
+            "decode_tok_s": runs[0]["n"] / _median([r["decode"] for r in runs]),
+            "allocs_per_token": max(r["allocs"] for r in runs),
+            "pool_hits_per_token": _median([r["hits"] for r in runs]),
+            "reservation_hits_per_token": _median([r["res_hits"] for r in runs]),
+            # share of wall time the interpreter's thread was busy (interpreting and encoding
+            # ops; kernels run on the runtime's worker threads)
+            "interp_share": _median([r["host_busy"] for r in runs])}
 
 
 def _worker_llamacpp(args) -> dict:
