@@ -241,3 +241,30 @@ def test_closed_file_refuses_access(tiny_bpe_path):
     assert view.sum() > 0  # earlier views stay valid
     with pytest.raises(ModelError, match="closed"):
         g.tensor_bytes("output_norm.weight")
+
+
+def test_random_header_corruption_gives_model_error_or_loads(tmp_path, tiny_bpe_path):
+    """Flip random bytes of the header: opening the file, reading its config and building its
+    tokenizer either works or raises ModelError, never anything else."""
+    from tensorlogic.models.tokenizer import Tokenizer
+
+    raw = tiny_bpe_path.read_bytes()
+    header_end = GGUFFile(tiny_bpe_path).data_start
+    rng = np.random.default_rng(1234)
+    p = tmp_path / "fuzz.gguf"
+    outcomes = {"ok": 0, "error": 0}
+    for _ in range(300):
+        data = bytearray(raw)
+        for pos in rng.integers(0, header_end, size=rng.integers(1, 4)):
+            data[pos] = int(rng.integers(0, 256))
+        p.write_bytes(bytes(data))
+        try:
+            g = GGUFFile(p)
+            g.check_supported()
+            LlamaConfig.from_gguf(g)
+            Tokenizer.from_gguf(g)
+            outcomes["ok"] += 1
+        except ModelError as e:
+            assert "\n" not in str(e)
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0 and outcomes["ok"] > 0
