@@ -683,7 +683,10 @@ class SamplerValue(TLObject):
             raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
         if self.temperature == 0.0:
             return int(core.argmax(logits.reshape([-1])).item())
-        return sample_from_logits(logits.numpy().reshape(-1), self.temperature, self.top_k, self.top_p, self.rng)
+        values = logits.numpy().reshape(-1)
+        if not np.all(np.isfinite(values)):
+            raise BuiltinArgError("cannot sample: the logits contain NaN or infinity")
+        return sample_from_logits(values, self.temperature, self.top_k, self.top_p, self.rng)
 
     def tl_get_field(self, name: str) -> Any:
         if name in ("temperature", "top_k", "top_p"):
