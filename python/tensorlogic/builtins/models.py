@@ -684,8 +684,8 @@ class SamplerValue(TLObject):
         if self.temperature == 0.0:
             return int(core.argmax(logits.reshape([-1])).item())
         values = logits.numpy().reshape(-1)
-        if not np.all(np.isfinite(values)):
-            raise BuiltinArgError("cannot sample: the logits contain NaN or infinity")
+        if np.isnan(values).any() or np.isposinf(values).any() or np.isneginf(values).all():
+            raise BuiltinArgError("cannot sample: the logits contain NaN or +infinity (or are all -infinity)")
         return sample_from_logits(values, self.temperature, self.top_k, self.top_p, self.rng)
 
     def tl_get_field(self, name: str) -> Any:
