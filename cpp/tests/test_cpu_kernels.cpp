@@ -126,6 +126,11 @@ void test_half() {
 // ------------------------------------------------------------------ thread pool
 
 void test_thread_pool() {
+  // Destroying a pool right after creating it (before its workers have started) must not hang.
+  for (int i = 0; i < 300; ++i) {
+    tl::cpu::ThreadPool quick(2 + i % 3);
+    if (i % 2) quick.parallel_for(10, 1, [](int64_t, int64_t) {});
+  }
   tl::cpu::ThreadPool pool(3);
   for (int rep = 0; rep < 200; ++rep) {
     int64_t n = 1 + rep * 37;

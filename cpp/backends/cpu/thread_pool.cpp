@@ -104,7 +104,9 @@ void ThreadPool::run_impl(int64_t n_tasks, TaskFn fn, void* ctx) {
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t seen = gen_of(job_.load());
+  // Generation 0 is the state at construction, before any job or stop could be published; a
+  // worker that starts late must not take a later generation as its starting point.
+  uint64_t seen = 0;
   for (;;) {
     auto spin_start = std::chrono::steady_clock::now();
     int polls = 0;
@@ -121,7 +123,7 @@ void ThreadPool::worker_loop() {
       }
       std::unique_lock<std::mutex> lock(sleep_mutex_);
       sleepers_.fetch_add(1);
-      while (gen_of(job_.load()) == seen) wake_.wait(lock);
+      while (gen_of(job_.load()) == seen && !stop_.load()) wake_.wait(lock);
       sleepers_.fetch_sub(1);
       break;
     }
