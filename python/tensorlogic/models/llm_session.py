@@ -193,7 +193,7 @@ class LlmSession:
     def generate(self, prompt_ids: list[int], max_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eog: bool = True,
                  on_text: Callable[[str], None] | None = None, keep_logits: bool = False,
-                 track_memory: bool = False) -> GenerationResult:
+                 track_memory: bool = False, sampler=None) -> GenerationResult:
         from ..builtins.models import SamplerValue
         from ..lang.errors import TLError
 
@@ -211,7 +211,8 @@ class LlmSession:
         while common < limit and prompt_ids[common] == self.cached_ids[common]:
             common += 1
         start = min(common, len(prompt_ids) - 1)  # at least one token runs, for the logits
-        sampler = SamplerValue(temperature, top_k, top_p, seed)
+        if sampler is None:
+            sampler = SamplerValue(temperature, top_k, top_p, seed)
         stop_ids = sorted(self.tokenizer.tok.eog_ids) if stop_at_eog else []
         stream = _TokenStream(self.tokenizer.tok, on_text, keep_logits,
                               self.core.memory_stats if track_memory else None)
