@@ -2,18 +2,24 @@
 // test_metal_static.py). The shader unit (objc/embed_shaders.cmake's single-unit source, with
 // `threadgroup` array declarations turned into function statics) is compiled as C++20 against the
 // shim; tl_shim_dispatch then emulates dispatchThreadgroups: threadgroups run one after another,
-// and the threads of one threadgroup run as OS threads that meet at a std::barrier in
-// threadgroup_barrier (or one after another on one thread for kernels without barriers).
+// and the threads of one threadgroup run as fibers (ucontext) on the calling thread: each runs
+// until it reaches threadgroup_barrier, and no fiber passes a barrier before every fiber of the
+// group has reached it. A barrier that some threads of a group never reach (a divergent barrier,
+// undefined behaviour in Metal) aborts with a message. Kernels without barriers run their threads
+// one after another.
 // What this proves: the kernels' arithmetic, indexing, block decoding and barrier placement are
 // right under a faithful model of Metal's execution. What it cannot: Metal compiler acceptance,
 // SIMD-group behaviour, real GPU memory ordering, performance.
 #define TL_SHIM_EXECUTE 1
-#include <barrier>
+#include <ucontext.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include TL_SHIM_UNIT
@@ -51,13 +57,77 @@ uint2 xy(uint3 v) {
   return r;
 }
 
+// Fibers of the threadgroup being run (one threadgroup at a time, on one OS thread).
+struct FiberGroup {
+  ucontext_t scheduler;
+  std::vector<ucontext_t> contexts;
+  std::vector<int> state;  // 0 runnable, 1 waiting at the barrier, 2 finished
+  const std::function<void(const Position&)>* body = nullptr;
+  std::function<Position(uint32_t)> position_of;
+  uint32_t current = 0;
+};
+thread_local FiberGroup* t_group = nullptr;
+constexpr size_t kFiberStack = 128 * 1024;
+// Fiber stacks, kept across dispatches (allocating 256 of them per dispatch would dominate).
+thread_local std::vector<std::unique_ptr<char[]>> t_stacks;
+
+void fiber_barrier() {
+  FiberGroup& g = *t_group;
+  g.state[g.current] = 1;
+  swapcontext(&g.contexts[g.current], &g.scheduler);
+}
+
+void fiber_entry() {
+  FiberGroup& g = *t_group;
+  (*g.body)(g.position_of(g.current));
+  g.state[g.current] = 2;
+  // Returning resumes uc_link (the scheduler).
+}
+
+void run_group_as_fibers(FiberGroup& g, uint32_t count) {
+  for (uint32_t t = 0; t < count; ++t) {
+    getcontext(&g.contexts[t]);
+    g.contexts[t].uc_stack.ss_sp = t_stacks[t].get();
+    g.contexts[t].uc_stack.ss_size = kFiberStack;
+    g.contexts[t].uc_link = &g.scheduler;
+    makecontext(&g.contexts[t], fiber_entry, 0);
+    g.state[t] = 0;
+  }
+  for (;;) {
+    for (uint32_t t = 0; t < count; ++t) {
+      if (g.state[t] != 0) continue;
+      g.current = t;
+      swapcontext(&g.scheduler, &g.contexts[t]);
+    }
+    uint32_t waiting = 0, finished = 0;
+    for (uint32_t t = 0; t < count; ++t) {
+      waiting += g.state[t] == 1;
+      finished += g.state[t] == 2;
+    }
+    if (finished == count) return;
+    if (finished > 0) {
+      std::fprintf(stderr, "shim executor: divergent barrier: %u threads finished while %u wait "
+                           "at a threadgroup_barrier\n", finished, waiting);
+      std::abort();
+    }
+    for (uint32_t t = 0; t < count; ++t) g.state[t] = 0;  // everyone arrived: release the barrier
+  }
+}
+
 void run_grid(uint3 groups, uint3 threads, bool uses_barriers,
               const std::function<void(const Position&)>& thread_body) {
   const uint32_t per_group = threads.x * threads.y * threads.z;
+  FiberGroup fibers;
+  if (uses_barriers) {
+    fibers.contexts.resize(per_group);
+    while (t_stacks.size() < per_group) t_stacks.emplace_back(new char[kFiberStack]);
+    fibers.state.assign(per_group, 0);
+    fibers.body = &thread_body;
+  }
   for (uint32_t gz = 0; gz < groups.z; ++gz) {
     for (uint32_t gy = 0; gy < groups.y; ++gy) {
       for (uint32_t gx = 0; gx < groups.x; ++gx) {
-        auto position_of = [&](uint32_t t) {
+        auto position_of = [=](uint32_t t) {
           Position p;
           p.group = make3(gx, gy, gz);
           p.local = make3(t % threads.x, (t / threads.x) % threads.y, t / (threads.x * threads.y));
@@ -69,17 +139,13 @@ void run_grid(uint3 groups, uint3 threads, bool uses_barriers,
           for (uint32_t t = 0; t < per_group; ++t) thread_body(position_of(t));
           continue;
         }
-        std::barrier<> barrier(static_cast<std::ptrdiff_t>(per_group));
-        std::vector<std::thread> workers;
-        workers.reserve(per_group);
-        for (uint32_t t = 0; t < per_group; ++t) {
-          workers.emplace_back([&, t] {
-            metal::tl_shim_barrier = &barrier;
-            thread_body(position_of(t));
-            metal::tl_shim_barrier = nullptr;
-          });
-        }
-        for (std::thread& w : workers) w.join();
+        fibers.position_of = position_of;
+        FiberGroup* outer = t_group;
+        t_group = &fibers;
+        metal::tl_shim_barrier_hook = &fiber_barrier;
+        run_group_as_fibers(fibers, per_group);
+        metal::tl_shim_barrier_hook = nullptr;
+        t_group = outer;
       }
     }
   }
