@@ -17,9 +17,22 @@ REFERENCE_DIR = Path(os.environ.get("TL_REFERENCE_DIR", ROOT.parent / "shared" /
 pytest.importorskip("tensorlogic._core")
 
 
+def _package_parent() -> str:
+    """Where this process imports tensorlogic from (the source tree or site-packages): the
+    subprocesses must run the same build."""
+    import tensorlogic
+
+    return str(Path(tensorlogic.__file__).resolve().parent.parent)
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [_package_parent(), env.get("PYTHONPATH", "")] if p)
+    return env
+
+
 def tl(*args: str, env: dict | None = None, stdin: str | None = None, timeout: int = 300):
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), full_env.get("PYTHONPATH", "")])
+    full_env = _env()
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "tensorlogic", *args], capture_output=True, text=True,
                           env=full_env, input=stdin if stdin is not None else "", timeout=timeout, cwd=ROOT)
@@ -183,8 +196,7 @@ def test_chat_ctrl_c_stops_a_reply_and_chat_goes_on(model_path):
     import signal
     import time
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
+    env = _env()
     proc = subprocess.Popen([sys.executable, "-m", "tensorlogic", "chat", "--model", str(model_path),
                              "--max-tokens", "1500"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=ROOT)
