@@ -12,7 +12,7 @@ py::dict memory_stats_dict(bool sync) {
   QueueStats q;
   {
     py::gil_scoped_release nogil;
-    if (sync) dev->synchronize();
+    if (sync) dev->drain();
     s = dev->pool().stats();
     q = dev->queue().stats();
   }
@@ -101,7 +101,7 @@ void bind_memory(py::module_& m) {
   m.def("reset_peak_memory", [] {
           std::shared_ptr<Device> dev = current_device();
           py::gil_scoped_release nogil;
-          dev->synchronize();
+          dev->drain();
           dev->pool().reset_peak();
         }, "Set peak_bytes to the current live_bytes.");
   m.def("clear_cache", [] {

@@ -146,6 +146,17 @@ void Queue::synchronize() {
   wait_seq(last);
 }
 
+void Queue::drain() {
+  uint64_t last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commit_locked();
+    last = open_seq_ - 1;
+  }
+  std::unique_lock<std::mutex> d(done_mu_);
+  done_cv_.wait(d, [&] { return completed_seq_ >= last; });
+}
+
 void Queue::raise_pending_error() {
   std::string err;
   {

@@ -45,7 +45,8 @@ class Queue {
   void wait_seq(uint64_t seq);
   void wait_for_writer(const Buffer& b) { wait_seq(b.last_writer_seq.load()); }
   void wait_for_access(const Buffer& b);  // last writer and last reader (host writes)
-  void synchronize();                     // commit and wait for everything
+  void synchronize();                     // commit and wait for everything, then raise errors
+  void drain();  // commit and wait for everything; a recorded error stays for the next wait
   void raise_pending_error();
   QueueStats stats();
 
