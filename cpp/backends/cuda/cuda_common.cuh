@@ -154,6 +154,25 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+__device__ __forceinline__ double warp_sum_double(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// block_sum in double, for the sums the CPU backend also keeps in double (reductions, softmax
+// denominators, layer_norm statistics), so both backends round the same way far more often.
+__device__ __forceinline__ double block_sum_double(double v, double* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  v = warp_sum_double(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double total = lane < warps ? scratch[lane] : 0.0;
+  return warp_sum_double(total);
+}
+
 // Grid size for a grid-stride loop over n elements with `threads` threads per block.
 inline unsigned grid_for(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;

@@ -1,4 +1,5 @@
-// Row normalizations (rms_norm, layer_norm: one block per row, f32 sums) and rotary position
+// Row normalizations (rms_norm, layer_norm: one block per row, statistics summed in double as
+// on the CPU backend) and rotary position
 // embedding (one thread per rotated pair; reads both elements before writing either, so it is
 // safe in place). RoPE angles are computed in double so that long positions keep their
 // precision: theta_i = pos * base^(-2i/D).
@@ -14,16 +15,16 @@ constexpr int kRopeThreads = 256;
 
 __global__ void rms_norm_kernel(const void* x, DType x_dtype, const void* w, DType w_dtype,
                                 float eps, int64_t rows, int64_t D, void* out, DType out_dtype) {
-  __shared__ float scratch[32];
+  __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
-    float ss = 0.0f;
+    double ss = 0.0;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       const float v = load_float(x, x_dtype, base + d);
-      ss = fmaf(v, v, ss);
+      ss += static_cast<double>(v * v);
     }
-    const float total = block_sum(ss, scratch);
-    const float inv = 1.0f / sqrtf(total / static_cast<float>(D) + eps);
+    const double total = block_sum_double(ss, scratch);
+    const float inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(D) + eps));
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       float v = load_float(x, x_dtype, base + d) * inv;
       if (w != nullptr) v *= load_float(w, w_dtype, d);
@@ -35,19 +36,19 @@ __global__ void rms_norm_kernel(const void* x, DType x_dtype, const void* w, DTy
 __global__ void layer_norm_kernel(const void* x, DType x_dtype, const void* w, DType w_dtype,
                                   const void* b, DType b_dtype, float eps, int64_t rows,
                                   int64_t D, void* out, DType out_dtype) {
-  __shared__ float scratch[32];
+  __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
-    float s = 0.0f;
+    double s = 0.0;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) s += load_float(x, x_dtype, base + d);
-    const float mean = block_sum(s, scratch) / static_cast<float>(D);
-    float sq = 0.0f;
+    const float mean = static_cast<float>(block_sum_double(s, scratch) / static_cast<double>(D));
+    double sq = 0.0;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-      const float c = load_float(x, x_dtype, base + d) - mean;
-      sq = fmaf(c, c, sq);
+      const double c = static_cast<double>(load_float(x, x_dtype, base + d)) - mean;
+      sq += c * c;
     }
-    const float var = block_sum(sq, scratch) / static_cast<float>(D);
-    const float inv = 1.0f / sqrtf(var + eps);
+    const double var = block_sum_double(sq, scratch) / static_cast<double>(D);
+    const float inv = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       float v = (load_float(x, x_dtype, base + d) - mean) * inv;
       if (w != nullptr) v *= load_float(w, w_dtype, d);

@@ -1,5 +1,6 @@
 // Reductions and softmax over the middle axis of a contiguous [outer, n, inner] tensor.
-// Integer inputs reduced to an integer (or arg) result are exact in int64; the rest is f32.
+// Integer inputs reduced to an integer (or arg) result are exact in int64; sums (and softmax
+// denominators) accumulate in double as on the CPU backend; everything else is f32.
 // inner == 1 (the last axis, the common case): one block per row, a tree reduction in f32.
 // inner > 1: one thread per (outer, inner) column walking n, so that a warp reads adjacent
 // columns. Max/Min propagate NaN; ArgMax/ArgMin take a NaN as the extreme and keep the first
@@ -53,10 +54,22 @@ __global__ void reduce_rows_kernel(ReduceOp op, const void* in, DType in_dtype, 
                                    int64_t n, void* out, DType out_dtype) {
   __shared__ float s_value[kWideRowThreads];
   __shared__ int64_t s_index[kWideRowThreads];
+  __shared__ double s_double[32];
   const bool arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
   const bool want_max = op == ReduceOp::ArgMax;
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const int64_t base = row * n;
+    if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+      double sum = 0.0;
+      for (int64_t k = threadIdx.x; k < n; k += blockDim.x) sum += load_float(in, in_dtype, base + k);
+      sum = block_sum_double(sum, s_double);
+      if (threadIdx.x == 0) {
+        store_float(out, out_dtype, row,
+                    static_cast<float>(op == ReduceOp::Mean ? sum / static_cast<double>(n) : sum));
+      }
+      __syncthreads();
+      continue;
+    }
     float acc = identity_of(op);
     Best best{want_max ? -INFINITY : INFINITY, INT64_MAX};
     for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
@@ -90,9 +103,7 @@ __global__ void reduce_rows_kernel(ReduceOp op, const void* in, DType in_dtype, 
       if (arg) {
         store_int(out, out_dtype, row, s_index[0] == INT64_MAX ? 0 : s_index[0]);
       } else {
-        float r = s_value[0];
-        if (op == ReduceOp::Mean) r = r / static_cast<float>(n);
-        store_float(out, out_dtype, row, r);
+        store_float(out, out_dtype, row, s_value[0]);
       }
     }
     __syncthreads();
@@ -110,19 +121,24 @@ __global__ void reduce_columns_kernel(ReduceOp op, const void* in, DType in_dtyp
     const int64_t j = t - o * inner;
     const int64_t base = o * n * inner + j;
     float acc = identity_of(op);
+    double sum = 0.0;
     Best best{want_max ? -INFINITY : INFINITY, INT64_MAX};
     for (int64_t k = 0; k < n; ++k) {
       const float v = load_float(in, in_dtype, base + k * inner);
       if (arg) {
         if (replaces(best, v, k, want_max)) best = Best{v, k};
+      } else if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+        sum += v;
       } else {
         acc = combine(op, acc, v);
       }
     }
     if (arg) {
       store_int(out, out_dtype, t, best.index == INT64_MAX ? 0 : best.index);
+    } else if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+      store_float(out, out_dtype, t,
+                  static_cast<float>(op == ReduceOp::Mean ? sum / static_cast<double>(n) : sum));
     } else {
-      if (op == ReduceOp::Mean) acc = acc / static_cast<float>(n);
       store_float(out, out_dtype, t, acc);
     }
   }
@@ -164,6 +180,7 @@ __global__ void reduce_int_kernel(ReduceOp op, const void* in, DType in_dtype, i
 __global__ void softmax_rows_kernel(const void* in, DType in_dtype, int64_t outer, int64_t n,
                                     void* out, DType out_dtype) {
   __shared__ float scratch[32];
+  __shared__ double scratch_double[32];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const int64_t base = row * n;
     float m = -INFINITY;
@@ -179,12 +196,12 @@ __global__ void softmax_rows_kernel(const void* in, DType in_dtype, int64_t oute
     float bm = (threadIdx.x & 31) < warps ? scratch[threadIdx.x & 31] : -INFINITY;
     bm = warp_max(bm);
     const float shift = isinf(bm) ? 0.0f : bm;  // all -inf: exp gives 0s, then 0/0 = NaN
-    float s = 0.0f;
+    double s = 0.0;
     for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
       s += expf(load_float(in, in_dtype, base + k) - shift);
     }
-    const float total = block_sum(s, scratch);
-    const float inv = 1.0f / total;
+    const double total = block_sum_double(s, scratch_double);
+    const float inv = static_cast<float>(1.0 / total);
     for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
       store_float(out, out_dtype, base + k, expf(load_float(in, in_dtype, base + k) - shift) * inv);
     }
@@ -203,9 +220,9 @@ __global__ void softmax_columns_kernel(const void* in, DType in_dtype, int64_t o
     float m = -INFINITY;
     for (int64_t k = 0; k < n; ++k) m = fmaxf(m, load_float(in, in_dtype, base + k * inner));
     const float shift = isinf(m) ? 0.0f : m;
-    float s = 0.0f;
+    double s = 0.0;
     for (int64_t k = 0; k < n; ++k) s += expf(load_float(in, in_dtype, base + k * inner) - shift);
-    const float inv = 1.0f / s;
+    const float inv = static_cast<float>(1.0 / s);
     for (int64_t k = 0; k < n; ++k) {
       const int64_t idx = base + k * inner;
       store_float(out, out_dtype, idx, expf(load_float(in, in_dtype, idx) - shift) * inv);
