@@ -351,6 +351,11 @@ void MetalKernels::reduce(ReduceOp op, const View& in, int64_t outer, int64_t n,
   p.out_dtype = dtype_code(out.dtype);
   p.integer_compute = (!is_floating(in.dtype) && (is_arg || !is_floating(out.dtype))) ? 1 : 0;
   Binding bindings[] = {bind(in, 1, "reduce"), bind(out, 2, "reduce")};
+  if (inner > 1) {  // one thread per output column (coalesced along inner)
+    PipelineRef pso = pipeline("tl_reduce_columns", 1);
+    encode(pso, &p, sizeof p, bindings, 2, grid_1d(outer * inner, pso.max_threads));
+    return;
+  }
   PipelineRef pso = pipeline("tl_reduce", TL_REDUCE_THREADS);
   Grid grid;
   grid.threads = MTLSizeMake(TL_REDUCE_THREADS, 1, 1);
@@ -373,6 +378,11 @@ void MetalKernels::softmax(const View& in, int64_t outer, int64_t n, int64_t inn
   p.in_dtype = dtype_code(in.dtype);
   p.out_dtype = dtype_code(out.dtype);
   Binding bindings[] = {bind(in, 1, "softmax"), bind(out, 2, "softmax")};
+  if (inner > 1) {  // one thread per column
+    PipelineRef pso = pipeline("tl_softmax_columns", 1);
+    encode(pso, &p, sizeof p, bindings, 2, grid_1d(outer * inner, pso.max_threads));
+    return;
+  }
   PipelineRef pso = pipeline("tl_softmax", TL_REDUCE_THREADS);
   Grid grid;
   grid.threads = MTLSizeMake(TL_REDUCE_THREADS, 1, 1);

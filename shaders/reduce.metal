@@ -184,3 +184,84 @@ kernel void tl_softmax(constant TLReduceParams& p [[buffer(0)]],
     }
   }
 }
+
+// Column forms for inner > 1: one thread per (outer, inner) output walks the n values of its
+// column (stride inner), so neighbouring threads read neighbouring addresses and no threadgroup
+// is spent on a short axis. Same semantics as tl_reduce / tl_softmax.
+
+// CPU twin: Kernels::reduce (cpp/backends/cpu/kernels_reduce.cpp), columns form.
+kernel void tl_reduce_columns(constant TLReduceParams& p [[buffer(0)]],
+                              device const uchar* input [[buffer(1)]],
+                              device uchar* out [[buffer(2)]],
+                              uint gid [[thread_position_in_grid]],
+                              uint grid [[threads_per_grid]]) {
+  bool is_sum = p.op == TL_ROP_SUM || p.op == TL_ROP_MEAN;
+  bool want_max = p.op == TL_ROP_MAX || p.op == TL_ROP_ARGMAX;
+  bool arg = p.op == TL_ROP_ARGMAX || p.op == TL_ROP_ARGMIN;
+  for (long g = gid; g < p.outer * p.inner; g += grid) {
+    long o = g / p.inner;
+    long j = g % p.inner;
+    long base = o * p.n * p.inner + j;
+    if (p.integer_compute) {
+      long acc = 0;
+      long best_index = -1;
+      for (long r = 0; r < p.n; ++r) {
+        long v = tl_load_i(input, base + r * p.inner, p.in_dtype);
+        if (is_sum) {
+          acc += v;
+        } else if (tl_int_better(v, r, acc, best_index, want_max)) {
+          acc = v;
+          best_index = r;
+        }
+      }
+      if (p.op == TL_ROP_MEAN) {
+        tl_store_f(out, g, p.out_dtype, p.n > 0 ? float(acc) / float(p.n) : 0.0f);
+      } else if (arg) {
+        tl_store_i(out, g, p.out_dtype, best_index < 0 ? 0 : best_index);
+      } else {
+        tl_store_i(out, g, p.out_dtype, acc);
+      }
+    } else if (is_sum) {
+      float acc = 0.0f;
+      for (long r = 0; r < p.n; ++r) acc += tl_load_f(input, base + r * p.inner, p.in_dtype);
+      if (p.op == TL_ROP_MEAN) acc = p.n > 0 ? acc / float(p.n) : NAN;
+      tl_store_f(out, g, p.out_dtype, acc);
+    } else {
+      float best = 0.0f;
+      long best_index = -1;
+      for (long r = 0; r < p.n; ++r) {
+        float v = tl_load_f(input, base + r * p.inner, p.in_dtype);
+        if (tl_float_better(v, r, best, best_index, want_max)) {
+          best = v;
+          best_index = r;
+        }
+      }
+      if (arg) {
+        tl_store_i(out, g, p.out_dtype, best_index < 0 ? 0 : best_index);
+      } else {
+        tl_store_f(out, g, p.out_dtype, best);
+      }
+    }
+  }
+}
+
+// CPU twin: Kernels::softmax (cpp/backends/cpu/kernels_reduce.cpp), columns form.
+kernel void tl_softmax_columns(constant TLReduceParams& p [[buffer(0)]],
+                               device const uchar* input [[buffer(1)]],
+                               device uchar* out [[buffer(2)]],
+                               uint gid [[thread_position_in_grid]],
+                               uint grid [[threads_per_grid]]) {
+  for (long g = gid; g < p.outer * p.inner; g += grid) {
+    long o = g / p.inner;
+    long j = g % p.inner;
+    long base = o * p.n * p.inner + j;
+    float row_max = -INFINITY;
+    for (long r = 0; r < p.n; ++r) row_max = max(row_max, tl_load_f(input, base + r * p.inner, p.in_dtype));
+    float row_sum = 0.0f;
+    for (long r = 0; r < p.n; ++r) row_sum += exp(tl_load_f(input, base + r * p.inner, p.in_dtype) - row_max);
+    for (long r = 0; r < p.n; ++r) {
+      long at = base + r * p.inner;
+      tl_store_f(out, at, p.out_dtype, exp(tl_load_f(input, at, p.in_dtype) - row_max) / row_sum);
+    }
+  }
+}

@@ -177,7 +177,7 @@ extern "C" size_t tl_shim_sizeof(const char* type) {
 extern "C" int tl_shim_has_kernel(const char* kernel) {
   static const char* const names[] = {
       "tl_binary", "tl_binary_scalar", "tl_where", "tl_unary", "tl_copy", "tl_fill", "tl_arange",
-      "tl_reduce", "tl_softmax", "tl_matmul", "tl_linear", "tl_gather_rows", "tl_rms_norm",
+      "tl_reduce", "tl_softmax", "tl_reduce_columns", "tl_softmax_columns", "tl_matmul", "tl_linear", "tl_gather_rows", "tl_rms_norm",
       "tl_layer_norm", "tl_rope", "tl_causal_mask", "tl_attention", "tl_delay"};
   for (const char* name : names) {
     if (std::strcmp(name, kernel) == 0) return 1;
@@ -240,6 +240,16 @@ extern "C" int tl_shim_dispatch(const char* kernel, void* params, void** buffers
       } else {
         tl_softmax(p, buffer<const uchar>(b, 1), buffer<uchar>(b, 2), q.group.x, q.groups.x,
                    q.local.x);
+      }
+    });
+  } else if (name == "tl_reduce_columns" || name == "tl_softmax_columns") {
+    auto& p = *static_cast<TLReduceParams*>(params);
+    bool is_reduce = name == "tl_reduce_columns";
+    run_grid(groups, threads, false, [&](const Position& q) {
+      if (is_reduce) {
+        tl_reduce_columns(p, buffer<const uchar>(b, 1), buffer<uchar>(b, 2), q.gid().x, q.grid().x);
+      } else {
+        tl_softmax_columns(p, buffer<const uchar>(b, 1), buffer<uchar>(b, 2), q.gid().x, q.grid().x);
       }
     });
   } else if (name == "tl_matmul") {

@@ -230,9 +230,10 @@ def test_host_binds_exactly_the_buffer_slots_each_kernel_declares():
             continue
         bound = {int(i) for i in re.findall(r"bind\(\w+, (\d+),", body)}
         bound |= {int(i) for i in re.findall(r"\.index = (\d+);", body)}
-        declared = {int(i) for i in re.findall(r"\[\[buffer\((\d+)\)\]\]", signatures[pipelines[0]])}
-        assert declared - {0} == bound, f"{pipelines[0]}: kernel {sorted(declared)} vs host {sorted(bound)}"
-        assert 0 in declared  # params always come through setBytes at index 0
+        for kernel in pipelines:  # a method may choose between kernels of one signature
+            declared = {int(i) for i in re.findall(r"\[\[buffer\((\d+)\)\]\]", signatures[kernel])}
+            assert declared - {0} == bound, f"{kernel}: kernel {sorted(declared)} vs host {sorted(bound)}"
+            assert 0 in declared  # params always come through setBytes at index 0
         checked += 1
     assert checked == len(kernels_interface_methods())
 
@@ -511,8 +512,9 @@ def test_where_kernel(shim):
 REDUCE_OPS = ["sum", "mean", "max", "min", "argmax", "argmin"]
 
 
+@pytest.mark.parametrize("kernel", ["tl_reduce", "tl_reduce_columns"])
 @pytest.mark.parametrize("op", REDUCE_OPS)
-def test_reduce_kernel_over_the_middle_axis(shim, op):
+def test_reduce_kernel_over_the_middle_axis(shim, op, kernel):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((2, 300, 3)).astype(np.float32)
     x[1, 17, 2] = x[1, 40, 2] = 9.0  # a tie: the first index wins
@@ -521,7 +523,8 @@ def test_reduce_kernel_over_the_middle_axis(shim, op):
     out = np.zeros((2, 3), np.int64 if arg else np.float32)
     p = ReduceParams(outer=2, n=300, inner=3, op=REDUCE_OPS.index(op), in_dtype=F32,
                      out_dtype=NP_CODE[out.dtype])
-    dispatch(shim, "tl_reduce", p, {1: x, 2: out}, groups=[4], threads=[256])
+    threads = [256] if kernel == "tl_reduce" else [4]  # the columns form has no barriers
+    dispatch(shim, kernel, p, {1: x, 2: out}, groups=[4], threads=threads)
     expected = getattr(np, op)(x.astype(np.float64), axis=1)
     if op in ("sum", "mean"):
         mask = ~np.isnan(expected)
@@ -529,6 +532,17 @@ def test_reduce_kernel_over_the_middle_axis(shim, op):
         assert np.isnan(out[~mask]).all()
     else:
         np.testing.assert_array_equal(out, expected.astype(out.dtype))
+
+
+@pytest.mark.parametrize("kernel", ["tl_reduce", "tl_reduce_columns"])
+def test_reduce_kernel_integer_argmin_and_sum_are_exact(shim, kernel):
+    x = np.array([[[5, 2**40], [-3, 2**40]], [[-3, 1], [7, 2**40 + 1]]], np.int64)  # [2, 2, 2]
+    for op, expected in (("argmin", np.argmin(x, axis=1)), ("sum", x.sum(axis=1)), ("max", x.max(axis=1))):
+        out = np.zeros((2, 2), np.int64)
+        p = ReduceParams(outer=2, n=2, inner=2, op=REDUCE_OPS.index(op), in_dtype=I64, out_dtype=I64,
+                         integer_compute=1)
+        dispatch(shim, kernel, p, {1: x, 2: out}, groups=[1], threads=[256 if kernel == "tl_reduce" else 3])
+        np.testing.assert_array_equal(out, expected, err_msg=op)
 
 
 def test_reduce_kernel_integer_sum_is_exact(shim):
@@ -539,12 +553,13 @@ def test_reduce_kernel_integer_sum_is_exact(shim):
     assert out[0, 0] == 3 * (2 ** 40 + 1)
 
 
-def test_softmax_kernel(shim):
+@pytest.mark.parametrize("kernel", ["tl_softmax", "tl_softmax_columns"])
+def test_softmax_kernel(shim, kernel):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((3, 2, 2)) * 30).astype(np.float32)  # softmax over axis 1 (n = 2)
     out = np.zeros_like(x)
     p = ReduceParams(outer=3, n=2, inner=2, in_dtype=F32, out_dtype=F32)
-    dispatch(shim, "tl_softmax", p, {1: x, 2: out}, groups=[2], threads=[256])
+    dispatch(shim, kernel, p, {1: x, 2: out}, groups=[2], threads=[256 if kernel == "tl_softmax" else 2])
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
 
