@@ -77,6 +77,14 @@ def test_model_fetch_prints_cached_path(model_path):
     assert r.returncode == 1 and r.stderr.strip().startswith("tl: error: unknown model 'gpt-17'")
 
 
+def test_model_list(model_path):
+    r = tl("model", "list", env={"TL_MODEL_CACHE": str(model_path.parent)})
+    assert r.returncode == 0
+    assert r.stdout.startswith("smollm2-135m-instruct (default):") and f"cached at {model_path}" in r.stdout
+    r = tl("model", "list", env={"TL_MODEL_CACHE": "/nonexistent/cache"})
+    assert "not downloaded" in r.stdout
+
+
 def test_bad_model_files_give_one_line_errors(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 8)
