@@ -16,6 +16,9 @@
 //  - Test executable: test_cpu_kernels from cpp/tests/test_cpu_kernels.cpp (links the sources
 //    above; no other dependency); register it with ctest as `test_cpu_kernels`.
 //  - Benchmark (not a ctest): bench_kernels_cpu from bench/kernels_cpu.cpp, same sources.
+//  - TL_CPU_NO_SIMD=1 (read once) forces the portable kernels; run the test both ways.
+//  - Threads: the pool has threads - 1 workers; the calling (backend worker) thread takes part.
+//    Idle workers spin ~300 us (yielding) after a kernel, then sleep.
 #include <memory>
 
 #include "runtime/kernels.h"

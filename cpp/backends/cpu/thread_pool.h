@@ -49,8 +49,9 @@ class ThreadPool {
       body(int64_t{0}, n);
       return;
     }
-    // One chunk per thread for small jobs; up to 4 per thread (load balancing) for large ones.
-    int64_t chunks = std::min<int64_t>(max_chunks, max_chunks >= int64_t{size_} * 16 ? int64_t{size_} * 4 : size_);
+    // Up to 4 chunks per thread: claims are dynamic, so a thread slowed down by another process
+    // (e.g. the interpreter on a 2-core machine) simply takes fewer chunks.
+    int64_t chunks = std::min<int64_t>(max_chunks, int64_t{size_} * 4);
     const int64_t per = (n + chunks - 1) / chunks;
     chunks = (n + per - 1) / per;
     run(chunks, [&](int64_t c) {
