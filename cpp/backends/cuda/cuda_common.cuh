@@ -129,6 +129,12 @@ __device__ __forceinline__ void store_int(void* p, DType t, int64_t i, int64_t v
   }
 }
 
+// e^x rounded once from double: the correctly rounded f32 result in practice, as glibc's expf
+// gives on the CPU backend (CUDA's expf may be 1-2 ulp away, visible in printed results).
+__device__ __forceinline__ float exp_rounded(float x) {
+  return static_cast<float>(exp(static_cast<double>(x)));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -136,7 +136,7 @@ __device__ __forceinline__ float float_unary(UnaryOp op, float x) {
   switch (op) {
     case UnaryOp::Neg: return -x;
     case UnaryOp::Abs: return fabsf(x);
-    case UnaryOp::Exp: return expf(x);
+    case UnaryOp::Exp: return exp_rounded(x);
     case UnaryOp::Log: return logf(x);
     case UnaryOp::Sqrt: return sqrtf(x);
     case UnaryOp::Rsqrt: return 1.0f / sqrtf(x);
@@ -144,14 +144,14 @@ __device__ __forceinline__ float float_unary(UnaryOp op, float x) {
     case UnaryOp::Cos: return cosf(x);
     case UnaryOp::Tan: return tanf(x);
     case UnaryOp::Tanh: return tanhf(x);
-    case UnaryOp::Sigmoid: return 1.0f / (1.0f + expf(-x));
+    case UnaryOp::Sigmoid: return 1.0f / (1.0f + exp_rounded(-x));
     case UnaryOp::Relu: return x > 0.0f ? x : (isnan(x) ? x : 0.0f);
     case UnaryOp::GeluTanh: {
       const float c = 0.7978845608028654f;  // sqrt(2 / pi)
       return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
     }
     case UnaryOp::GeluErf: return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-    case UnaryOp::Silu: return x / (1.0f + expf(-x));
+    case UnaryOp::Silu: return x / (1.0f + exp_rounded(-x));
     case UnaryOp::Square: return x * x;
     case UnaryOp::Floor: return floorf(x);
     case UnaryOp::Ceil: return ceilf(x);

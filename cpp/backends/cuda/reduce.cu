@@ -198,12 +198,12 @@ __global__ void softmax_rows_kernel(const void* in, DType in_dtype, int64_t oute
     const float shift = isinf(bm) ? 0.0f : bm;  // all -inf: exp gives 0s, then 0/0 = NaN
     double s = 0.0;
     for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
-      s += expf(load_float(in, in_dtype, base + k) - shift);
+      s += exp_rounded(load_float(in, in_dtype, base + k) - shift);
     }
     const double total = block_sum_double(s, scratch_double);
     const float inv = static_cast<float>(1.0 / total);
     for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
-      store_float(out, out_dtype, base + k, expf(load_float(in, in_dtype, base + k) - shift) * inv);
+      store_float(out, out_dtype, base + k, exp_rounded(load_float(in, in_dtype, base + k) - shift) * inv);
     }
     __syncthreads();
   }
@@ -221,11 +221,11 @@ __global__ void softmax_columns_kernel(const void* in, DType in_dtype, int64_t o
     for (int64_t k = 0; k < n; ++k) m = fmaxf(m, load_float(in, in_dtype, base + k * inner));
     const float shift = isinf(m) ? 0.0f : m;
     double s = 0.0;
-    for (int64_t k = 0; k < n; ++k) s += expf(load_float(in, in_dtype, base + k * inner) - shift);
+    for (int64_t k = 0; k < n; ++k) s += exp_rounded(load_float(in, in_dtype, base + k * inner) - shift);
     const float inv = static_cast<float>(1.0 / s);
     for (int64_t k = 0; k < n; ++k) {
       const int64_t idx = base + k * inner;
-      store_float(out, out_dtype, idx, expf(load_float(in, in_dtype, idx) - shift) * inv);
+      store_float(out, out_dtype, idx, exp_rounded(load_float(in, in_dtype, idx) - shift) * inv);
     }
   }
 }
