@@ -408,7 +408,7 @@ TL_AVX2 void dequantize_q8_0_avx2(const uint8_t* src, int64_t n, float* dst) {
   }
 }
 
-// C[m, n] = sum_k A[m, k] * B[n, k] for a 4 x 2 register tile; A rows lda apart, B rows ldb.
+// C[m, n] = sum_k A[m, k] * B[n, k] with 4 x 3 register tiles (then 4 x 2, then dots); A rows lda apart, B rows ldb.
 TL_AVX2 void gemm_nt_avx2(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_t ldb,
                           int64_t n_rows, int64_t k, float* c, int64_t ldc) {
   const int64_t k8 = k & ~int64_t{7};
@@ -419,6 +419,43 @@ TL_AVX2 void gemm_nt_avx2(const float* a, int64_t lda, int64_t m_rows, const flo
     const float* a2 = a1 + lda;
     const float* a3 = a2 + lda;
     int64_t n = 0;
+    for (; n + 3 <= n_rows; n += 3) {
+      const float* b0 = b + n * ldb;
+      const float* b1 = b0 + ldb;
+      const float* b2 = b1 + ldb;
+      __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps();
+      __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps();
+      __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c22 = _mm256_setzero_ps();
+      __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c32 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k8; i += 8) {
+        const __m256 vb0 = _mm256_loadu_ps(b0 + i), vb1 = _mm256_loadu_ps(b1 + i), vb2 = _mm256_loadu_ps(b2 + i);
+        __m256 va = _mm256_loadu_ps(a0 + i);
+        c00 = _mm256_fmadd_ps(va, vb0, c00);
+        c01 = _mm256_fmadd_ps(va, vb1, c01);
+        c02 = _mm256_fmadd_ps(va, vb2, c02);
+        va = _mm256_loadu_ps(a1 + i);
+        c10 = _mm256_fmadd_ps(va, vb0, c10);
+        c11 = _mm256_fmadd_ps(va, vb1, c11);
+        c12 = _mm256_fmadd_ps(va, vb2, c12);
+        va = _mm256_loadu_ps(a2 + i);
+        c20 = _mm256_fmadd_ps(va, vb0, c20);
+        c21 = _mm256_fmadd_ps(va, vb1, c21);
+        c22 = _mm256_fmadd_ps(va, vb2, c22);
+        va = _mm256_loadu_ps(a3 + i);
+        c30 = _mm256_fmadd_ps(va, vb0, c30);
+        c31 = _mm256_fmadd_ps(va, vb1, c31);
+        c32 = _mm256_fmadd_ps(va, vb2, c32);
+      }
+      float r[12] = {hsum256(c00), hsum256(c01), hsum256(c02), hsum256(c10), hsum256(c11), hsum256(c12),
+                     hsum256(c20), hsum256(c21), hsum256(c22), hsum256(c30), hsum256(c31), hsum256(c32)};
+      const float* ar[4] = {a0, a1, a2, a3};
+      const float* br[3] = {b0, b1, b2};
+      for (int64_t i = k8; i < k; ++i)
+        for (int mi = 0; mi < 4; ++mi)
+          for (int ni = 0; ni < 3; ++ni) r[mi * 3 + ni] += ar[mi][i] * br[ni][i];
+      for (int mi = 0; mi < 4; ++mi)
+        for (int ni = 0; ni < 3; ++ni) c[(m + mi) * ldc + n + ni] = r[mi * 3 + ni];
+    }
     for (; n + 2 <= n_rows; n += 2) {
       const float* b0 = b + n * ldb;
       const float* b1 = b0 + ldb;
@@ -522,7 +559,7 @@ void gemm_nt(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_
 }
 
 // Weight rows dequantized together in the M > 1 path (tile = kTileRows x K floats per thread).
-constexpr int64_t kTileRows = 16;
+constexpr int64_t kTileRows = 24;  // a multiple of the 3-row register tile
 // Rows of x multiplied against one tile at a time (keeps those x rows in L1/L2).
 constexpr int64_t kXRowsPerPass = 64;
 
