@@ -353,6 +353,64 @@ TL_AVX2 float dot_q8_0_avx2(const uint8_t* w, const float* x, const float*, int6
   return hsum256(_mm256_add_ps(acc0, acc1));
 }
 
+// Two weight rows against the same x in one pass: shared x loads, independent accumulators.
+TL_AVX2 TL_INLINE __m256 nibble_block_dot_x(const uint8_t* qs, __m256 x0, __m256 x1, __m256 x2, __m256 x3) {
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  __m128i lo = _mm_and_si128(q, mask);
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+  __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), x0);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), x1, s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), x2, s);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), x3, s);
+}
+
+TL_AVX2 TL_INLINE __m256 int8_block_dot_x(const uint8_t* qs, __m256 x0, __m256 x1, __m256 x2, __m256 x3) {
+  const __m128i* q = reinterpret_cast<const __m128i*>(qs);
+  __m128i a = _mm_loadu_si128(q), b = _mm_loadu_si128(q + 1);
+  __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)), x0);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8))), x1, s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), x2, s);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), x3, s);
+}
+
+TL_AVX2 void dot2_q4_1_avx2(const uint8_t* w0, const uint8_t* w1, const float* x, const float* xsum,
+                            int64_t k, float* out) {
+  const int64_t nb = k / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float m0 = 0.0f, m1 = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* xb = x + b * 32;
+    const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+    const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+    const uint8_t* p0 = w0 + b * 20;
+    const uint8_t* p1 = w1 + b * 20;
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p0)), nibble_block_dot_x(p0 + 4, x0, x1, x2, x3), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p1)), nibble_block_dot_x(p1 + 4, x0, x1, x2, x3), acc1);
+    m0 += half_avx2(p0 + 2) * xsum[b];
+    m1 += half_avx2(p1 + 2) * xsum[b];
+  }
+  out[0] = hsum256(acc0) + m0;
+  out[1] = hsum256(acc1) + m1;
+}
+
+TL_AVX2 void dot2_q8_0_avx2(const uint8_t* w0, const uint8_t* w1, const float* x, const float*,
+                            int64_t k, float* out) {
+  const int64_t nb = k / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* xb = x + b * 32;
+    const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+    const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+    const uint8_t* p0 = w0 + b * 34;
+    const uint8_t* p1 = w1 + b * 34;
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p0)), int8_block_dot_x(p0 + 2, x0, x1, x2, x3), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p1)), int8_block_dot_x(p1 + 2, x0, x1, x2, x3), acc1);
+  }
+  out[0] = hsum256(acc0);
+  out[1] = hsum256(acc1);
+}
+
 TL_AVX2 float dot_f16_avx2(const uint8_t* w, const float* x, const float*, int64_t k) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(w);
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -505,14 +563,19 @@ void gemm_nt_portable(const float* a, int64_t lda, int64_t m_rows, const float* 
     for (int64_t n = 0; n < n_rows; ++n) c[m * ldc + n] = dot_inline(a + m * lda, b + n * ldb, k);
 }
 
+// Two rows at once (optional): out[0] = w0 . x, out[1] = w1 . x.
+using RowDot2Fn = void (*)(const uint8_t* w0, const uint8_t* w1, const float* x, const float* xsum,
+                           int64_t k, float* out);
+
 struct WeightKernels {
   RowDotFn dot = nullptr;
   DequantRowFn dequantize = nullptr;
+  RowDot2Fn dot2 = nullptr;
 };
 
 template <DType T>
 WeightKernels kernels_for() {
-  WeightKernels k{&dot_row_portable<T>, &dequantize_row_portable<T>};
+  WeightKernels k{&dot_row_portable<T>, &dequantize_row_portable<T>, nullptr};
 #if defined(__x86_64__)
   if (cpu_has_avx2()) {
     k.dot = &dot_row_avx2_generic<T>;
@@ -520,10 +583,12 @@ WeightKernels kernels_for() {
     if constexpr (T == DType::Q4_0) k.dot = &dot_q4_0_avx2;
     if constexpr (T == DType::Q4_1) {
       k.dot = &dot_q4_1_avx2;
+      k.dot2 = &dot2_q4_1_avx2;
       k.dequantize = &dequantize_q4_1_avx2;
     }
     if constexpr (T == DType::Q8_0) {
       k.dot = &dot_q8_0_avx2;
+      k.dot2 = &dot2_q8_0_avx2;
       k.dequantize = &dequantize_q8_0_avx2;
     }
     if constexpr (T == DType::F16) k.dot = &dot_f16_avx2;
@@ -603,7 +668,10 @@ void CpuKernels::linear(const View& x, const View& w, const View& out) {
     // At least ~32 KiB of weights per chunk so small matrices don't pay for dispatch.
     int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(wrow, 1)));
     pool().parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
-      for (int64_t n = n0; n < n1; ++n) od[n] = wk.dot(wdata + n * wrow, xd, xsum.data(), K);
+      int64_t n = n0;
+      if (wk.dot2)
+        for (; n + 2 <= n1; n += 2) wk.dot2(wdata + n * wrow, wdata + (n + 1) * wrow, xd, xsum.data(), K, od + n);
+      for (; n < n1; ++n) od[n] = wk.dot(wdata + n * wrow, xd, xsum.data(), K);
     });
     return;
   }
