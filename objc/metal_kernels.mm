@@ -29,6 +29,8 @@ static_assert(sizeof(TLRowsParams) % 8 == 0, "params must be 8-byte sized");
 static_assert(sizeof(TLNormParams) % 8 == 0, "params must be 8-byte sized");
 static_assert(sizeof(TLAttentionParams) % 8 == 0, "params must be 8-byte sized");
 static_assert(sizeof(TLAttentionParams) <= 4096, "setBytes takes at most 4 KiB");
+static_assert(sizeof(TLRopeParams) <= 4096, "setBytes takes at most 4 KiB");
+static_assert(sizeof(TLRopeParams) % 8 == 0, "params must be 8-byte sized");
 static_assert(TL_MAX_DIMS == kMaxDims, "shader and runtime dimension limits differ");
 static_assert(static_cast<int>(DType::Q6_K) == TL_Q6_K && static_cast<int>(DType::Bool) == TL_BOOL,
               "shader dtype codes must equal tl::DType values");
@@ -562,16 +564,24 @@ void MetalKernels::rope(const View& x, int64_t pos_offset, float base, bool neox
   require_plain(out, "rope", "out");
   require_contiguous(x, "rope", "x");
   require_contiguous(out, "rope", "out");
-  TLNormParams p;
+  TLRopeParams p;
   std::memset(&p, 0, sizeof p);
-  p.rows = x.shape[0];
+  p.outer = x.shape[0];
   p.seq = x.shape[1];
   p.heads = x.shape[2];
   p.d = x.shape[3];
   if (p.d % 2 != 0) fail("rope", "head size " + std::to_string(p.d) + " is odd");
+  if (p.d / 2 > TL_ROPE_MAX_HALF) {
+    fail("rope", "head size " + std::to_string(p.d) + " exceeds the Metal limit of " +
+                     std::to_string(2 * TL_ROPE_MAX_HALF));
+  }
   p.pos_offset = pos_offset;
-  p.base = base;
   p.neox = neox ? 1 : 0;
+  for (int64_t i = 0; i < p.d / 2; ++i) {  // in double, as the CPU twin
+    double freq = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(p.d));
+    p.freq_hi[i] = static_cast<float>(freq);
+    p.freq_lo[i] = static_cast<float>(freq - static_cast<double>(p.freq_hi[i]));
+  }
   p.x_dtype = dtype_code(x.dtype);
   p.out_dtype = dtype_code(out.dtype);
   int64_t pairs = x.numel() / 2;

@@ -112,21 +112,34 @@ struct TLRowsParams {
   int pad0;
 };
 
-// rms_norm, layer_norm (x, out contiguous [rows, d]) and rope (x, out contiguous [outer, s, h, d]).
+// rms_norm, layer_norm: x, out contiguous [rows, d].
 struct TLNormParams {
   tl_i64 rows;
   tl_i64 d;
-  tl_i64 seq;         // rope: S
-  tl_i64 heads;       // rope: H
-  tl_i64 pos_offset;  // rope
   float eps;
-  float base;         // rope
   int x_dtype;
   int out_dtype;
-  int w_dtype;        // -1 when w is absent
-  int b_dtype;        // -1 when b is absent
-  int neox;           // rope
+  int w_dtype;  // -1 when w is absent
+  int b_dtype;  // -1 when b is absent
   int pad0;
+};
+
+// rope: x, out contiguous [outer, seq, heads, d]. freq[i] = base^(-2i/d), computed by the host in
+// double and passed as f32 hi + lo parts, so angles at large positions keep f32 accuracy after
+// the reduction by 2*pi (Metal has no double).
+#define TL_ROPE_MAX_HALF 256  // d <= 512
+struct TLRopeParams {
+  tl_i64 outer;
+  tl_i64 seq;
+  tl_i64 heads;
+  tl_i64 d;
+  tl_i64 pos_offset;
+  int x_dtype;
+  int out_dtype;
+  int neox;
+  int pad0;
+  float freq_hi[TL_ROPE_MAX_HALF];
+  float freq_lo[TL_ROPE_MAX_HALF];
 };
 
 // causal_mask (out [n, m]) and attention.

@@ -168,6 +168,7 @@ extern "C" size_t tl_shim_sizeof(const char* type) {
   if (t == "TLRowsParams") return sizeof(TLRowsParams);
   if (t == "TLNormParams") return sizeof(TLNormParams);
   if (t == "TLAttentionParams") return sizeof(TLAttentionParams);
+  if (t == "TLRopeParams") return sizeof(TLRopeParams);
   if (t == "TLDelayParams") return sizeof(TLDelayParams);
   if (t == "TLErrorRecord") return sizeof(TLErrorRecord);
   return 0;
@@ -283,7 +284,7 @@ extern "C" int tl_shim_dispatch(const char* kernel, void* params, void** buffers
                     buffer<const uchar>(b, 4), q.group.x, q.groups.x, q.local.x);
     });
   } else if (name == "tl_rope") {
-    auto& p = *static_cast<TLNormParams*>(params);
+    auto& p = *static_cast<TLRopeParams*>(params);
     run_grid(groups, threads, false, [&](const Position& q) {
       tl_rope(p, buffer<const uchar>(b, 1), buffer<uchar>(b, 3), q.gid().x, q.grid().x);
     });

@@ -281,10 +281,9 @@ class RowsParams(ctypes.Structure):
 
 
 class NormParams(ctypes.Structure):
-    _fields_ = [("rows", c_int64), ("d", c_int64), ("seq", c_int64), ("heads", c_int64),
-                ("pos_offset", c_int64), ("eps", c_float), ("base", c_float),
-                ("x_dtype", c_int32), ("out_dtype", c_int32), ("w_dtype", c_int32),
-                ("b_dtype", c_int32), ("neox", c_int32), ("pad0", c_int32)]
+    _fields_ = [("rows", c_int64), ("d", c_int64), ("eps", c_float), ("x_dtype", c_int32),
+                ("out_dtype", c_int32), ("w_dtype", c_int32), ("b_dtype", c_int32),
+                ("pad0", c_int32)]
 
 
 class AttentionParams(ctypes.Structure):
@@ -292,6 +291,13 @@ class AttentionParams(ctypes.Structure):
                 ("sq", c_int64), ("sk", c_int64), ("hq", c_int64), ("hkv", c_int64),
                 ("d", c_int64), ("q_pos_offset", c_int64), ("mask_cols", c_int64),
                 ("scale", c_float), ("causal", c_int32), ("has_mask", c_int32), ("pad0", c_int32)]
+
+
+class RopeParams(ctypes.Structure):
+    _fields_ = [("outer", c_int64), ("seq", c_int64), ("heads", c_int64), ("d", c_int64),
+                ("pos_offset", c_int64), ("x_dtype", c_int32), ("out_dtype", c_int32),
+                ("neox", c_int32), ("pad0", c_int32), ("freq_hi", c_float * 256),
+                ("freq_lo", c_float * 256)]
 
 
 class DelayParams(ctypes.Structure):
@@ -306,7 +312,8 @@ PARAM_TYPES = {"TLViewDesc": ViewDesc, "TLElementwiseParams": ElementwiseParams,
                "TLCopyParams": CopyParams, "TLReduceParams": ReduceParams,
                "TLMatmulParams": MatmulParams, "TLRowsParams": RowsParams,
                "TLNormParams": NormParams, "TLAttentionParams": AttentionParams,
-               "TLDelayParams": DelayParams, "TLErrorRecord": ErrorRecord}
+               "TLDelayParams": DelayParams, "TLErrorRecord": ErrorRecord,
+               "TLRopeParams": RopeParams}
 
 
 @pytest.fixture(scope="module")
@@ -682,17 +689,23 @@ def test_layer_norm_kernel_with_weight_and_bias(shim):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("pos_offset", [5, 4000, 100_000])
 @pytest.mark.parametrize("neox", [False, True])
-def test_rope_kernel(shim, neox):
+def test_rope_kernel_matches_double_precision_angles(shim, neox, pos_offset):
     rng = np.random.default_rng(10)
-    outer, s, h, d = 1, 3, 2, 8
+    outer, s, h, d = 1, 3, 2, 64
     x = rng.standard_normal((outer, s, h, d)).astype(np.float32)
     out = np.zeros_like(x)
-    p = NormParams(rows=outer, seq=s, heads=h, d=d, pos_offset=5, base=10000.0, neox=int(neox),
+    p = RopeParams(outer=outer, seq=s, heads=h, d=d, pos_offset=pos_offset, neox=int(neox),
                    x_dtype=F32, out_dtype=F32)
+    freq = 10000.0 ** (-2 * np.arange(d // 2) / d)  # the host's double computation
+    hi = freq.astype(np.float32)
+    lo = (freq - hi.astype(np.float64)).astype(np.float32)
+    p.freq_hi[: d // 2] = hi.tolist()
+    p.freq_lo[: d // 2] = lo.tolist()
     dispatch(shim, "tl_rope", p, {1: x, 3: out}, groups=[2], threads=[8])
-    pos = 5 + np.arange(s, dtype=np.float64)[None, :, None, None]
-    theta = pos * 10000.0 ** (-2 * np.arange(d // 2) / d)
+    pos = pos_offset + np.arange(s, dtype=np.float64)[None, :, None, None]
+    theta = pos * freq
     x64 = x.astype(np.float64)
     if neox:
         x0, x1 = x64[..., : d // 2], x64[..., d // 2:]

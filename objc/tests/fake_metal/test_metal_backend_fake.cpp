@@ -359,7 +359,7 @@ std::vector<Case> every_kernel_case() {
     Case c{std::string("rope") + (neox ? " neox" : ""),
            {input(random_floats(1 * 3 * 2 * 16), DType::F32), output(3 * 2 * 16 * 4, DType::F32)}, {}};
     c.call = [neox](Kernels& k, P p) {
-      k.rope(make_view(p[0], DType::F32, {1, 3, 2, 16}), 100, 10000.0f, neox,
+      k.rope(make_view(p[0], DType::F32, {1, 3, 2, 16}), 4000, 10000.0f, neox,
              make_view(p[1], DType::F32, {1, 3, 2, 16}));
     };
     c.tolerance = 1e-4;
