@@ -1,0 +1,104 @@
+"""The `tl` command given bad input: each case prints one clear line (no traceback) and exits with the
+status docs/exit-codes.md documents: 1 a TL or model error, 2 a usage error (bad option, missing,
+directory, unreadable or non-UTF-8 file), 3 a leak found by --memory-check (tests/e2e/test_failures.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tl(*args: str, cwd: Path = ROOT):
+    import tensorlogic
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(tensorlogic.__file__).resolve().parent.parent)
+    return subprocess.run([sys.executable, "-m", "tensorlogic", *args], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+def one_line(r) -> str:
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("tl")]   # the usage text aside
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def test_missing_file(tmp_path):
+    r = tl("run", str(tmp_path / "nope.tl"))
+    assert r.returncode == 2 and one_line(r) == f"tl: {tmp_path / 'nope.tl'}: no such file"
+
+
+def test_directory_instead_of_file(tmp_path):
+    r = tl("run", str(tmp_path))
+    assert r.returncode == 2 and one_line(r) == f"tl: {tmp_path}: is a directory, not a .tl file"
+
+
+def test_unreadable_file(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("running as root: permission bits do not stop root from reading a file")
+    p = tmp_path / "secret.tl"
+    p.write_text("main { print(1) }")
+    p.chmod(0)
+    r = tl("run", str(p))
+    assert r.returncode == 2 and one_line(r) == f"tl: {p}: permission denied"
+
+
+def test_not_utf8_file(tmp_path):
+    p = tmp_path / "latin1.tl"
+    p.write_bytes(b"main { print(\"caf\xe9\") }")
+    r = tl("run", str(p))
+    assert r.returncode == 2 and one_line(r) == f"tl: {p}: not UTF-8 text (bad byte at offset 17)"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("run", "--bogus", "x.tl"), "unrecognized arguments: --bogus"),
+    (("--bogus",), "unrecognized arguments: --bogus"),
+    (("run",), "the following arguments are required: file"),
+    (("frobnicate",), "invalid choice: 'frobnicate'"),
+    (("run", "--seed", "abc", "x.tl"), "invalid int value: 'abc'"),
+    (("generate", "--max-tokens", "many"), "expected an integer, got 'many'"),
+])
+def test_usage_errors(args, needle):
+    r = tl(*args)
+    assert r.returncode == 2 and needle in one_line(r)
+
+
+def test_model_that_is_not_gguf(tmp_path):
+    p = tmp_path / "notes.gguf"
+    p.write_text("these are my notes, not a model\n")
+    r = tl("generate", "--model", str(p), "--prompt", "hi")
+    assert r.returncode == 1
+    line = one_line(r)
+    assert line.startswith("tl: error: ") and str(p) in line and "not a valid GGUF file" in line
+
+
+def test_model_that_is_not_gguf_from_a_program(tmp_path):
+    p = tmp_path / "notes.gguf"
+    p.write_text("these are my notes, not a model\n")
+    prog = tmp_path / "load.tl"
+    prog.write_text(f'main {{ let m = load_model("{p}") }}\n')
+    r = tl("run", str(prog))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert str(p) in r.stderr and "not a valid GGUF file" in r.stderr
+
+
+def test_tl_errors_exit_1_and_point_at_the_line(tmp_path):
+    prog = tmp_path / "bad.tl"
+    prog.write_text("main {\n    let x = ones([2, 3]) + ones([4])\n}\n")
+    r = tl("run", str(prog))
+    assert r.returncode == 1 and "bad.tl:2:" in r.stderr and "[2, 3] and [4]" in r.stderr
+    prog.write_text("main {\n    let x = (1 +\n}\n")
+    r = tl("run", str(prog))
+    assert r.returncode == 1 and "bad.tl:3:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_exit_codes_are_documented():
+    text = (ROOT / "docs" / "exit-codes.md").read_text()
+    for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |"):
+        assert code in text
