@@ -290,7 +290,8 @@ void CudaKernels::binary_scalar(BinaryOp op, const View& a, double s, bool scala
   require_plain(out, "binary");
   const int64_t n = out.numel();
   if (n == 0) return;
-  const bool integral_scalar = std::isfinite(s) && std::floor(s) == s;
+  // As on the CPU backend: an integral scalar within int64 range keeps integer math integral.
+  const bool integral_scalar = std::isfinite(s) && std::floor(s) == s && std::fabs(s) < 9e18;
   const bool fl = is_floating(a.dtype) || !integral_scalar || arithmetic_into_float(op, out.dtype);
   const unsigned grid = grid_for(n, kThreads);
   Operand none{};
