@@ -231,7 +231,7 @@ import numpy as np
 from tensorlogic.builtins.convert import core
 from tensorlogic.builtins.models import load_model_value
 from tensorlogic.models.fetch import default_model_path
-model = load_model_value(default_model_path(), progress=False)
+model = load_model_value(str(default_model_path()), progress=False)
 emb = model.get_tensor("token_embd.weight")
 norm = model.get_tensor("blk.0.attn_norm.weight")
 wq = model.get_tensor("blk.0.attn_q.weight")
