@@ -1,9 +1,10 @@
 // Microbenchmark of the CPU kernels' hot paths (not a test): quantized linear as decode
 // (matrix-vector, M = 1) and prefill (M = 128) on SmolLM2-135M shapes, with 1 and 2 threads.
-// Reports the best-of-5-rounds time per call, weight bytes streamed per second (GB/s) and GFLOP/s.
+// Reports the best-of-5-rounds time per call, weight bytes streamed per second (GB/s) and GFLOP/s,
+// then a kernel-only Llama forward pass (prefill 128 tokens, 128 decode steps) in tokens/s.
 // Build: the bench_kernels_cpu target, or
 //   g++ -O3 -std=c++17 -Icpp bench/kernels_cpu.cpp cpp/backends/cpu/{thread_pool,cpu_kernels,kernels_*}.cpp -lpthread
-// Run:   bench_kernels_cpu [seconds_per_case]
+// Run:   bench_kernels_cpu [seconds_per_case]   (or --forward: only the kernel-only forward pass)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,9 +74,117 @@ double bench_linear(Kernels& k, DType t, int64_t M, int64_t N, int64_t K, double
   return best;
 }
 
+// A transformer forward made of kernel calls only, on SmolLM2-135M shapes (30 layers, d 576,
+// 9 query / 3 KV heads of 64, FFN 1536, Q4_1 weights, Q8_0 tied 49152-row output, f16 KV cache):
+// the time the CPU kernels need per token, with no interpreter or runtime around them.
+struct LlamaShapes {
+  int64_t layers = 30, d = 576, hq = 9, hkv = 3, hd = 64, ff = 1536, vocab = 49152, ctx = 512;
+};
+
+struct KernelOnlyModel {
+  LlamaShapes s;
+  std::vector<std::vector<uint8_t>> wq, wk, wv, wo, wg, wu, wd;
+  std::vector<uint8_t> out_w;
+  std::vector<float> norm_w;
+  std::vector<uint16_t> kcache, vcache;  // [layers][ctx][hkv][hd]
+
+  explicit KernelOnlyModel(std::mt19937& rng) {
+    for (int64_t l = 0; l < s.layers; ++l) {
+      wq.push_back(random_weights(DType::Q4_1, s.hq * s.hd, s.d, rng));
+      wk.push_back(random_weights(DType::Q4_1, s.hkv * s.hd, s.d, rng));
+      wv.push_back(random_weights(DType::Q4_1, s.hkv * s.hd, s.d, rng));
+      wo.push_back(random_weights(DType::Q4_1, s.d, s.hq * s.hd, rng));
+      wg.push_back(random_weights(DType::Q4_1, s.ff, s.d, rng));
+      wu.push_back(random_weights(DType::Q4_1, s.ff, s.d, rng));
+      wd.push_back(random_weights(DType::Q4_1, s.d, s.ff, rng));
+    }
+    out_w = random_weights(DType::Q8_0, s.vocab, s.d, rng);
+    norm_w.assign(static_cast<size_t>(s.d), 1.0f);
+    kcache.assign(static_cast<size_t>(s.layers * s.ctx * s.hkv * s.hd), 0);
+    vcache = kcache;
+  }
+
+  static View view(void* p, DType t, std::initializer_list<int64_t> shape) {
+    View v;
+    v.data = p;
+    v.dtype = t;
+    v.ndim = static_cast<int>(shape.size());
+    int i = 0;
+    for (int64_t d : shape) v.shape[i++] = d;
+    int64_t st = 1;
+    for (int j = v.ndim - 1; j >= 0; --j) {
+      v.strides[j] = st;
+      st *= v.shape[j];
+    }
+    return v;
+  }
+
+  // Runs M tokens at positions [pos, pos + M); returns after the last row's logits.
+  void forward(Kernels& k, int64_t M, int64_t pos, std::vector<float>& logits) {
+    const int64_t d = s.d, qd = s.hq * s.hd, kvd = s.hkv * s.hd;
+    std::vector<float> x(M * d, 0.1f), h(M * d), q(M * qd), kk(M * kvd), vv(M * kvd), a(M * qd), o(M * d);
+    std::vector<float> g(M * s.ff), u(M * s.ff);
+    auto W = [&](std::vector<uint8_t>& w, int64_t rows, int64_t cols) { return view(w.data(), DType::Q4_1, {rows, cols}); };
+    for (int64_t l = 0; l < s.layers; ++l) {
+      k.rms_norm(view(x.data(), DType::F32, {M, d}), view(norm_w.data(), DType::F32, {d}), 1e-5f, view(h.data(), DType::F32, {M, d}));
+      k.linear(view(h.data(), DType::F32, {M, d}), W(wq[l], qd, d), view(q.data(), DType::F32, {M, qd}));
+      k.linear(view(h.data(), DType::F32, {M, d}), W(wk[l], kvd, d), view(kk.data(), DType::F32, {M, kvd}));
+      k.linear(view(h.data(), DType::F32, {M, d}), W(wv[l], kvd, d), view(vv.data(), DType::F32, {M, kvd}));
+      k.rope(view(q.data(), DType::F32, {1, M, s.hq, s.hd}), pos, 100000.0f, false, view(q.data(), DType::F32, {1, M, s.hq, s.hd}));
+      k.rope(view(kk.data(), DType::F32, {1, M, s.hkv, s.hd}), pos, 100000.0f, false, view(kk.data(), DType::F32, {1, M, s.hkv, s.hd}));
+      uint16_t* kc = kcache.data() + l * s.ctx * kvd;
+      uint16_t* vc = vcache.data() + l * s.ctx * kvd;
+      k.copy(view(kk.data(), DType::F32, {M, kvd}), view(kc + pos * kvd, DType::F16, {M, kvd}));
+      k.copy(view(vv.data(), DType::F32, {M, kvd}), view(vc + pos * kvd, DType::F16, {M, kvd}));
+      k.attention(view(q.data(), DType::F32, {M, s.hq, s.hd}), view(kc, DType::F16, {pos + M, s.hkv, s.hd}),
+                  view(vc, DType::F16, {pos + M, s.hkv, s.hd}), View{}, 0.125f, true, pos,
+                  view(a.data(), DType::F32, {M, s.hq, s.hd}));
+      k.linear(view(a.data(), DType::F32, {M, qd}), W(wo[l], d, qd), view(o.data(), DType::F32, {M, d}));
+      k.binary(BinaryOp::Add, view(x.data(), DType::F32, {M, d}), view(o.data(), DType::F32, {M, d}), view(x.data(), DType::F32, {M, d}));
+      k.rms_norm(view(x.data(), DType::F32, {M, d}), view(norm_w.data(), DType::F32, {d}), 1e-5f, view(h.data(), DType::F32, {M, d}));
+      k.linear(view(h.data(), DType::F32, {M, d}), W(wg[l], s.ff, d), view(g.data(), DType::F32, {M, s.ff}));
+      k.linear(view(h.data(), DType::F32, {M, d}), W(wu[l], s.ff, d), view(u.data(), DType::F32, {M, s.ff}));
+      k.unary(UnaryOp::Silu, view(g.data(), DType::F32, {M, s.ff}), view(g.data(), DType::F32, {M, s.ff}));
+      k.binary(BinaryOp::Mul, view(g.data(), DType::F32, {M, s.ff}), view(u.data(), DType::F32, {M, s.ff}), view(g.data(), DType::F32, {M, s.ff}));
+      k.linear(view(g.data(), DType::F32, {M, s.ff}), W(wd[l], d, s.ff), view(o.data(), DType::F32, {M, d}));
+      k.binary(BinaryOp::Add, view(x.data(), DType::F32, {M, d}), view(o.data(), DType::F32, {M, d}), view(x.data(), DType::F32, {M, d}));
+    }
+    k.rms_norm(view(x.data() + (M - 1) * d, DType::F32, {1, d}), view(norm_w.data(), DType::F32, {d}), 1e-5f, view(h.data(), DType::F32, {1, d}));
+    logits.resize(static_cast<size_t>(s.vocab));
+    k.linear(view(h.data(), DType::F32, {1, d}), view(out_w.data(), DType::Q8_0, {s.vocab, d}), view(logits.data(), DType::F32, {1, s.vocab}));
+  }
+};
+
+void bench_forward(std::mt19937& rng) {
+  KernelOnlyModel model(rng);
+  std::vector<float> logits;
+  std::printf("\nkernel-only forward, SmolLM2-135M shapes (Q4_1 + Q8_0 output), best of 3:\n");
+  std::printf("%-4s %14s %14s\n", "thr", "prompt tok/s", "decode tok/s");
+  for (int threads : {1, 2}) {
+    auto k = make_cpu_kernels(threads);
+    double best_prefill = 1e30, best_decode = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      model.forward(*k, 128, 0, logits);  // prefill of 128 tokens
+      auto t1 = std::chrono::steady_clock::now();
+      for (int64_t p = 128; p < 256; ++p) model.forward(*k, 1, p, logits);  // 128 decode steps
+      auto t2 = std::chrono::steady_clock::now();
+      best_prefill = std::min(best_prefill, std::chrono::duration<double>(t1 - t0).count());
+      best_decode = std::min(best_decode, std::chrono::duration<double>(t2 - t1).count());
+    }
+    std::printf("%-4d %14.1f %14.1f\n", threads, 128 / best_prefill, 128 / best_decode);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--forward") == 0) {
+    std::mt19937 rng(3);
+    bench_forward(rng);
+    return 0;
+  }
   double seconds = argc > 1 ? std::atof(argv[1]) : 0.5;
   std::mt19937 rng(1);
   struct Shape { int64_t N, K; };
@@ -99,5 +208,6 @@ int main(int argc, char** argv) {
       }
     }
   }
+  bench_forward(rng);
   return 0;
 }
