@@ -5,7 +5,8 @@
    objc/CMakeLists.txt builds the static library tl_metal from them (code generated, not linked).
    The same code, linked with a fake Objective-C runtime and fake Metal (objc/tests/fake_metal/),
    runs every Kernels method against the CPU kernels, the error paths, a 10,000-command-buffer
-   loop and teardown, counting objects autoreleased with no pool in place.
+   loop and teardown, counting objects autoreleased with no pool in place; and a _core module
+   built over it passes the project's cross-backend suite with TL_CROSS_BACKEND=metal.
 3. shaders/*.metal and the embedded single-unit source compile as C++ with a Metal shim (clang).
 4. Every Kernels method has a Metal override and a shader kernel naming its CPU twin, and every
    pipeline name the host asks for exists as a kernel.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -163,6 +165,30 @@ def test_objc_backend_runs_against_a_fake_metal_and_matches_the_cpu_twin(tmp_pat
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     summary = re.search(r"(\d+) passed, (\d+) failed", result.stdout)
     assert summary and int(summary.group(1)) >= 90 and summary.group(2) == "0", result.stdout[-3000:]
+
+
+@needs_clang
+@pytest.mark.skipif(sys.platform != "linux" or __import__("platform").machine() != "x86_64",
+                    reason="the fake Objective-C runtime's objc_msgSend is x86-64 Linux assembly")
+def test_project_cross_backend_suite_passes_on_the_metal_backend_over_fake_metal(tmp_path):
+    # tensorlogic._core built with TL_HAVE_METAL from the real runtime, bindings and objc/, over
+    # the fake Objective-C runtime and Metal; then the project's own cross-backend suite
+    # (tests/runtime/test_cross_backend.py: every op through the Python API against the CPU
+    # backend, memory back to baseline) runs with TL_CROSS_BACKEND=metal.
+    suite = ROOT / "tests" / "runtime" / "test_cross_backend.py"
+    if not suite.exists():
+        pytest.skip("tests/runtime/test_cross_backend.py is not in this tree")
+    for tool in ("cmake", "g++"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is needed to build the fake-Metal module")
+    pytest.importorskip("pybind11")
+    build = run(["bash", str(OBJC / "tests" / "fake_metal" / "build_fake_metal_core.sh"), str(tmp_path)])
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "stage"), TL_CROSS_BACKEND="metal")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert re.search(r"\b\d+ passed", result.stdout) and "skipped" not in result.stdout.splitlines()[-1]
 
 
 # ---- 4. twins ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ objc="$(cd "$here/../.." && pwd)"
 root="$(cd "$objc/.." && pwd)"
 work="$(mkdir -p "$1" && cd "$1" && pwd)"
 # Always rebuild (and re-run) the fake-Metal objects: stale objects would test old sources.
-"$here/run_fake_metal_tests.sh" "$work" >/dev/null
+FAKE_METAL_BUILD_ONLY=1 "$here/run_fake_metal_tests.sh" "$work" >/dev/null
 mkdir -p "$work/core_obj"
 py_includes=$(python3 -m pybind11 --includes)
 suffix=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")

@@ -3,7 +3,8 @@
 # ARC, against objc/tests/sdk_stubs) linked with the fake Objective-C runtime and fake Metal in
 # this folder, the real shader kernels through shaders/check/shim_executor.cpp, and the CPU
 # kernels (cpp/backends/cpu) as the reference. Linux x86-64 only (objc_msgSend is x86-64 assembly).
-# Usage: objc/tests/fake_metal/run_fake_metal_tests.sh [BUILD_DIR]   (needs clang++ and cmake)
+# Usage: objc/tests/fake_metal/run_fake_metal_tests.sh [BUILD_DIR]   (needs clang++, g++, cmake)
+# FAKE_METAL_BUILD_ONLY=1 builds without running.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 objc="$(cd "$here/../.." && pwd)"
@@ -57,4 +58,6 @@ done
 compile test -std=c++17 -I "$root/cpp/runtime" -I "$root/cpp" -I "$root/cpp/backends/cpu" -I "$here" \
   "$here/test_metal_backend_fake.cpp"
 clang++ -o "$work/test_metal_backend_fake" "${objs[@]}" -lpthread
-"$work/test_metal_backend_fake"
+if [ "${FAKE_METAL_BUILD_ONLY:-0}" != "1" ]; then
+  "$work/test_metal_backend_fake"
+fi
