@@ -109,11 +109,14 @@ void CpuKernels::rope(const View& x, int64_t pos_offset, float base, bool neox, 
   if (D % 2 != 0) kernel_fail("rope: head dim must be even, got " + std::to_string(D));
   const int64_t half = D / 2;
   // cos/sin per (position, pair), computed in double: theta_i = pos * base^(-2i/D).
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[static_cast<size_t>(i)] = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(D));
   std::vector<float> cs(static_cast<size_t>(S * half)), sn(static_cast<size_t>(S * half));
   for (int64_t s = 0; s < S; ++s) {
     const double pos = static_cast<double>(pos_offset + s);
     for (int64_t i = 0; i < half; ++i) {
-      double theta = pos * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      double theta = pos * inv_freq[static_cast<size_t>(i)];
       cs[static_cast<size_t>(s * half + i)] = static_cast<float>(std::cos(theta));
       sn[static_cast<size_t>(s * half + i)] = static_cast<float>(std::sin(theta));
     }
