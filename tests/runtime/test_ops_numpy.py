@@ -448,8 +448,9 @@ def _attention_ref(q, k, v, mask, scale, causal, pos_offset):
 
 @pytest.mark.parametrize("causal,use_mask,pos", [(False, False, 0), (True, False, 0), (True, False, 5),
                                                  (False, True, 0), (True, True, 2)])
-def test_attention_gqa(causal, use_mask, pos):
-    Sq, Hq, Hkv, D = 4, 9, 3, 16
+@pytest.mark.parametrize("Hq,Hkv", [(9, 3), (8, 2), (4, 4)])
+def test_attention_gqa(causal, use_mask, pos, Hq, Hkv):
+    Sq, D = 4, 16
     Sk = Sq + pos
     q, k, v = randn(Sq, Hq, D), randn(Sk, Hkv, D), randn(Sk, Hkv, D)
     mask = randn(Sq, Sk) if use_mask else None

@@ -190,6 +190,7 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
   pool().parallel_for(tasks, grain, [&](int64_t t0, int64_t t1) {
     std::vector<float> qrow(static_cast<size_t>(group * D)), scores(static_cast<size_t>(group * Sk));
     std::vector<float> krow(static_cast<size_t>(D)), mrow(static_cast<size_t>(Sk)), acc(static_cast<size_t>(group * D));
+    std::vector<float> kbuf(k_direct ? 0 : static_cast<size_t>(Sk * D)), kq(static_cast<size_t>(Sk * group));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i = t / Hkv, kh = t % Hkv;
       int64_t n_keys = Sk;
@@ -200,21 +201,24 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
         for (int64_t d = 0; d < D; ++d) qrow[static_cast<size_t>(g * D + d)] *= scale;
       }
       if (mask.data) load_f32(mask.dtype, element_ptr(mask, i * mask.strides[0]), mask.strides[1], n_keys, mrow.data());
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float* kp;
-        const char* kbase = element_ptr(k, j * k.strides[0] + kh * k.strides[1]);
-        if (k_direct) {
-          kp = reinterpret_cast<const float*>(kbase);
-        } else {
-          load_f32(k.dtype, kbase, k.strides[2], D, krow.data());
-          kp = krow.data();
-        }
-        for (int64_t g = 0; g < group; ++g) {
-          float s = dot_f32(qrow.data() + g * D, kp, D);
-          if (mask.data) s += mrow[static_cast<size_t>(j)];
-          scores[static_cast<size_t>(g * Sk + j)] = s;
-        }
+      // Scores of the group's query heads against every visible key, as one small GEMM
+      // (keys x group) with the key rows used in place when they already are f32 rows.
+      const float* kp;
+      int64_t ldk;
+      if (k_direct) {
+        kp = reinterpret_cast<const float*>(element_ptr(k, kh * k.strides[1]));
+        ldk = k.strides[0];
+      } else {
+        for (int64_t j = 0; j < n_keys; ++j)
+          load_f32(k.dtype, element_ptr(k, j * k.strides[0] + kh * k.strides[1]), k.strides[2], D, kbuf.data() + j * D);
+        kp = kbuf.data();
+        ldk = D;
       }
+      if (n_keys > 0) gemm_nt_f32(kp, ldk, n_keys, qrow.data(), D, group, D, kq.data(), group);
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t j = 0; j < n_keys; ++j)
+          scores[static_cast<size_t>(g * Sk + j)] =
+              kq[static_cast<size_t>(j * group + g)] + (mask.data ? mrow[static_cast<size_t>(j)] : 0.0f);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t g = 0; g < group; ++g) {
         float* sc = scores.data() + g * Sk;
