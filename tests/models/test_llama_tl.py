@@ -165,3 +165,39 @@ def test_scaled_rope_matches_oracle(tmp_path, scaling):
     assert r.ids == expected_ids
     _, unscaled = plain.greedy(prompt, 0)
     assert np.abs(unscaled - expected_first).max() > 1e-3  # the scaling changes the result
+
+
+def test_fused_weights_give_the_same_logits(tmp_path, monkeypatch):
+    path = write_tiny_llama(tmp_path / "f.gguf", weight_type="Q8_0", tokenizer="gpt2", tied_output=False)
+    results = []
+    for fused in ("1", "0"):
+        monkeypatch.setenv("TL_FUSED_WEIGHTS", fused)
+        with LlmSession(path, context=64) as session:
+            assert session.model.tl_get_field("fused_qkv") is (fused == "1")
+            prompt = session.raw_prompt_ids("The capital of France is Paris.")
+            results.append(session.generate(prompt, 4, stop_at_eog=False, keep_logits=True))
+    np.testing.assert_allclose(results[0].prompt_logits, results[1].prompt_logits, atol=1e-5, rtol=1e-5)
+    assert results[0].ids == results[1].ids
+
+
+def test_mixed_storage_types_are_not_fused(tmp_path):
+    import struct
+
+    path = write_tiny_llama(tmp_path / "m.gguf", weight_type="Q8_0")
+    raw = bytearray(path.read_bytes())
+    g = GGUFFile(path)
+    # retype blk.1.attn_v.weight from Q8_0 (8) to Q4_0 (2) in its tensor info: same row bytes? no:
+    # Q4_0 rows are smaller, so the file stays valid; only the storage types now differ
+    name = b"blk.1.attn_v.weight"
+    i = raw.find(name) + len(name)
+    n_dims = struct.unpack_from("<I", raw, i)[0]
+    type_pos = i + 4 + 8 * n_dims
+    assert struct.unpack_from("<I", raw, type_pos)[0] == 8
+    struct.pack_into("<I", raw, type_pos, 2)
+    (tmp_path / "mixed.gguf").write_bytes(bytes(raw))
+    assert g.tensors["blk.1.attn_v.weight"].type_name == "Q8_0"
+    with LlmSession(tmp_path / "mixed.gguf", context=32) as session:
+        assert session.model.tl_get_field("fused_qkv") is False
+        assert session.model.tl_get_field("fused_gate_up") is True
+        r = session.generate(session.raw_prompt_ids("hello"), 2, stop_at_eog=False)
+        assert len(r.ids) == 2

@@ -33,22 +33,26 @@ def test_weights_upload_as_stored(tiny_models, wt):
     path = tiny_models[wt]
     model = mb.load_model_value(str(path))
     g = GGUFFile(path)
-    name = "blk.1.ffn_down.weight"
-    t = model.get_tensor(name)
-    info = g.tensors[name]
-    assert tuple(t.shape) == info.shape
-    if wt == "F32":
-        assert t.dtype == "f32"
-        np.testing.assert_array_equal(t.numpy(), g.tensor_array(name))
-    elif wt == "F16":
-        assert t.dtype == "f16"
-        np.testing.assert_array_equal(t.numpy(), g.tensor_array(name))
-    elif wt == "BF16":
-        assert t.dtype == "bf16"
-        np.testing.assert_array_equal(t.numpy(), g.dequantize(name))
-    else:
-        assert t.dtype == wt.lower()
-        np.testing.assert_array_equal(t.numpy(), np.asarray(g.tensor_bytes(name)))  # byte for byte
+    assert model.fused_groups == ["attn_qkv", "ffn_gate_up"]
+    # ffn_down is uploaded alone; attn_k and ffn_up are row views of the stacked matrices
+    for name in ("blk.1.ffn_down.weight", "blk.1.attn_k.weight", "blk.0.ffn_up.weight"):
+        t = model.get_tensor(name)
+        info = g.tensors[name]
+        assert tuple(t.shape) == info.shape
+        if wt == "F32":
+            assert t.dtype == "f32"
+            np.testing.assert_array_equal(t.numpy(), g.tensor_array(name))
+        elif wt == "F16":
+            assert t.dtype == "f16"
+            np.testing.assert_array_equal(t.numpy(), g.tensor_array(name))
+        elif wt == "BF16":
+            assert t.dtype == "bf16"
+            np.testing.assert_array_equal(t.numpy(), g.dequantize(name))
+        else:
+            assert t.dtype == wt.lower()
+            np.testing.assert_array_equal(t.numpy(), np.asarray(g.tensor_bytes(name)))  # byte for byte
+    qkv = model.get_tensor("blk.1.attn_qkv.weight")
+    assert qkv.shape[0] == sum(g.tensors[f"blk.1.attn_{p}.weight"].shape[0] for p in "qkv")
     assert model.get_tensor("output_norm.weight").dtype == "f32"
     model.close()
 

@@ -9,6 +9,7 @@ for K and V, written in place; reading returns views of the filled prefix, never
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 import weakref
@@ -133,7 +134,8 @@ class ModelValue(TLObject):
             self.cfg = LlamaConfig.from_gguf(g)
             if weight_mode == "native":
                 g.check_supported()
-            self.tensors: dict[str, Any] | None = _upload_all(g, weight_mode, progress)
+            self.tensors: dict[str, Any] | None
+            self.tensors, self.fused_groups = _upload_all(g, weight_mode, progress, self.cfg.n_layers)
             self.file_size = g.file_size
         values = self.cfg.as_dict()
         values.update(path=str(self.path), file_size=self.file_size)
@@ -178,6 +180,10 @@ class ModelValue(TLObject):
             return self.cfg.name
         if name == "closed":
             return self.tensors is None
+        if name == "fused_qkv":
+            return "attn_qkv" in self.fused_groups
+        if name == "fused_gate_up":
+            return "ffn_gate_up" in self.fused_groups
         self._live()
         return self._tree.tl_get_field(name)
 
@@ -208,7 +214,33 @@ def _tl_value(v: Any) -> Any:
     return v
 
 
-def _upload_all(g, weight_mode: str, progress: bool | None) -> dict[str, Any]:
+# Weights one linear can compute together: uploaded as one matrix (rows stacked), the parts
+# stay reachable under their own names as row views of it (no second copy).
+FUSED_GROUPS = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up": ("ffn_gate", "ffn_up")}
+
+
+def _fusable_groups(g, n_layers: int, weight_mode: str) -> list[str]:
+    """The FUSED_GROUPS every layer can fuse: all parts 2-D, of one storage type and row length.
+    TL_FUSED_WEIGHTS=0 turns fusing off (to compare, or to debug)."""
+    if os.environ.get("TL_FUSED_WEIGHTS", "1") == "0":
+        return []
+    out = []
+    for fused, parts in FUSED_GROUPS.items():
+        ok = True
+        for i in range(n_layers):
+            infos = [g.tensors.get(f"blk.{i}.{p}.weight") for p in parts]
+            if any(t is None or len(t.ggml_shape) != 2 for t in infos) \
+                    or f"blk.{i}.{fused}.weight" in g.tensors \
+                    or len({t.ggml_shape[0] for t in infos}) != 1 \
+                    or (weight_mode == "native" and len({t.ggml_type for t in infos}) != 1):
+                ok = False
+                break
+        if ok:
+            out.append(fused)
+    return out
+
+
+def _upload_all(g, weight_mode: str, progress: bool | None, n_layers: int) -> tuple[dict[str, Any], list[str]]:
     infos = list(g.tensors.values())
     total = sum(t.nbytes for t in infos)
     show = progress if progress is not None else (total >= PROGRESS_MIN_BYTES and sys.stderr.isatty())
@@ -218,35 +250,69 @@ def _upload_all(g, weight_mode: str, progress: bool | None) -> dict[str, Any]:
 
         bar = tqdm(total=total, desc=f"loading {g.path.name}", unit="B", unit_scale=True,
                    unit_divisor=1024, file=sys.stderr, leave=False)
+    fused_groups = _fusable_groups(g, n_layers, weight_mode)
+    part_of = {f"blk.{i}.{p}.weight": (i, fused) for fused in fused_groups
+               for i in range(n_layers) for p in FUSED_GROUPS[fused]}
     tensors: dict[str, Any] = {}
     try:
         for info in infos:
-            tensors[info.name] = _upload(g, info, weight_mode)
-            g.release_pages(info.name)
+            if info.name in part_of:
+                i, fused = part_of[info.name]
+                if f"blk.{i}.{fused}.weight" not in tensors:
+                    _upload_fused(g, tensors, i, fused, weight_mode)
+            else:
+                tensors[info.name] = _upload(g, info, weight_mode)
+                g.release_pages(info.name)
             if bar is not None:
                 bar.update(info.nbytes)
     finally:
         if bar is not None:
             bar.close()
-    return tensors
+    return tensors, fused_groups
 
 
-def _upload(g, info, weight_mode: str) -> Any:
+def _upload_fused(g, tensors: dict[str, Any], layer: int, fused: str, weight_mode: str) -> None:
+    names = [f"blk.{layer}.{p}.weight" for p in FUSED_GROUPS[fused]]
+    infos = [g.tensors[n] for n in names]
+    first = infos[0]
+    if weight_mode == "native" and first.is_quantized:
+        stacked = np.concatenate([g.tensor_bytes(n) for n in names], axis=0)
+        rows = sum(t.matrix_shape[0] for t in infos)
+        whole = core.from_quantized(stacked, first.dtype, [rows, first.matrix_shape[1]])
+    else:
+        parts = [_host_floats(g, t, weight_mode) for t in infos]
+        dtype = "bf16" if weight_mode == "native" and first.type_name == "BF16" else None
+        stacked = np.concatenate([p[0] for p in parts], axis=0)
+        whole = core.from_numpy(stacked, dtype) if dtype else core.from_numpy(stacked)
+    tensors[f"blk.{layer}.{fused}.weight"] = whole
+    start = 0
+    for name, info in zip(names, infos):
+        rows = info.shape[0]
+        tensors[name] = whole[start:start + rows]
+        start += rows
+        g.release_pages(name)
+
+
+def _host_floats(g, info, weight_mode: str) -> tuple[np.ndarray, str | None]:
+    """A float tensor's host values as they are uploaded (BF16 widened to f32 bits, exactly)."""
     from gguf import GGMLQuantizationType as Q
 
     if weight_mode == "f32":
-        return core.from_numpy(np.ascontiguousarray(g.dequantize(info.name), dtype=np.float32))
+        return np.ascontiguousarray(g.dequantize(info.name), dtype=np.float32), None
     if weight_mode == "f16":
-        return core.from_numpy(np.ascontiguousarray(g.dequantize(info.name), dtype=np.float16))
-    if info.ggml_type == Q.F32:
-        return core.from_numpy(g.tensor_array(info.name))
-    if info.ggml_type == Q.F16:
-        return core.from_numpy(g.tensor_array(info.name))
+        return np.ascontiguousarray(g.dequantize(info.name), dtype=np.float16), None
     if info.ggml_type == Q.BF16:
         bits = g.tensor_bytes(info.name).reshape(-1).view("<u2").astype(np.uint32) << 16
-        return core.from_numpy(bits.view(np.float32).reshape(info.shape), "bf16")
-    rows, cols = info.matrix_shape
-    return core.from_quantized(g.tensor_bytes(info.name), info.dtype, [rows, cols])
+        return bits.view(np.float32).reshape(info.shape), "bf16"
+    return g.tensor_array(info.name), None
+
+
+def _upload(g, info, weight_mode: str) -> Any:
+    if weight_mode == "native" and info.is_quantized:
+        rows, cols = info.matrix_shape
+        return core.from_quantized(g.tensor_bytes(info.name), info.dtype, [rows, cols])
+    values, dtype = _host_floats(g, info, weight_mode)
+    return core.from_numpy(values, dtype) if dtype else core.from_numpy(values)
 
 
 def resolve_model_path(path: Any) -> Path:
