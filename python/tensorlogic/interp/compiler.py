@@ -638,14 +638,24 @@ class Compiler:
             self._logic_call(stmt, lambda: engine.add_fact(atom, weight=w, pos=atom.pos))
         return ex_fact
 
+    def _comparison_builder(self, lit: ast.BodyLiteral, scope: Scope):
+        """`X != Y`, `X < 3` in a rule body: the engine's Comparison of two terms."""
+        expr = lit.expr
+        if lit.negated or not (isinstance(expr, ast.BinOp) and expr.op in ("==", "!=", "<", "<=", ">", ">=")):
+            raise self.error("a rule body is a list of atoms like Parent(X, Y), 'not Q(X)' and comparisons "
+                             "like X != Y", lit, CompileError)
+        left, right = self._terms(ast.Atom(expr.line, expr.column, "", (expr.left, expr.right)), scope)
+        pos, op = self.span(expr), expr.op
+        return lambda f: self.interp.logic_terms().Comparison(op, left(f), right(f), pos)
+
     def stmt_Rule(self, stmt: ast.Rule, scope: Scope):
         self.interp.require_logic(self.span(stmt))
         head = self._atom_builder(stmt.head, scope)
         body = []
         for lit in stmt.body:
             if lit.atom is None:
-                raise self.error("a rule body is a list of atoms like Parent(X, Y) (or 'not Q(X)')", lit,
-                                 CompileError)
+                body.append(self._comparison_builder(lit, scope))
+                continue
             body.append(self._atom_builder(lit.atom, scope, negated=lit.negated))
         temperature = None
         for ann in stmt.annotations:

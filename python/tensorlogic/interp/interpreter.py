@@ -264,7 +264,8 @@ class Interpreter:
             heads = {rule.head.relation for rule in pending}
             ready, waiting = [], []
             for rule in pending:
-                known = all(engine.has_relation(a.relation) or a.relation in heads for a in rule.body)
+                known = all(engine.has_relation(a.relation) or a.relation in heads
+                            for a in rule.body if hasattr(a, "relation"))  # not comparisons
                 (ready if known or needed is None or rule.head.relation == needed else waiting).append(rule)
             self.pending_rules = waiting
             for rule in ready:
