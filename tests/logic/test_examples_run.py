@@ -29,6 +29,7 @@ def test_family_tree_example():
     assert "Ancestor(X, dave): alice, bob, carol\n" in text
     assert "Grandparent(alice, Z): carol, chris\n" in text
     assert "Founder(X): alice\n" in text
+    assert "Sibling(bob, Y): beth\n" in text
     assert "SameGeneration(dave, Y): dana, dave\n" in text
     assert "alice has 6 descendants" in text
     assert "dana descends from alice" in text
@@ -75,11 +76,27 @@ def test_issue_example_prints_answers_and_returns_values(tmp_path):
     assert "[false, true, true, true]" in text
 
 
+def test_comparisons_in_rule_bodies(tmp_path):
+    program = tmp_path / "compare.tl"
+    program.write_text(
+        "relation Edge(x: node, y: node)\n"
+        "Forward(X, Y) <- Edge(X, Y), X < Y\n"
+        "Other(X) <- Edge(X, _), X != 2\n"
+        "main {\n"
+        "    Edge(1, 2)  Edge(2, 1)  Edge(3, 10)  Edge(10, 10)\n"
+        "    Forward(X, Y)?\n"
+        "    Other(X)?\n"
+        "}\n")
+    assert run_program(str(program)) == "Forward(X, Y): (1, 2), (3, 10)\nOther(X): 1, 3, 10\n"
+
+
 @pytest.mark.parametrize("source, message", [
     ("P(X) <- Q(X)\nmain { P(a)? }", "unknown relation Q"),
     ("relation E(x: node, y: node)\nP(X) <- E(X)\nmain { P(a)? }", "E takes 2 arguments"),
     ("relation E(x: node, y: node)\nW(X) <- E(X, _), not W(X)\nmain { W(a)? }", "no stratification"),
     ("relation E(x: node, y: node)\nP(X, Z) <- E(X, Y)\nmain { P(a, b)? }", "variable Z in the head"),
+    ("relation E(x: node, y: node)\nP(X) <- E(X, _), X != Z\nmain { P(a)? }", "variable Z of `X != Z`"),
+    ("relation E(x: node, y: node)\nP(X) <- E(X, Y), X + Y\nmain { P(a)? }", "comparisons like X != Y"),
 ])
 def test_logic_errors_point_at_the_program(tmp_path, source, message):
     program = tmp_path / "bad.tl"
