@@ -142,6 +142,8 @@ def cmd_run(args) -> int:
         except KeyboardInterrupt:
             sys.stderr.write("tl: interrupted\n")
             status = EXIT_ERROR
+        except BrokenPipeError:
+            raise  # stdout's reader went away (`tl run ... | head`): main() ends quietly
         except Exception as e:  # noqa: BLE001 - an interpreter bug: one message, never a raw traceback
             _drop_traceback(e, args.debug)
             _print_error(e, args.debug)
@@ -305,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("tl: interrupted\n")
         return EXIT_ERROR
     except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at /dev/null so that flush stays quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
 
 

@@ -200,8 +200,8 @@ class Compiler:
             msg = "maximum recursion depth exceeded (a function calls itself without end?)"
         elif isinstance(exc, MemoryError):
             msg = prefix + "out of host memory"
-        elif isinstance(exc, KeyboardInterrupt):
-            raise exc
+        elif isinstance(exc, (KeyboardInterrupt, BrokenPipeError)):
+            raise exc  # not the program's fault: the CLI handles both
         else:
             text = str(exc) or type(exc).__name__
             head = text.split(":", 1)[0]
