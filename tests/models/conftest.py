@@ -11,8 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-REFERENCE_DIR = Path(os.environ.get("TL_REFERENCE_DIR",
-                                    Path(__file__).resolve().parents[2].parent / "shared" / "reference"))
+from reference_paths import REFERENCE_DIR  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import pytest
 
 core = pytest.importorskip("tensorlogic._core")
 
-from conftest import REFERENCE_DIR  # noqa: E402
+from reference_paths import REFERENCE_DIR  # noqa: E402
 from numpy_llama import NumpyLlama  # noqa: E402
 from tensorlogic.models.gguf_file import GGUFFile  # noqa: E402
 from tensorlogic.models.llm_session import LlmSession  # noqa: E402

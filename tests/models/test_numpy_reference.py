@@ -8,7 +8,7 @@ import pytest
 from numpy_llama import NumpyLlama
 from tensorlogic.models.gguf_file import GGUFFile
 
-from conftest import REFERENCE_DIR
+from reference_paths import REFERENCE_DIR
 
 
 @pytest.fixture(scope="module")
