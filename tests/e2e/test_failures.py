@@ -134,6 +134,8 @@ def scenario_leak_at_exit(config: str) -> dict:
     return figures
 
 
+# The ledger itself catching a planted leak is cpp/tests/test_ledger.cpp ("A planted leak: one tensor
+# stays alive"); this is the same leak seen through `tl run --memory-check` (exit status 3).
 PLANTED_LEAK = r"""
 import sys
 import tensorlogic.cli as cli
