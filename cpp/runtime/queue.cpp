@@ -2,6 +2,7 @@
 #include "queue.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "errors.h"
@@ -11,6 +12,12 @@ namespace tl {
 Queue::Queue(Backend& backend, DebugConfig& debug) : backend_(backend), debug_(debug) {
   int64_t n = env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8);
   max_in_flight_ = static_cast<int>(std::max<int64_t>(1, n));
+  // On the CPU device memory is host memory (RSS), and kernels are slow next to encoding; a GPU
+  // keeps the old 1 GiB bound so that its queue stays full.
+  bool is_cpu = std::strcmp(backend.name(), "cpu") == 0;
+  int64_t mb = env_int("TL_MAX_MB_IN_FLIGHT", is_cpu ? 16 : 1024);
+  max_in_flight_bytes_ = std::max<int64_t>(1, mb) << 20;
+  open_bytes_limit_ = std::max<int64_t>(max_in_flight_bytes_ / 4, 1);
 }
 
 Queue::~Queue() {
@@ -25,6 +32,7 @@ void Queue::set_max_in_flight(int command_buffers, int64_t bytes) {
   std::lock_guard<std::mutex> lock(done_mu_);
   max_in_flight_ = std::max(1, command_buffers);
   max_in_flight_bytes_ = std::max<int64_t>(1, bytes);
+  open_bytes_limit_ = std::max<int64_t>(max_in_flight_bytes_ / 4, 1);
 }
 
 namespace {
@@ -56,11 +64,15 @@ void Queue::encode(Command cmd, const std::vector<Buffer*>& reads,
   }
   for (Buffer* b : writes) {
     if (!b) continue;
+    // A buffer nothing has used yet is a new output: memory this command buffer adds (in-place
+    // writes into a KV cache or a reused variable add none).
+    if (b->last_writer_seq.load() == 0 && b->last_reader_seq.load() == 0)
+      open_new_bytes_ += static_cast<int64_t>(b->bytes());
     b->last_writer_seq.store(open_seq_);
     open_retained_.push_back(b->shared_from_this());
-    open_written_bytes_ += static_cast<int64_t>(b->bytes());
   }
-  if (++open_ops_ >= debug_.ops_per_command_buffer.load()) commit_locked();
+  if (++open_ops_ >= debug_.ops_per_command_buffer.load() || open_new_bytes_ >= open_bytes_limit_)
+    commit_locked();
 }
 
 void Queue::commit() {
@@ -74,12 +86,12 @@ void Queue::commit_locked() {
     return;
   }
   uint64_t seq = open_seq_++;
-  int64_t bytes = open_written_bytes_;
+  int64_t bytes = open_new_bytes_;
   std::vector<Command> cmds;
   cmds.swap(open_cmds_);
   std::vector<std::shared_ptr<Buffer>> retained;
   retained.swap(open_retained_);
-  open_written_bytes_ = 0;
+  open_new_bytes_ = 0;
   open_ops_ = 0;
   {
     // Bound the work in flight: wait for older command buffers before adding this one.

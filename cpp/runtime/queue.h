@@ -62,7 +62,7 @@ class Queue {
   std::mutex mu_;  // open command buffer and submission order
   std::vector<Command> open_cmds_;
   std::vector<std::shared_ptr<Buffer>> open_retained_;
-  int64_t open_written_bytes_ = 0;
+  int64_t open_new_bytes_ = 0;  // bytes of buffers first written by the open command buffer
   int open_ops_ = 0;
   uint64_t open_seq_ = 1;  // sequence number the open command buffer will get
 
@@ -74,7 +74,12 @@ class Queue {
   int64_t committed_ = 0;
   std::string first_error_;
   int max_in_flight_ = 8;
-  int64_t max_in_flight_bytes_ = int64_t(1) << 30;
+  // Memory bound: new output bytes of the command buffers in flight (TL_MAX_MB_IN_FLIGHT, default
+  // 16 MiB on the CPU, 1 GiB on GPUs; one larger command buffer still runs alone), and the open
+  // command buffer commits once its new outputs reach a quarter of that. Without it a fast host encodes a whole prefill ahead
+  // of the kernels and every intermediate of it is alive at once.
+  int64_t max_in_flight_bytes_ = int64_t(16) << 20;
+  int64_t open_bytes_limit_ = int64_t(4) << 20;
 };
 
 }  // namespace tl
