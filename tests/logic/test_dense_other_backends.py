@@ -12,7 +12,11 @@ import pytest
 
 core = pytest.importorskip("tensorlogic._core")
 
-PYTHON_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+import tensorlogic  # noqa: E402
+
+# the subprocess imports tensorlogic from where this process does (installed package in CI,
+# the source tree with an in-place _core in development)
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
 PROGRAM = r'''
 import json, sys
 from tensorlogic.logic import LogicEngine, parse_atom, parse_rule
