@@ -318,3 +318,24 @@ def test_shebang_line_and_byte_order_mark_are_ignored():
     (stmt,) = items("#!/usr/bin/env tl\nlet a = 1")
     assert (stmt.line, stmt.column) == (2, 1)
     assert len(items("\ufefflet a = 1")) == 1
+
+
+# ---------------------------------------------------------------- line-leading '['
+
+
+def test_bracket_starting_a_line_begins_an_array_not_an_index():
+    (fn,) = items("fn f() {\n    let h = 1\n    [h, 2]\n}\n")
+    stmts = fn.body.stmts if hasattr(fn.body, "stmts") else fn.body
+    kinds = [type(s).__name__ for s in stmts]
+    assert len(kinds) == 2, kinds
+    assert "Array" in type(stmts[1].expr).__name__
+
+
+def test_bracket_on_a_new_line_inside_parentheses_still_indexes():
+    e = expr("(x\n[0])")
+    assert "Index" in type(e).__name__
+
+
+def test_multiline_nested_array_literal():
+    e = expr("[[1.0, 2.0],\n [3.0, 4.0]]")
+    assert "Array" in type(e).__name__ and len(e.items) == 2

@@ -20,7 +20,8 @@ from .errors import SourceSpan, TLSyntaxError
 
 _GRAMMAR_PATH = os.path.join(os.path.dirname(__file__), "grammar.lark")
 
-_OPEN_TO_CLOSE = {"_LPAR": ")", "_LSQB": "]", "_LBRACE": "}", "STRUCT_LBRACE": "}"}
+_OPEN_TO_CLOSE = {"_LPAR": ")", "_LSQB": "]", "_ARRAY_LSQB": "]", "_LBRACE": "}", "STRUCT_LBRACE": "}"}
+_BRACES = {"_LBRACE", "STRUCT_LBRACE"}
 _CLOSERS = {"_RPAR", "_RSQB", "_RBRACE"}
 
 
@@ -90,6 +91,11 @@ class _TokenFilter(lark.lark.PostLex):
             elif ttype == "NAME" and prev is not None and prev.type == "_RSQB" and prev.end_line == tok.line:
                 if self._is_index_notation_factor(peek):
                     tok = Token.new_borrow_pos("JUXT_NAME", tok.value, tok)
+            elif (ttype == "_LSQB" and prev is not None and prev.end_line < tok.line
+                  and (not self.open_brackets or self.open_brackets[-1].type in _BRACES)):
+                # At statement level a `[` that starts a line begins an array literal, never an
+                # index into the previous line's value: `let h = 1` NEWLINE `[h, 2]` is two statements.
+                tok = Token.new_borrow_pos("_ARRAY_LSQB", tok.value, tok)
             elif ttype == "ANNOTATION" and prev is not None and prev.end_line == tok.line:
                 at = Token("AT", "@", tok.start_pos, tok.line, tok.column, tok.line, tok.column + 1,
                            tok.start_pos + 1)
@@ -130,10 +136,10 @@ def _lark_parser() -> lark.Lark:
 _TERMINAL_WORDS = {
     "NAME": "a name", "JUXT_NAME": "a name", "INT": "an integer", "FLOAT": "a number",
     "STRING": "a string", "ANNOTATION": "an annotation like @temperature",
-    "STRUCT_LBRACE": "'{'", "$END": "end of file", "EQ_OP": "'==' or '!='", "CMP_OP": "'<=' or '>='",
+    "STRUCT_LBRACE": "'{'", "_ARRAY_LSQB": "'['", "$END": "end of file", "EQ_OP": "'==' or '!='", "CMP_OP": "'<=' or '>='",
     "AUG_ASSIGN": "'+=', '-=', '*=' or '/='",
 }
-_EXPR_START = {"NAME", "INT", "FLOAT", "STRING", "_LPAR", "_LSQB", "MINUS", "BANG", "TRUE", "FALSE"}
+_EXPR_START = {"NAME", "INT", "FLOAT", "STRING", "_LPAR", "_LSQB", "_ARRAY_LSQB", "MINUS", "BANG", "TRUE", "FALSE"}
 _STMT_START = {"_LET", "_IF", "_WHILE", "_FOR", "_LOOP", "_RETURN", "_BREAK", "_CONTINUE", "_TENSOR"}
 _DECL_START = {"_FN", "_STRUCT", "_IMPL", "_IMPORT", "_MAIN", "_TEST", "_BENCH", "_RELATION", "ENTITY"}
 _BINARY_OPS = {"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT", "ODOT", "STARSTAR", "EQ_OP", "CMP_OP",
