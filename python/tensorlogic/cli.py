@@ -307,10 +307,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("tl: interrupted\n")
         return EXIT_ERROR
     except BrokenPipeError:
-        # Python flushes stdout again at exit; point it at /dev/null so that flush stays quiet
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        silence_stdout()
         return EXIT_OK
+
+
+def silence_stdout() -> None:
+    """After stdout's reader went away (`tl ... | head`): point stdout at /dev/null, so that the
+    flush Python does at exit stays quiet."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -141,48 +141,35 @@ def _open_session(args: argparse.Namespace):
     return LlmSession(path, backend=args.backend, context=args.context, progress=sys.stderr.isatty())
 
 
-def _silence_stdout() -> None:
-    import os
-
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except OSError:
-        pass
-
-
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from .llm_session import OutputClosed, run_generate
+    from .llm_session import run_generate
 
-    try:
-        sampling = _sampling(args)
-        with _open_session(args) as session:
-            return run_generate(session, args, sampling)
-    except ModelError as e:
-        return _fail(str(e))
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
-    except (BrokenPipeError, OutputClosed):
-        _silence_stdout()  # the reader went away (`| head`): exit quietly
-        return 0
-    except Exception as e:  # a bug, not a user error: still one line
-        return _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")
+    return _run_with_session(args, run_generate)
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
-    from .llm_session import OutputClosed, run_chat
+    from .llm_session import run_chat
+
+    return _run_with_session(args, run_chat)
+
+
+def _run_with_session(args: argparse.Namespace, command) -> int:
+    """Open the model named by args and run `command(session, args, sampling)`, turning every way it
+    can end into an exit status with at most one line on stderr."""
+    from ..cli import silence_stdout
+    from .llm_session import OutputClosed
 
     try:
         sampling = _sampling(args)
         with _open_session(args) as session:
-            return run_chat(session, args, sampling)
+            return command(session, args, sampling)
     except ModelError as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
     except (BrokenPipeError, OutputClosed):
-        _silence_stdout()  # the reader went away (`| head`): exit quietly
+        silence_stdout()  # the reader went away (`| head`): exit quietly
         return 0
     except Exception as e:  # a bug, not a user error: still one line
         return _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")
