@@ -75,7 +75,7 @@ def _print_error(err: BaseException, debug: bool) -> None:
 
 
 def _release_everything(interp) -> None:
-    from .builtins.models import release_all
+    from .builtins.memory import release_all
     interp.close()
     release_all()
 
