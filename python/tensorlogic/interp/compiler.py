@@ -33,7 +33,10 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
 
     # ------------------------------------------------------------ positions and errors
 
-    def span(self, node) -> SourceSpan:
+    def span(self, node) -> SourceSpan | None:
+        """Where `node` is; None for a call made by a builtin (no node of this program)."""
+        if node is None:
+            return None
         line = getattr(node, "line", 0)
         column = getattr(node, "column", 0)
         text = self.lines[line - 1] if 1 <= line <= len(self.lines) else ""
