@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .convert import BuiltinArgError, Tensor, core, dtype_of, to_int, to_tensor, type_name
+from .convert import BuiltinArgError, Tensor, core, to_int, to_tensor, type_name
+from .dtypes import dtype_of
 from .memory import track_open
 from .registry import TLObject, builtin
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .convert import BuiltinArgError, core, dtype_of, to_int, to_shape
+from .convert import BuiltinArgError, core, to_int, to_shape
 from .records import Record
+from .dtypes import dtype_of
 from .registry import builtin
 
 C = "memory"

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..models.errors import ModelError
-from .convert import BuiltinArgError, Tensor, core, dtype_of, to_bool, to_float, to_int, to_str, type_name
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_int, to_str, type_name
 from .kvcache import KVCache
 from .memory import track_open
+from .dtypes import dtype_of
 from .registry import TLObject, builtin
 
 # Files at least this large show a progress bar while uploading (when stderr is a terminal).
