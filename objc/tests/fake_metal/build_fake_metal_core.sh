@@ -17,7 +17,7 @@ FAKE_METAL_BUILD_ONLY=1 "$here/run_fake_metal_tests.sh" "$work" >/dev/null
 mkdir -p "$work/core_obj"
 py_includes=$(python3 -m pybind11 --includes)
 suffix=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-flags=(-std=c++17 -O1 -fPIC -fvisibility=hidden -DTL_HAVE_METAL -DTL_HAVE_CPU_KERNELS
+flags=(-std=c++17 -O1 -fPIC -fvisibility=hidden -DTL_HAVE_METAL
        -I "$root/cpp" -I "$root/cpp/runtime" -I "$root/cpp/backends/cpu")
 objs=()
 for src in "$root"/cpp/runtime/*.cpp "$root"/cpp/backends/cpu/cpu_backend.cpp "$root"/cpp/bindings/*.cpp; do
