@@ -109,6 +109,7 @@ class MetalBackend final : public Backend {
   }
 
   const char* name() const override { return "metal"; }
+  bool memory_is_host_ram() const override { return false; }
 
   void* allocate(size_t bytes) override { return device_->allocate(bytes); }
   void deallocate(void* ptr, size_t /*bytes*/) override { device_->release(ptr); }

@@ -27,6 +27,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;  // "cpu", "cuda", "metal"
+  // True when device buffers are ordinary host RAM and kernels run on the host's cores (the CPU
+  // backend): the queue then keeps less work in flight and the pool allows allocations up to the
+  // physical RAM. Runtime policy asks this, never the backend's name.
+  virtual bool memory_is_host_ram() const = 0;
 
   // Returns nullptr when the device is out of memory (the runtime then trims its cache and
   // retries once before raising an out-of-memory error).

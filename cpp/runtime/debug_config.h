@@ -1,7 +1,13 @@
 #pragma once
-// Debug and tuning switches of the runtime, read once from the environment when a device starts
-// (TL_DEBUG_POISON, TL_DEBUG_DELAY_US, TL_NO_CACHE, TL_DEBUG_MEMORY, TL_OPS_PER_COMMAND_BUFFER,
-// TL_CACHE_LIMIT_MB, TL_THREADS, TL_BACKEND) and changeable at run time through set_debug().
+// Every environment variable of the runtime and its backends is read here and nowhere else (the
+// accessors below; docs/develop.md documents them), when a device starts:
+//   TL_BACKEND, TL_THREADS                                   which backend starts; kernel threads
+//   TL_DEBUG_POISON, TL_DEBUG_DELAY_US, TL_NO_CACHE,         debug switches (DebugConfig; also
+//   TL_DEBUG_MEMORY, TL_OPS_PER_COMMAND_BUFFER               changeable at run time by set_debug())
+//   TL_MAX_COMMAND_BUFFERS_IN_FLIGHT, TL_MAX_MB_IN_FLIGHT    the queue's bounds
+//   TL_CACHE_LIMIT_MB, TL_MAX_ALLOC_MB                       the buffer pool's bounds
+//   TL_CPU_NO_SIMD                                           CPU kernels: portable paths only
+//   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -19,6 +25,8 @@ struct DebugConfig {
   void load_env();  // overwrite every field from the environment
 };
 
+namespace env_detail {
+
 inline int64_t env_int(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -35,7 +43,30 @@ inline bool env_flag(const char* name) {
   return !(s == "0" || s == "false" || s == "False" || s == "no" || s == "off");
 }
 
+}  // namespace env_detail
+
+// Named accessors, one per variable (a missing or empty variable gives the default).
+inline std::string env_backend_name() {
+  const char* v = std::getenv("TL_BACKEND");
+  return (v && *v) ? std::string(v) : std::string("cpu");
+}
+inline int env_threads() { return static_cast<int>(env_detail::env_int("TL_THREADS", 0)); }
+inline int64_t env_max_command_buffers_in_flight() {
+  return env_detail::env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8);
+}
+inline int64_t env_max_mb_in_flight(int64_t fallback) { return env_detail::env_int("TL_MAX_MB_IN_FLIGHT", fallback); }
+inline int64_t env_cache_limit_mb() { return env_detail::env_int("TL_CACHE_LIMIT_MB", -1); }  // -1: default
+inline int64_t env_max_alloc_mb() { return env_detail::env_int("TL_MAX_ALLOC_MB", 0); }       // 0: default
+inline bool env_cpu_no_simd() { return env_detail::env_flag("TL_CPU_NO_SIMD"); }
+inline bool env_cuda_launch_stats() { return env_detail::env_flag("TL_CUDA_LAUNCH_STATS"); }
+inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it
+  const char* v = std::getenv("TL_CUDA_DEVICE");
+  return (v && *v) ? v : nullptr;
+}
+
 inline void DebugConfig::load_env() {
+  using env_detail::env_flag;
+  using env_detail::env_int;
   DebugConfig& c = *this;
   c.poison = env_flag("TL_DEBUG_POISON");
   int64_t d = env_int("TL_DEBUG_DELAY_US", 0);

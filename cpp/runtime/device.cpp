@@ -89,17 +89,12 @@ std::mutex g_device_mu;
 // registers it with atexit), not by static destructors racing the interpreter's finalization.
 std::shared_ptr<Device>* g_device = new std::shared_ptr<Device>();
 
-std::string default_backend_name() {
-  const char* v = std::getenv("TL_BACKEND");
-  return (v && *v) ? std::string(v) : std::string("cpu");
-}
-
 }  // namespace
 
 std::shared_ptr<Device> current_device() {
   std::lock_guard<std::mutex> lock(g_device_mu);
   if (!*g_device) {
-    *g_device = Device::create(default_backend_name(), static_cast<int>(env_int("TL_THREADS", 0)));
+    *g_device = Device::create(env_backend_name(), env_threads());
   }
   return *g_device;
 }
@@ -110,7 +105,7 @@ bool has_current_device() {
 }
 
 void init_device(const std::string& backend, int threads) {
-  std::string name = backend.empty() ? default_backend_name() : backend;
+  std::string name = backend.empty() ? env_backend_name() : backend;
   std::shared_ptr<Device> old;
   {
     std::lock_guard<std::mutex> lock(g_device_mu);

@@ -16,6 +16,7 @@ class CountingBackend final : public Backend {
   CountingBackend(std::unique_ptr<Backend> inner, std::atomic<int64_t>* outstanding)
       : inner_(std::move(inner)), outstanding_(outstanding) {}
   const char* name() const override { return inner_->name(); }
+  bool memory_is_host_ram() const override { return inner_->memory_is_host_ram(); }
   void* allocate(size_t bytes) override {
     void* p = inner_->allocate(bytes);
     if (p) *outstanding_ += static_cast<int64_t>(bytes);

@@ -9,9 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#ifdef TL_HAVE_CPU_KERNELS
 #include "cpu_kernels.h"
-#endif
 
 namespace tl {
 
@@ -42,6 +40,7 @@ class CpuBackend final : public Backend {
   }
 
   const char* name() const override { return "cpu"; }
+  bool memory_is_host_ram() const override { return true; }
 
   void* allocate(size_t bytes) override {
     size_t rounded = (bytes + 63) / 64 * 64;
@@ -122,34 +121,6 @@ class CpuBackend final : public Backend {
   std::thread worker_;
 };
 
-#ifndef TL_HAVE_CPU_KERNELS
-// Used only while cpp/backends/cpu kernels are not part of the build: every op reports a
-// KernelError at the next wait, except delay() which the runtime's debug mode needs.
-class MissingCpuKernels final : public Kernels {
-  [[noreturn]] static void missing() { throw KernelError("this build has no CPU kernels"); }
-
- public:
-  void binary(BinaryOp, const View&, const View&, const View&) override { missing(); }
-  void binary_scalar(BinaryOp, const View&, double, bool, const View&) override { missing(); }
-  void unary(UnaryOp, const View&, const View&) override { missing(); }
-  void copy(const View&, const View&) override { missing(); }
-  void fill(const View&, double) override { missing(); }
-  void arange(const View&, double, double) override { missing(); }
-  void where(const View&, const View&, const View&, const View&) override { missing(); }
-  void reduce(ReduceOp, const View&, int64_t, int64_t, int64_t, const View&) override { missing(); }
-  void softmax(const View&, int64_t, int64_t, int64_t, const View&) override { missing(); }
-  void matmul(const View&, const View&, const View&) override { missing(); }
-  void linear(const View&, const View&, const View&) override { missing(); }
-  void gather_rows(const View&, const View&, const View&) override { missing(); }
-  void rms_norm(const View&, const View&, float, const View&) override { missing(); }
-  void layer_norm(const View&, const View&, const View&, float, const View&) override { missing(); }
-  void rope(const View&, int64_t, float, bool, const View&) override { missing(); }
-  void causal_mask(int64_t, const View&) override { missing(); }
-  void attention(const View&, const View&, const View&, const View&, float, bool, int64_t,
-                 const View&) override { missing(); }
-  void delay(uint32_t us) override { std::this_thread::sleep_for(std::chrono::microseconds(us)); }
-};
-#endif
 
 }  // namespace
 
@@ -158,11 +129,7 @@ std::unique_ptr<Backend> make_cpu_backend_with(std::unique_ptr<Kernels> kernels)
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
-#ifdef TL_HAVE_CPU_KERNELS
   return make_cpu_backend_with(make_cpu_kernels(threads));
-#else
-  return make_cpu_backend_with(std::make_unique<MissingCpuKernels>());
-#endif
 }
 
 }  // namespace tl

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "cpu_kernels_impl.h"
+#include "runtime/debug_config.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -29,18 +30,11 @@ void require_contiguous(const char* op, const View& v) {
   if (!v.is_contiguous()) kernel_fail(std::string(op) + ": operand must be contiguous");
 }
 
-namespace {
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-}  // namespace
-
 bool cpu_has_avx2() {
 #if defined(__x86_64__)
   // TL_CPU_NO_SIMD=1 forces the portable paths (tests run both).
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c") && !env_flag("TL_CPU_NO_SIMD");
+                          __builtin_cpu_supports("f16c") && !env_cpu_no_simd();
   return has;
 #else
   return false;

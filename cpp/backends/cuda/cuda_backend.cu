@@ -24,6 +24,7 @@
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "runtime/backend.h"
+#include "runtime/debug_config.h"
 
 namespace tl {
 namespace cuda {
@@ -225,7 +226,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     const bool on_completion_thread = std::this_thread::get_id() == completion_thread_.get_id();
     if (!on_completion_thread) synchronize();
-    if (const char* e = std::getenv("TL_CUDA_LAUNCH_STATS"); e != nullptr && *e != '\0' && *e != '0') {
+    if (env_cuda_launch_stats()) {
       std::fprintf(stderr, "tl-cuda: %llu device operations (kernel launches and copies) in %llu command buffers\n",
                    static_cast<unsigned long long>(g_device_ops.load() - device_ops_at_start_),
                    static_cast<unsigned long long>(state_->submitted));
@@ -251,6 +252,7 @@ class CudaBackend final : public Backend {
   }
 
   const char* name() const override { return "cuda"; }
+  bool memory_is_host_ram() const override { return false; }
 
   void* allocate(size_t bytes) override {
     void* ptr = nullptr;
@@ -421,8 +423,8 @@ class CudaBackend final : public Backend {
 };
 
 int device_from_env() {
-  const char* s = std::getenv("TL_CUDA_DEVICE");
-  if (s == nullptr || *s == '\0') return 0;
+  const char* s = env_cuda_device();
+  if (s == nullptr) return 0;
   char* end = nullptr;
   const long v = std::strtol(s, &end, 10);
   if (*end != '\0' || v < 0) {
