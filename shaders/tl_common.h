@@ -11,6 +11,7 @@
 using namespace metal;
 
 #include "tl_params.h"
+#include "../cpp/runtime/quant_blocks.h"
 
 // ---- plain dtypes ----------------------------------------------------------------------------
 
@@ -92,20 +93,21 @@ inline long tl_offset(constant TLViewDesc& desc, long linear) {
 
 inline float tl_half_at(device const uchar* p) { return float(*((device const half*)p)); }
 
+// Block sizes from cpp/runtime/quant_blocks.h (the one copy, shared with the C++ and CUDA code).
 inline int tl_block_elems(int dtype) {
-  return (dtype == TL_Q4_K || dtype == TL_Q5_K || dtype == TL_Q6_K) ? 256 : 32;
+  return (dtype == TL_Q4_K || dtype == TL_Q5_K || dtype == TL_Q6_K) ? TL_QK_K : TL_QK;
 }
 
 inline int tl_block_bytes(int dtype) {
   switch (dtype) {
-    case TL_Q4_0: return 18;
-    case TL_Q4_1: return 20;
-    case TL_Q5_0: return 22;
-    case TL_Q5_1: return 24;
-    case TL_Q8_0: return 34;
-    case TL_Q4_K: return 144;
-    case TL_Q5_K: return 176;
-    case TL_Q6_K: return 210;
+    case TL_Q4_0: return TL_Q4_0_BLOCK_BYTES;
+    case TL_Q4_1: return TL_Q4_1_BLOCK_BYTES;
+    case TL_Q5_0: return TL_Q5_0_BLOCK_BYTES;
+    case TL_Q5_1: return TL_Q5_1_BLOCK_BYTES;
+    case TL_Q8_0: return TL_Q8_0_BLOCK_BYTES;
+    case TL_Q4_K: return TL_Q4_K_BLOCK_BYTES;
+    case TL_Q5_K: return TL_Q5_K_BLOCK_BYTES;
+    case TL_Q6_K: return TL_Q6_K_BLOCK_BYTES;
     default: return 0;
   }
 }

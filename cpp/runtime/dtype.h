@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "quant_blocks.h"
+
 namespace tl {
 
 enum class DType : uint8_t {
@@ -18,17 +20,17 @@ inline bool is_quantized(DType t) { return t >= DType::Q4_0; }
 inline bool is_floating(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 inline bool is_integer(DType t) { return t == DType::I32 || t == DType::I64; }
 
-// Elements per block (1 for plain types).
-inline int64_t block_elems(DType t) {
+// Elements per block (1 for plain types); the quantized sizes come from quant_blocks.h.
+constexpr int64_t block_elems(DType t) {
   switch (t) {
-    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: return 32;
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: return TL_QK;
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return TL_QK_K;
     default: return 1;
   }
 }
 
 // Bytes per block (the element size for plain types). Values match ggml's type_traits.
-inline int64_t block_bytes(DType t) {
+constexpr int64_t block_bytes(DType t) {
   switch (t) {
     case DType::F32: return 4;
     case DType::F16: return 2;
@@ -36,14 +38,14 @@ inline int64_t block_bytes(DType t) {
     case DType::I32: return 4;
     case DType::I64: return 8;
     case DType::Bool: return 1;
-    case DType::Q4_0: return 18;   // f16 d; 16 bytes of nibbles
-    case DType::Q4_1: return 20;   // f16 d, f16 m; 16 bytes of nibbles
-    case DType::Q5_0: return 22;   // f16 d; 4 bytes high bits; 16 bytes nibbles
-    case DType::Q5_1: return 24;   // f16 d, f16 m; 4 bytes high bits; 16 bytes nibbles
-    case DType::Q8_0: return 34;   // f16 d; 32 int8
-    case DType::Q4_K: return 144;  // f16 d, f16 dmin, 12 bytes scales, 128 bytes nibbles
-    case DType::Q5_K: return 176;  // f16 d, f16 dmin, 12 scales, 32 high bits, 128 nibbles
-    case DType::Q6_K: return 210;  // 128 ql, 64 qh, 16 int8 scales, f16 d
+    case DType::Q4_0: return TL_Q4_0_BLOCK_BYTES;
+    case DType::Q4_1: return TL_Q4_1_BLOCK_BYTES;
+    case DType::Q5_0: return TL_Q5_0_BLOCK_BYTES;
+    case DType::Q5_1: return TL_Q5_1_BLOCK_BYTES;
+    case DType::Q8_0: return TL_Q8_0_BLOCK_BYTES;
+    case DType::Q4_K: return TL_Q4_K_BLOCK_BYTES;
+    case DType::Q5_K: return TL_Q5_K_BLOCK_BYTES;
+    case DType::Q6_K: return TL_Q6_K_BLOCK_BYTES;
   }
   return 0;
 }

@@ -32,7 +32,7 @@ if command -v cmake >/dev/null 2>&1; then
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   shader_list="$(ls "$shaders"/*.metal | sort | paste -sd '|')"
-  cmake "-DHEADERS=$shaders/tl_params.h|$shaders/tl_common.h" "-DSHADERS=$shader_list" \
+  cmake "-DHEADERS=$shaders/../cpp/runtime/quant_blocks.h|$shaders/tl_params.h|$shaders/tl_common.h" "-DSHADERS=$shader_list" \
         "-DOUTPUT=$work/tl_metal_shaders_embedded.cpp" "-DOUTPUT_METAL=$work/unit.metal" \
         -P "$root/objc/embed_shaders.cmake"
   if ! "$cxx" "${flags[@]}" "$work/unit.metal"; then

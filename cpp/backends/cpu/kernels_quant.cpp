@@ -178,13 +178,9 @@ TL_INLINE void deq_block(const uint8_t* b, float* y) {
 }
 
 template <DType T>
-constexpr int64_t kBlockElems = (T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K) ? 256
-                                : (T == DType::F32 || T == DType::F16 || T == DType::BF16) ? 1
-                                                                                          : 32;
+constexpr int64_t kBlockElems = block_elems(T);
 template <DType T>
-constexpr int64_t kBlockBytes = T == DType::Q4_0 ? 18 : T == DType::Q4_1 ? 20 : T == DType::Q5_0 ? 22
-                              : T == DType::Q5_1 ? 24 : T == DType::Q8_0 ? 34 : T == DType::Q4_K ? 144
-                              : T == DType::Q5_K ? 176 : T == DType::Q6_K ? 210 : T == DType::F32 ? 4 : 2;
+constexpr int64_t kBlockBytes = block_bytes(T);
 
 template <DType T>
 TL_INLINE void dequantize_row_t(const uint8_t* src, int64_t n, float* dst) {

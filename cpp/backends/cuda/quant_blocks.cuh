@@ -1,11 +1,15 @@
 #pragma once
 // Dequantization of GGUF/ggml blocks on the device, eight consecutive elements at a time.
 // A "chunk" is elements [8c, 8c + 8) of one row; every supported block holds a whole number of
-// chunks (32 or 256 elements), so a chunk never straddles two blocks. The byte layouts are
+// chunks (TL_QK = 32 or TL_QK_K = 256 elements, runtime/quant_blocks.h), so a chunk never straddles
+// two blocks: chunk c is in block c / 4 (c >> 2) or c / 32 (c >> 5). The byte layouts are
 // ggml's exactly (the same bytes the CPU backend reads); all arithmetic is f32.
 #include <cstdint>
 
 #include "cuda_common.cuh"
+#include "runtime/quant_blocks.h"
+
+static_assert(TL_QK == 4 * 8 && TL_QK_K == 32 * 8, "chunk indexing below assumes 32- and 256-element blocks");
 
 namespace tl {
 namespace cuda {
@@ -37,7 +41,7 @@ __device__ __forceinline__ void dequant_chunk8(const uint8_t* row, int64_t c, fl
 template <>
 __device__ __forceinline__ void dequant_chunk8<DType::Q4_0>(const uint8_t* row, int64_t c,
                                                             float* out) {
-  const uint8_t* blk = row + (c >> 2) * 18;
+  const uint8_t* blk = row + (c >> 2) * TL_Q4_0_BLOCK_BYTES;
   const int s = static_cast<int>(c & 3);
   const float d = f16_at(blk);
   const uint8_t* qs = blk + 2 + (s & 1) * 8;
@@ -49,7 +53,7 @@ __device__ __forceinline__ void dequant_chunk8<DType::Q4_0>(const uint8_t* row, 
 template <>
 __device__ __forceinline__ void dequant_chunk8<DType::Q4_1>(const uint8_t* row, int64_t c,
                                                             float* out) {
-  const uint8_t* blk = row + (c >> 2) * 20;
+  const uint8_t* blk = row + (c >> 2) * TL_Q4_1_BLOCK_BYTES;
   const int s = static_cast<int>(c & 3);
   const float d = f16_at(blk);
   const float m = f16_at(blk + 2);
@@ -62,7 +66,7 @@ __device__ __forceinline__ void dequant_chunk8<DType::Q4_1>(const uint8_t* row, 
 template <>
 __device__ __forceinline__ void dequant_chunk8<DType::Q5_0>(const uint8_t* row, int64_t c,
                                                             float* out) {
-  const uint8_t* blk = row + (c >> 2) * 22;
+  const uint8_t* blk = row + (c >> 2) * TL_Q5_0_BLOCK_BYTES;
   const int s = static_cast<int>(c & 3);
   const float d = f16_at(blk);
   const uint32_t qh = u32_at(blk + 2);
@@ -80,7 +84,7 @@ __device__ __forceinline__ void dequant_chunk8<DType::Q5_0>(const uint8_t* row, 
 template <>
 __device__ __forceinline__ void dequant_chunk8<DType::Q5_1>(const uint8_t* row, int64_t c,
                                                             float* out) {
-  const uint8_t* blk = row + (c >> 2) * 24;
+  const uint8_t* blk = row + (c >> 2) * TL_Q5_1_BLOCK_BYTES;
   const int s = static_cast<int>(c & 3);
   const float d = f16_at(blk);
   const float m = f16_at(blk + 2);
@@ -99,7 +103,7 @@ __device__ __forceinline__ void dequant_chunk8<DType::Q5_1>(const uint8_t* row, 
 template <>
 __device__ __forceinline__ void dequant_chunk8<DType::Q8_0>(const uint8_t* row, int64_t c,
                                                             float* out) {
-  const uint8_t* blk = row + (c >> 2) * 34;
+  const uint8_t* blk = row + (c >> 2) * TL_Q8_0_BLOCK_BYTES;
   const float d = f16_at(blk);
   const int8_t* qs = reinterpret_cast<const int8_t*>(blk + 2 + (c & 3) * 8);
 #pragma unroll
@@ -109,7 +113,7 @@ __device__ __forceinline__ void dequant_chunk8<DType::Q8_0>(const uint8_t* row, 
 template <>
 __device__ __forceinline__ void dequant_chunk8<DType::Q4_K>(const uint8_t* row, int64_t c,
                                                             float* out) {
-  const uint8_t* blk = row + (c >> 5) * 144;
+  const uint8_t* blk = row + (c >> 5) * TL_Q4_K_BLOCK_BYTES;
   const int e0 = static_cast<int>(c & 31) * 8;  // first element inside the 256-element block
   const int sb = e0 >> 5;                        // sub-block of 32 elements
   float sc, mn;
@@ -125,7 +129,7 @@ __device__ __forceinline__ void dequant_chunk8<DType::Q4_K>(const uint8_t* row, 
 template <>
 __device__ __forceinline__ void dequant_chunk8<DType::Q5_K>(const uint8_t* row, int64_t c,
                                                             float* out) {
-  const uint8_t* blk = row + (c >> 5) * 176;
+  const uint8_t* blk = row + (c >> 5) * TL_Q5_K_BLOCK_BYTES;
   const int e0 = static_cast<int>(c & 31) * 8;
   const int sb = e0 >> 5;
   float sc, mn;
@@ -146,7 +150,7 @@ __device__ __forceinline__ void dequant_chunk8<DType::Q5_K>(const uint8_t* row, 
 template <>
 __device__ __forceinline__ void dequant_chunk8<DType::Q6_K>(const uint8_t* row, int64_t c,
                                                             float* out) {
-  const uint8_t* blk = row + (c >> 5) * 210;
+  const uint8_t* blk = row + (c >> 5) * TL_Q6_K_BLOCK_BYTES;
   const int e0 = static_cast<int>(c & 31) * 8;
   const int half = e0 >> 7;   // which 128-element half
   const int r = e0 & 127;

@@ -27,7 +27,7 @@ for tool in clang++ cmake; do
 done
 
 shader_list="$(ls "$shaders"/*.metal | sort | paste -sd '|')"
-cmake "-DHEADERS=$shaders/tl_params.h|$shaders/tl_common.h" "-DSHADERS=$shader_list" \
+cmake "-DHEADERS=$shaders/../cpp/runtime/quant_blocks.h|$shaders/tl_params.h|$shaders/tl_common.h" "-DSHADERS=$shader_list" \
       "-DOUTPUT=$work/tl_metal_shaders_embedded.cpp" "-DOUTPUT_METAL=$work/unit.metal" \
       -P "$objc/embed_shaders.cmake"
 sed -E 's/^(\s*)threadgroup\s+(\w+)\s+(\w+)\[/\1static \2 \3[/' "$work/unit.metal" >"$work/unit_exec.metal"
