@@ -8,6 +8,15 @@
 //    completion callback, after which completed_seq covers it.
 //  - The first error a command buffer reports is kept and raised (KernelFailure) at the next wait.
 //  - Completion callbacks never throw, never block and never take the GIL.
+//  - Lifetime: a completion callback drops its retained buffers *before* it calls complete(), and
+//    every Buffer owns a reference to its Device, which owns this Queue. So a callback must never
+//    hold the last reference to the Device, or complete() would run on a destroyed Queue. Three
+//    rules guarantee it (test_queue_lifetime checks them; keep all three when changing any):
+//    (1) while a device is current, the global handle (device.cpp) owns it; (2) it stops being
+//    current only through init_device() or shutdown_device(), which drain its queue first, so no
+//    callback is pending then; (3) afterwards ops refuse its tensors (op_device), so nothing is
+//    committed on it again, except to_host's copy of a strided view, which waits for its own
+//    command buffer while the caller still holds the tensor.
 #include <condition_variable>
 #include <cstdint>
 #include <initializer_list>
