@@ -8,6 +8,10 @@
 //    completion callback, after which completed_seq covers it.
 //  - The first error a command buffer reports is kept and raised (KernelFailure) at the next wait.
 //  - Completion callbacks never throw, never block and never take the GIL.
+//  - R2 for writers that never ran: every buffer a command writes records the commands its
+//    contents depend on (its own and, transitively, its inputs'). Once one of them is known to
+//    have failed or been skipped, encoding a command that reads the buffer and reading it from
+//    the host raise KernelFailure naming the op that failed, instead of handing out garbage.
 #include <condition_variable>
 #include <cstdint>
 #include <initializer_list>
@@ -43,7 +47,8 @@ class Queue {
   void commit();
   // Commits if `seq` is still open, waits until it completed, then raises any recorded error.
   void wait_seq(uint64_t seq);
-  void wait_for_writer(const Buffer& b) { wait_seq(b.last_writer_seq.load()); }
+  // Waits for b's writer, then raises if b's contents depend on a command that failed.
+  void wait_for_writer(const Buffer& b);
   void wait_for_access(const Buffer& b);  // last writer and last reader (host writes)
   void synchronize();                     // commit and wait for everything, then raise errors
   void drain();  // commit and wait for everything; a recorded error stays for the next wait
@@ -54,6 +59,8 @@ class Queue {
 
  private:
   void commit_locked();
+  // Drops b's sources known to have succeeded; records b's failure once one is known (mu_ held).
+  static void settle_locked(Buffer& b);
   void complete(uint64_t seq, int64_t bytes, const std::string& error);
 
   Backend& backend_;
@@ -65,6 +72,8 @@ class Queue {
   int64_t open_new_bytes_ = 0;  // bytes of buffers first written by the open command buffer
   int open_ops_ = 0;
   uint64_t open_seq_ = 1;  // sequence number the open command buffer will get
+  std::shared_ptr<CommandBufferOutcome> open_outcome_;
+  std::vector<DataSource> encode_sources_;  // scratch for encode(), reused
 
   std::mutex done_mu_;  // completion state, shared with completion callbacks
   std::condition_variable done_cv_;

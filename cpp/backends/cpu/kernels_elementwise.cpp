@@ -35,14 +35,18 @@ inline float py_fmod(float a, float b) {
   return r;
 }
 
+// Integer division and modulo: floor semantics; x / 0 and x % 0 are 0; x / -1 wraps (INT64_MIN / -1
+// is INT64_MIN, as two's complement negation gives) and x % -1 is 0, on every backend -- the
+// hardware divide would trap (SIGFPE) on INT64_MIN / -1.
 inline int64_t floor_div(int64_t a, int64_t b) {
   if (b == 0) return 0;
+  if (b == -1) return static_cast<int64_t>(0ULL - static_cast<uint64_t>(a));
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 inline int64_t py_mod(int64_t a, int64_t b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;
   int64_t r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
