@@ -1,6 +1,7 @@
 // Device and the process-wide current device: see device.h.
 #include "device.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -99,7 +100,7 @@ std::string default_backend_name() {
 std::shared_ptr<Device> current_device() {
   std::lock_guard<std::mutex> lock(g_device_mu);
   if (!*g_device) {
-    *g_device = Device::create(default_backend_name(), static_cast<int>(env_int("TL_THREADS", 0)));
+    *g_device = Device::create(default_backend_name(), static_cast<int>(env_int("TL_THREADS", 0, 0, 4096)));
   }
   return *g_device;
 }
@@ -111,6 +112,13 @@ bool has_current_device() {
 
 void init_device(const std::string& backend, int threads) {
   std::string name = backend.empty() ? default_backend_name() : backend;
+  // A name that cannot work is the error to report, whatever else is alive.
+  if (name != "cpu" && name != "cuda" && name != "metal")
+    throw BackendUnavailable("unknown backend '" + name + "' (expected cpu, cuda or metal)");
+  std::vector<std::string> built = available_backends();
+  if (std::find(built.begin(), built.end(), name) == built.end())
+    throw BackendUnavailable(name + ": this build of TensorLogic has no " +
+                             (name == "cuda" ? std::string("CUDA") : std::string("Metal")) + " backend");
   std::shared_ptr<Device> old;
   {
     std::lock_guard<std::mutex> lock(g_device_mu);

@@ -10,12 +10,12 @@
 namespace tl {
 
 Queue::Queue(Backend& backend, DebugConfig& debug) : backend_(backend), debug_(debug) {
-  int64_t n = env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8);
+  int64_t n = env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8, 1, 1000000);
   max_in_flight_ = static_cast<int>(std::max<int64_t>(1, n));
   // On the CPU device memory is host memory (RSS), and kernels are slow next to encoding; a GPU
   // keeps the old 1 GiB bound so that its queue stays full.
   bool is_cpu = std::strcmp(backend.name(), "cpu") == 0;
-  int64_t mb = env_int("TL_MAX_MB_IN_FLIGHT", is_cpu ? 16 : 1024);
+  int64_t mb = env_int("TL_MAX_MB_IN_FLIGHT", is_cpu ? 16 : 1024, 1, int64_t(1) << 40);
   max_in_flight_bytes_ = std::max<int64_t>(1, mb) << 20;
   open_bytes_limit_ = std::max<int64_t>(max_in_flight_bytes_ / 4, 1);
 }

@@ -152,6 +152,16 @@ def test_integer_division_edges_match_the_cpu():
     compare_all(cases)
 
 
+def test_float_to_int_casts_saturate_like_the_cpu():
+    f = np.array([1e30, -1e30, np.inf, -np.inf, np.nan, 3.9, -3.9, 2.5e9], np.float32)
+    cases = []
+    for dt in ("i32", "i64"):
+        cases.append((f"astype f32->{dt}", lambda dt=dt: _core.astype(T(f), dt)))
+        for v in (1e30, 1e300, -1e300, float("nan")):
+            cases.append((f"full {v} {dt}", lambda dt=dt, v=v: _core.full([3], v, dt)))
+    compare_all(cases)
+
+
 def test_unary_ops_on_strided_views():
     cases = []
     for name in UNARY:

@@ -168,7 +168,7 @@ void binary_impl(ThreadPool& pool, BinaryOp op, const View& a, const View* b, do
       }
     } else {
       int64_t ta[kChunk], tb[kChunk], to[kChunk];
-      int64_t is = static_cast<int64_t>(scalar);
+      int64_t is = saturate_to_int(scalar, DType::I64);
       for (int64_t r = r0; r < r1; ++r) {
         ln.row_offsets(r, offs);
         for (int64_t c = 0; c < inner; c += kChunk) {
@@ -347,7 +347,7 @@ void CpuKernels::fill(const View& out, double value) {
     alignas(32) float tf[kChunk];
     int64_t ti[kChunk];
     std::fill(tf, tf + kChunk, static_cast<float>(value));
-    std::fill(ti, ti + kChunk, static_cast<int64_t>(value));
+    std::fill(ti, ti + kChunk, saturate_to_int(value, in_int ? out.dtype : DType::I64));
     int64_t off;
     for (int64_t r = r0; r < r1; ++r) {
       ln.row_offsets(r, &off);

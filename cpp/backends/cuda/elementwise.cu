@@ -357,8 +357,7 @@ void CudaKernels::fill(const View& out, double value) {
     fill_kernel<true><<<grid, kThreads, 0, stream_>>>(operand_of(out), static_cast<float>(value),
                                                        0, n);
   } else {
-    const int64_t vi = out.dtype == DType::Bool ? (value != 0.0 ? 1 : 0)
-                                                : static_cast<int64_t>(value);
+    const int64_t vi = saturate_to_int(value, out.dtype);
     fill_kernel<false><<<grid, kThreads, 0, stream_>>>(operand_of(out), 0.0f, vi, n);
   }
   check_launch("fill");
