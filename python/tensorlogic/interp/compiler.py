@@ -958,7 +958,9 @@ class Compiler:
                     raise self.error(f"struct {o.type.name} has no field '{name}'", e) from None
             try:
                 return _get_field(o, name)
-            except AttributeError:
+            except AttributeError as exc:
+                if not _is_missing_member(exc, name):
+                    raise self.convert(exc, e, f".{name}") from None
                 raise self.error(f"{type_name(o)} has no field '{name}'", e) from None
             except Exception as exc:
                 raise self.convert(exc, e, f".{name}") from None
@@ -1258,8 +1260,9 @@ class Compiler:
             if call_method is not None:
                 try:
                     return call_method(name, argv)
-                except AttributeError:
-                    pass
+                except AttributeError as exc:
+                    if not _is_missing_member(exc, name):
+                        raise self.convert(exc, e, f"{type_name(r)}.{name}") from None
                 except Exception as exc:
                     raise self.convert(exc, e, f"{type_name(r)}.{name}") from None
             b = registry.BUILTINS.get(name)
@@ -1458,7 +1461,9 @@ def _getitem(o, keys: tuple):
             raise BuiltinArgError(f"no key '{key}'")
         try:
             return _get_field(o, key)
-        except AttributeError:
+        except AttributeError as exc:
+            if not _is_missing_member(exc, key):
+                raise
             raise BuiltinArgError(f"{type_name(o)} has no entry '{key}'") from None
     index = getattr(o, "tl_index", None)
     if index is not None:
@@ -1467,6 +1472,14 @@ def _getitem(o, keys: tuple):
             v = v.tl_index(x) if hasattr(v, "tl_index") else _getitem(v, (x,))
         return v
     raise BuiltinArgError(f"cannot index {type_name(o)}")
+
+
+def _is_missing_member(exc: AttributeError, name: str) -> bool:
+    """The member protocol: tl_get_field / tl_call_method raise exactly AttributeError(name) for a
+    member the object does not have. Any other AttributeError (a failed attribute lookup inside
+    the member, say) is a fault of that member and must surface as itself, never be taken for
+    "no such member" and re-dispatched to a builtin of the same name."""
+    return type(exc) is AttributeError and exc.args == (name,) and getattr(exc, "obj", None) is None
 
 
 def _get_field(o, name: str):
