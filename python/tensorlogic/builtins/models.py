@@ -9,6 +9,8 @@ for K and V, written in place; reading returns views of the filled prefix, never
 """
 from __future__ import annotations
 
+import math
+
 import os
 import sys
 import time
@@ -748,10 +750,16 @@ class SamplerValue(TLObject):
         if not isinstance(logits, Tensor):
             raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
         if self.temperature == 0.0:
-            return int(core.argmax(logits.reshape([-1])).item())
+            # Greedy checks the logits like sampling does: a device-side sum is finite exactly when
+            # no logit is NaN or infinite, so the whole vector is read back only when it is not.
+            flat = logits.reshape([-1])
+            best, total = core.argmax(flat), core.sum(flat.astype("f32"))
+            if math.isfinite(float(total.item())):
+                return int(best.item())
+            _check_logits(flat.numpy().reshape(-1))
+            return int(best.item())
         values = logits.numpy().reshape(-1)
-        if np.isnan(values).any() or np.isposinf(values).any() or np.isneginf(values).all():
-            raise BuiltinArgError("cannot sample: the logits contain NaN or +infinity (or are all -infinity)")
+        _check_logits(values)
         return sample_from_logits(values, self.temperature, self.top_k, self.top_p, self.rng)
 
     def tl_get_field(self, name: str) -> Any:
@@ -763,6 +771,11 @@ class SamplerValue(TLObject):
         if name == "sample" and len(args) == 1:
             return self.sample(args[0])
         raise AttributeError(name)
+
+
+def _check_logits(values: np.ndarray) -> None:
+    if np.isnan(values).any() or np.isposinf(values).any() or np.isneginf(values).all():
+        raise BuiltinArgError("cannot sample: the logits contain NaN or +infinity (or are all -infinity)")
 
 
 def sample_from_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
