@@ -10,7 +10,7 @@
 
 Exit status: 0 success; 1 a TL error (syntax, runtime, import) or a failed test; 2 a usage error
 (bad options, missing/unreadable file); 3 `--memory-check` found device bytes still live after
-teardown. Invariant: a TL user never sees a Python traceback unless they pass --debug.
+teardown; 130 interrupted (Ctrl-C). docs/exit-codes.md lists them per command. Invariant: a TL user never sees a Python traceback unless they pass --debug.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import traceback
 from . import __version__
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LEAK = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), whichever command it stops
 
 
 class _ArgParser(argparse.ArgumentParser):
@@ -296,16 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return EXIT_USAGE
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "func", None) is None:
+            parser.print_help()
+            return EXIT_USAGE
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        sys.stderr.write("tl: interrupted\n")
-        return EXIT_ERROR
+        sys.stderr.write("\ntl: interrupted\n")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         silence_stdout()
         return EXIT_OK
