@@ -385,6 +385,13 @@ class GGUFFile:
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
 
+    def optional(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        """A metadata value of `kind`, or `default` when the key is absent; a value of another type
+        is a one-line ModelError naming the key (files in the wild carry strings in number keys)."""
+        if key not in self.metadata:
+            return default
+        return self.require(key, kind)
+
     def require(self, key: str, kind: type | tuple[type, ...]) -> Any:
         """A metadata value that must exist and be of `kind` (int also accepts unsigned widths)."""
         if key not in self.metadata:
