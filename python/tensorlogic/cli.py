@@ -32,6 +32,17 @@ class _ArgParser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
+def seed_arg(text: str) -> int:
+    """argparse type of --seed: a whole number 0 .. 2**63 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed must be a whole number, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"--seed must be from 0 to 2**63 - 1, got {value}")
+    return value
+
+
 def _check_file(path: str) -> str | None:
     """One clear line when FILE cannot be a TL source file, else None."""
     if not os.path.exists(path):
@@ -142,7 +153,7 @@ def cmd_run(args) -> int:
             status = EXIT_ERROR
         except KeyboardInterrupt:
             sys.stderr.write("tl: interrupted\n")
-            status = EXIT_ERROR
+            status = EXIT_INTERRUPTED
         except BrokenPipeError:
             raise  # stdout's reader went away (`tl run ... | head`): main() ends quietly
         except Exception as e:  # noqa: BLE001 - an interpreter bug: one message, never a raw traceback
@@ -259,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--backend", choices=["cpu", "cuda", "metal"], help="device backend (overrides TL_BACKEND)")
         p.add_argument("--memory-check", action="store_true",
                        help="after teardown print the memory ledger; exit 3 if device bytes are still live")
-        p.add_argument("--seed", type=int, default=None, help="seed the random generator (rand, sampling)")
+        p.add_argument("--seed", type=seed_arg, default=None, help="seed the random generator (rand, sampling)")
         p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
         p.add_argument("file", help="the .tl program")
 
@@ -280,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     repl = sub.add_parser("repl", help="interactive prompt")
     repl.add_argument("--backend", choices=["cpu", "cuda", "metal"])
-    repl.add_argument("--seed", type=int, default=None)
+    repl.add_argument("--seed", type=seed_arg, default=None)
     repl.set_defaults(func=cmd_repl)
 
     helpp = sub.add_parser("help", help="builtin reference: `tl help builtins` or `tl help NAME`")
@@ -297,6 +308,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if sys.stdin is None:  # `tl ... <&-`: a closed stdin reads as empty input
+        sys.stdin = open(os.devnull)
+    if sys.stdout is None:  # `tl ... >&-`: nowhere to write results
+        if sys.stderr is not None:
+            sys.stderr.write("tl: error: standard output is closed\n")
+        return EXIT_USAGE
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -801,18 +801,27 @@ class Compiler:
             raise self.error(f"undefined name '{full}'", e)
         return resolve
 
-    def expr_ArrayLit(self, e: ast.ArrayLit, scope: Scope):
-        items = tuple(self.compile_expr(x, scope) for x in e.items)
+    def expr_ArrayLit(self, e: ast.ArrayLit, scope: Scope, inner: bool = False):
+        """A nested numeric literal is one tensor, converted once by its outermost literal: inner
+        literals return plain lists (converting at every level made depth quadratic). Nested
+        numeric items of a literal that is not numeric itself become tensors, as before."""
+        items = tuple(self.expr_ArrayLit(x, scope, inner=True) if x.__class__ is ast.ArrayLit
+                      else self.compile_expr(x, scope) for x in e.items)
+        if inner:
+            return lambda f: [it(f) for it in items]
 
         def ev_array(f):
             vals = [it(f) for it in items]
-            for v in vals:
-                if v.__class__ is list and v and is_numeric_list(vals):
-                    try:
-                        return core.from_numpy(list_to_numpy(vals))
-                    except Exception as exc:
-                        raise self.convert(exc, e, "array literal") from None
-            return vals
+            if not any(v.__class__ is list and v for v in vals):
+                return vals
+            try:
+                if is_numeric_list(vals):
+                    return core.from_numpy(list_to_numpy(vals))
+                return [core.from_numpy(list_to_numpy(v)) if v.__class__ is list and v
+                        and any(x.__class__ is list for x in v) and is_numeric_list(v) else v
+                        for v in vals]
+            except Exception as exc:
+                raise self.convert(exc, e, "array literal") from None
         return ev_array
 
     def expr_StructLit(self, e: ast.StructLit, scope: Scope):
