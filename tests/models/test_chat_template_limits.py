@@ -87,3 +87,11 @@ def test_fuzz_composed_templates_render_or_fail_with_one_line():
         except ModelError as e:
             assert str(e).startswith(LABEL + ": ") and "\n" not in str(e), (src, str(e))
         assert time.monotonic() - t0 < 10, src
+
+
+def test_macro_recursion_is_bounded_whatever_the_process_recursion_limit(monkeypatch):
+    monkeypatch.setattr(sys, "getrecursionlimit", lambda: 60000)  # as `tl run` raises it
+    t0 = time.monotonic()
+    with pytest.raises(ModelError, match="recursed too deeply"):
+        ChatTemplate(HOSTILE["recursive macro"], label=LABEL).render([("user", "hi")])
+    assert time.monotonic() - t0 < 10

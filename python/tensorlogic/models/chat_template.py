@@ -4,7 +4,7 @@ Templates come from model files, so they are untrusted: they render in Jinja2's 
 sandbox with the variables Hugging Face's `apply_chat_template` provides (messages,
 add_generation_prompt, bos_token, eos_token, raise_exception, strftime_now, tools...) and under
 limits: RENDER_SECONDS of run time, MAX_OUTPUT_CHARS of output (also for any one string a `*` or
-`+` builds), Jinja's own range() bound, and Python's recursion limit for macros. Any template
+`+` builds), Jinja's own range() bound, and TEMPLATE_RECURSION frames of macro recursion. Any template
 error, limit included, becomes one `ModelError` line naming the model file. A model without a
 template gets ChatML when its vocabulary has the ChatML tokens, else a plain "role: text" transcript.
 """
@@ -36,6 +36,7 @@ PLAIN_TEMPLATE = (
 ROLES = ("system", "user", "assistant", "tool")
 RENDER_SECONDS = 5.0
 MAX_OUTPUT_CHARS = 4 << 20
+TEMPLATE_RECURSION = 2000  # Python frames a render may add (a macro call takes a few)
 
 
 class _TemplateRaised(Exception):
@@ -140,6 +141,13 @@ def _sandbox_call():
     return SandboxedEnvironment.call
 
 
+def _stack_depth() -> int:
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth
+
+
 class _Deadline:
     """A trace function that stops template code (compiled by Jinja under the file name
     "<template>") once RENDER_SECONDS have passed; pure loops yield nothing and cannot be
@@ -212,6 +220,9 @@ class ChatTemplate:
                          documents=None, date_string=datetime.date.today().strftime("%d %b %Y"))
         variables.update(extra)
         previous = sys.gettrace()
+        old_limit = sys.getrecursionlimit()
+        # Macro recursion is bounded here, not by whatever limit the process runs with.
+        sys.setrecursionlimit(min(old_limit, _stack_depth() + TEMPLATE_RECURSION))
         sys.settrace(_Deadline(RENDER_SECONDS))
         try:
             return self._render_limited(variables)
@@ -228,6 +239,7 @@ class ChatTemplate:
             raise ModelError(f"{self.label}: the chat template failed: {_one_line(e)}") from None
         finally:
             sys.settrace(previous)
+            sys.setrecursionlimit(old_limit)
 
     def _render_limited(self, variables: dict) -> str:
         parts, size = [], 0
