@@ -89,9 +89,14 @@ def test_fuzz_composed_templates_render_or_fail_with_one_line():
         assert time.monotonic() - t0 < 10, src
 
 
-def test_macro_recursion_is_bounded_whatever_the_process_recursion_limit(monkeypatch):
-    monkeypatch.setattr(sys, "getrecursionlimit", lambda: 60000)  # as `tl run` raises it
-    t0 = time.monotonic()
-    with pytest.raises(ModelError, match="recursed too deeply"):
-        ChatTemplate(HOSTILE["recursive macro"], label=LABEL).render([("user", "hi")])
-    assert time.monotonic() - t0 < 10
+def test_macro_recursion_is_bounded_whatever_the_process_recursion_limit():
+    saved = sys.getrecursionlimit()
+    sys.setrecursionlimit(60000)  # `tl run` raises it for deep TL recursion
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ModelError, match="recursed too deeply"):
+            ChatTemplate(HOSTILE["recursive macro"], label=LABEL).render([("user", "hi")])
+        assert time.monotonic() - t0 < 10
+        assert sys.getrecursionlimit() == 60000
+    finally:
+        sys.setrecursionlimit(saved)
