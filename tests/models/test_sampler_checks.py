@@ -8,7 +8,7 @@ import pytest
 
 from tensorlogic import _core as core
 from tensorlogic.builtins.convert import BuiltinArgError
-from tensorlogic.builtins.models import SamplerValue
+from tensorlogic.builtins.sampling import SamplerValue
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -24,13 +24,13 @@ def test_bad_logits_are_an_error_for_greedy_and_sampling(temperature, bad):
     else:
         x[:] = -np.inf
     with pytest.raises(BuiltinArgError, match="logits contain NaN"):
-        SamplerValue(temperature, 0, 1.0, seed=1).sample(core.from_numpy(x))
+        SamplerValue.seeded(temperature, 0, 1.0, 1).sample(core.from_numpy(x))
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_masked_logits_are_still_fine_for_greedy(dtype):
     x = np.full(64, -np.inf, np.float32)
     x[[5, 9, 40]] = [1.0, 7.5, 2.0]
-    assert SamplerValue(0.0, 0, 1.0, seed=None).sample(core.from_numpy(x, dtype=dtype)) == 9
+    assert SamplerValue.seeded(0.0, 0, 1.0, None).sample(core.from_numpy(x, dtype=dtype)) == 9
     y = np.linspace(-60000, 60000, 4096).astype(np.float32)  # sum overflows f16 but not f32
-    assert SamplerValue(0.0, 0, 1.0, seed=None).sample(core.from_numpy(y, dtype=dtype)) == 4095
+    assert SamplerValue.seeded(0.0, 0, 1.0, None).sample(core.from_numpy(y, dtype=dtype)) == 4095
