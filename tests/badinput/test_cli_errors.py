@@ -99,9 +99,19 @@ def test_tl_errors_exit_1_and_point_at_the_line(tmp_path):
 
 
 def test_exit_codes_are_documented():
+    from tensorlogic.apps import console
+    from tensorlogic.cli import build_parser
+
     text = (ROOT / "docs" / "exit-codes.md").read_text()
-    for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |"):
-        assert code in text
+    codes = {v for k, v in vars(console).items() if k.startswith("EXIT_")}
+    assert codes == {0, 1, 2, 3, 4, 130}
+    for code in codes:
+        assert f"| {code} |" in text, code
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, parser in sub.choices.items():
+        nested = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+        for full in ([f"{name} {n}" for n in nested[0].choices] if nested else [name]):
+            assert f"`tl {full}" in text, f"tl {full} is missing from docs/exit-codes.md"
 
 
 # ---------------------------------------------------------------- issue 14.7: one line, not a traceback
