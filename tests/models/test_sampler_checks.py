@@ -11,6 +11,15 @@ from tensorlogic.builtins.convert import BuiltinArgError
 from tensorlogic.builtins.sampling import SamplerValue
 
 
+@pytest.fixture(autouse=True, params=["plain", "poison", "delay", "no_cache"])
+def debug_mode(request):
+    saved = core.get_debug()
+    core.set_debug(poison=request.param == "poison", delay_us=200 if request.param == "delay" else 0,
+                   no_cache=request.param == "no_cache")
+    yield
+    core.set_debug(poison=saved["poison"], delay_us=saved["delay_us"], no_cache=saved["no_cache"])
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 @pytest.mark.parametrize("bad", ["all nan", "one nan", "plus inf", "all -inf"])
 def test_bad_logits_are_an_error_for_greedy_and_sampling(temperature, bad):
