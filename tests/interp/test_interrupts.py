@@ -77,3 +77,14 @@ def test_ctrl_c_while_importing_is_not_a_traceback():
             continue
         assert p.returncode in (130, -signal.SIGINT), (delay, p.returncode, err)
         assert b"Traceback" not in err or b"site" in err or b"<frozen" in err, err
+
+
+def test_ctrl_c_in_model_fetch_exits_130(monkeypatch, capsys):
+    from tensorlogic import cli
+    from tensorlogic.models import fetch
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(fetch, "fetch_model", interrupted)
+    assert cli.main(["model", "fetch"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "tl: interrupted"
