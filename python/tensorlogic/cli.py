@@ -23,7 +23,7 @@ import traceback
 
 from . import __version__
 from .apps.console import (EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_LEAK, EXIT_OK, EXIT_USAGE,
-                           silence_stdout)
+                           seed_arg, silence_stdout)
 from .apps.model_commands import register_commands as register_model_commands
 
 class _ArgParser(argparse.ArgumentParser):
@@ -31,17 +31,6 @@ class _ArgParser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"tl: error: {message}\n")
         sys.exit(EXIT_USAGE)
-
-
-def seed_arg(text: str) -> int:
-    """argparse type of --seed: a whole number 0 .. 2**63 - 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seed must be a whole number, got {text!r}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"--seed must be from 0 to 2**63 - 1, got {value}")
-    return value
 
 
 def _check_file(path: str) -> str | None:

@@ -76,7 +76,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, default_temperature: float = 0.0) -> None:
-    from ..cli import seed_arg
+    from .console import seed_arg
 
     p.add_argument("--temperature", type=float, default=default_temperature,
                    help=f"sampling temperature; 0 is greedy (default {default_temperature:g})")
