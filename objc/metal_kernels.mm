@@ -279,7 +279,7 @@ void MetalKernels::fill(const View& out, double value) {
   p.dst = describe_view(out);
   p.n = out.numel();
   p.value_f = static_cast<float>(value);
-  p.value_i = std::isfinite(value) ? static_cast<int64_t>(value) : 0;
+  p.value_i = saturate_to_int(value, out.dtype);
   p.integer_compute = is_floating(out.dtype) ? 0 : 1;
   if (p.n == 0) return;
   Binding bindings[] = {bind(out, 2, "fill")};

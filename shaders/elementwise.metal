@@ -38,8 +38,9 @@ inline float tl_mod_f(float a, float b) {
   return r;
 }
 
+// x % 0 and x % -1 are 0; x / 0 is 0 and x / -1 wraps (LONG_MIN / -1 is LONG_MIN), as on the CPU.
 inline long tl_mod_i(long a, long b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;
   long r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
@@ -47,6 +48,7 @@ inline long tl_mod_i(long a, long b) {
 
 inline long tl_div_i(long a, long b) {
   if (b == 0) return 0;
+  if (b == -1) return long(0ul - ulong(a));
   long q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;  // floor division
   return q;

@@ -40,11 +40,26 @@ inline float tl_load_f(device const uchar* base, long i, int dtype) {
   }
 }
 
+// Float -> integer truncates toward zero and saturates at the target's range; NaN gives 0 (the
+// same rule as dtype.h's saturate_to_int on the host and the CPU and CUDA kernels).
+inline long tl_float_to_long(float v) {
+  if (isnan(v)) return 0;
+  if (v >= 9.2233715e18f) return 9223372036854775807L;
+  if (v <= -9.2233715e18f) return -9223372036854775807L - 1;
+  return long(v);
+}
+inline int tl_float_to_int(float v) {
+  if (isnan(v)) return 0;
+  if (v >= 2147483648.0f) return 2147483647;
+  if (v <= -2147483648.0f) return -2147483647 - 1;
+  return int(v);
+}
+
 inline long tl_load_i(device const uchar* base, long i, int dtype) {
   switch (dtype) {
-    case TL_F32: return long(((device const float*)base)[i]);
-    case TL_F16: return long(float(((device const half*)base)[i]));
-    case TL_BF16: return long(tl_bf16_to_float(((device const ushort*)base)[i]));
+    case TL_F32: return tl_float_to_long(((device const float*)base)[i]);
+    case TL_F16: return tl_float_to_long(float(((device const half*)base)[i]));
+    case TL_BF16: return tl_float_to_long(tl_bf16_to_float(((device const ushort*)base)[i]));
     case TL_I32: return long(((device const int*)base)[i]);
     case TL_I64: return ((device const long*)base)[i];
     case TL_BOOL: return base[i] != 0 ? 1 : 0;
@@ -57,8 +72,8 @@ inline void tl_store_f(device uchar* base, long i, int dtype, float v) {
     case TL_F32: ((device float*)base)[i] = v; break;
     case TL_F16: ((device half*)base)[i] = half(v); break;
     case TL_BF16: ((device ushort*)base)[i] = tl_float_to_bf16(v); break;
-    case TL_I32: ((device int*)base)[i] = int(v); break;
-    case TL_I64: ((device long*)base)[i] = long(v); break;
+    case TL_I32: ((device int*)base)[i] = tl_float_to_int(v); break;
+    case TL_I64: ((device long*)base)[i] = tl_float_to_long(v); break;
     case TL_BOOL: base[i] = v != 0.0f ? uchar(1) : uchar(0); break;
     default: break;
   }

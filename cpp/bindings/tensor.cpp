@@ -110,6 +110,30 @@ bool is_scalar(py::handle obj) {
          py::isinstance<py::float_>(obj);
 }
 
+// Host data into an integer tensor must fit: NumPy's own conversion would wrap (uint64 max
+// becomes -1) or turn NaN and out-of-range floats into whatever the hardware gives.
+void require_fits_integer(const py::array& arr, char kind, DType target) {
+  if ((target != DType::I32 && target != DType::I64) || arr.size() == 0) return;
+  if (kind != 'u' && kind != 'i' && kind != 'f') return;
+  const bool i32 = target == DType::I32;
+  py::object lo = py::int_(i32 ? INT32_MIN : INT64_MIN), hi = py::int_(i32 ? INT32_MAX : INT64_MAX);
+  if (kind == 'f') {
+    if (!numpy().attr("isfinite")(arr).attr("all")().cast<bool>())
+      throw DTypeError(std::string("from_numpy: NaN or infinity cannot become ") + dtype_name(target));
+    lo = py::float_(i32 ? -2147483649.0 : -9223372036854775808.0);
+    hi = py::float_(i32 ? 2147483648.0 : 9223372036854775808.0);
+    py::object mn = arr.attr("min")(), mx = arr.attr("max")();
+    if (mn.attr("__le__")(lo).cast<bool>() || mx.attr("__ge__")(hi).cast<bool>())
+      throw DTypeError("from_numpy: value " + py::str(mn.attr("__le__")(lo).cast<bool>() ? mn : mx).cast<std::string>() +
+                       " is out of the range of " + dtype_name(target));
+    return;
+  }
+  py::object mn = py::int_(arr.attr("min")()), mx = py::int_(arr.attr("max")());
+  if (mn.attr("__lt__")(lo).cast<bool>() || mx.attr("__gt__")(hi).cast<bool>())
+    throw DTypeError("from_numpy: value " + py::str(mn.attr("__lt__")(lo).cast<bool>() ? mn : mx).cast<std::string>() +
+                     " is out of the range of " + dtype_name(target));
+}
+
 Tensor from_numpy(py::handle obj, std::optional<DType> dtype) {
   py::array arr = numpy().attr("asarray")(obj);
   char kind = arr.dtype().kind();
@@ -128,6 +152,7 @@ Tensor from_numpy(py::handle obj, std::optional<DType> dtype) {
   }
   if (is_quantized(target))
     throw DTypeError("from_numpy: use from_quantized for quantized weights");
+  require_fits_integer(arr, kind, target);
   Shape shape(arr.shape(), arr.shape() + arr.ndim());
   py::array c = numpy().attr("ascontiguousarray")(arr, numpy_host_dtype(target));
   if (target == DType::BF16) {

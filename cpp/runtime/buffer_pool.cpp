@@ -1,6 +1,8 @@
 // BufferPool: see buffer_pool.h for the invariants this file keeps.
 #include "buffer_pool.h"
 
+#include <unordered_set>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,10 +33,18 @@ std::string mib(int64_t bytes) {
 BufferPool::BufferPool(Backend& backend, DebugConfig& debug) : backend_(backend), debug_(debug) {
   bool is_cpu = backend.memory_is_host_ram();
   size_t phys = physical_memory_bytes();
+<<<<<<< HEAD
   int64_t max_mb = env_max_alloc_mb();
   max_allocation_ = max_mb > 0 ? static_cast<size_t>(max_mb) << 20
                                : (is_cpu ? phys : (size_t(1) << 40));
   int64_t limit_mb = env_cache_limit_mb();
+=======
+  // Both limits in MiB, up to 2^40 MiB (1 EiB) so that the shift to bytes cannot overflow.
+  int64_t max_mb = env_int("TL_MAX_ALLOC_MB", 0, 0, int64_t(1) << 40);
+  max_allocation_ = max_mb > 0 ? static_cast<size_t>(max_mb) << 20
+                               : (is_cpu ? phys : (size_t(1) << 40));
+  int64_t limit_mb = env_int("TL_CACHE_LIMIT_MB", -1, 0, int64_t(1) << 40);
+>>>>>>> faults
   size_t default_limit = std::min<size_t>(phys / 4, size_t(4) << 30);
   st_.cache_limit_bytes = limit_mb >= 0 ? (limit_mb << 20) : static_cast<int64_t>(default_limit);
 }
@@ -190,14 +200,22 @@ void BufferPool::teardown() {
   for (auto& kv : reservations_) {
     Reservation& r = kv.second;
     // Blocks still handed out stay valid: they are freed when released (reservation_ cleared
-    // below would dangle), so keep taken reservations alive and free only idle blocks.
+    // below would dangle), so keep taken reservations alive and free only idle blocks. Linear in
+    // the reservation's size: a million-block reservation tears down in well under a second.
     for (void* p : r.free) {
       backend_.deallocate(p, r.bytes_each);
       trace("free", r.bytes_each, p);
       st_.device_bytes -= static_cast<int64_t>(r.bytes_each);
       st_.reserved_bytes -= static_cast<int64_t>(r.bytes_each);
       st_.frees++;
-      r.blocks.erase(std::find(r.blocks.begin(), r.blocks.end(), p));
+    }
+    if (r.free.size() == r.blocks.size()) {
+      r.blocks.clear();
+    } else {
+      std::unordered_set<void*> freed(r.free.begin(), r.free.end());
+      r.blocks.erase(std::remove_if(r.blocks.begin(), r.blocks.end(),
+                                    [&](void* p) { return freed.count(p) != 0; }),
+                     r.blocks.end());
     }
     r.free.clear();
   }
@@ -222,18 +240,40 @@ void BufferPool::reserve(const std::vector<int64_t>& shape, DType dtype, int64_t
   }
   collect();
   std::lock_guard<std::mutex> lock(mu_);
+  // All or nothing: a reservation that runs out of memory part way gives back what it took and
+  // leaves no (empty) entry behind.
+  std::vector<void*> taken;
+  taken.reserve(static_cast<size_t>(std::min<int64_t>(count, int64_t(1) << 20)));
+  try {
+    for (int64_t i = 0; i < count; ++i) {
+      void* p = device_allocate_locked(bytes, shape, dtype);
+      try {
+        taken.push_back(p);
+      } catch (...) {
+        backend_.deallocate(p, bytes);
+        st_.device_bytes -= static_cast<int64_t>(bytes);
+        st_.frees++;
+        throw;
+      }
+    }
+  } catch (...) {
+    for (void* p : taken) {
+      backend_.deallocate(p, bytes);
+      trace("free", bytes, p);
+      st_.device_bytes -= static_cast<int64_t>(bytes);
+      st_.frees++;
+    }
+    throw;
+  }
   auto key = std::make_pair(shape, static_cast<int>(dtype));
   Reservation& r = reservations_[key];
   r.shape = shape;
   r.dtype = dtype;
   r.learnable = r.learnable || learnable;
   r.bytes_each = bytes;
-  for (int64_t i = 0; i < count; ++i) {
-    void* p = device_allocate_locked(bytes, shape, dtype);
-    r.blocks.push_back(p);
-    r.free.push_back(p);
-    st_.reserved_bytes += static_cast<int64_t>(bytes);
-  }
+  r.blocks.insert(r.blocks.end(), taken.begin(), taken.end());
+  r.free.insert(r.free.end(), taken.begin(), taken.end());
+  st_.reserved_bytes += static_cast<int64_t>(bytes) * static_cast<int64_t>(taken.size());
 }
 
 std::vector<Reservation> BufferPool::reservations() const {

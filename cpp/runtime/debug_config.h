@@ -9,9 +9,12 @@
 //   TL_CPU_NO_SIMD                                           CPU kernels: portable paths only
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+
+#include "errors.h"
 
 namespace tl {
 
@@ -25,14 +28,30 @@ struct DebugConfig {
   void load_env();  // overwrite every field from the environment
 };
 
+<<<<<<< HEAD
 namespace env_detail {
 
 inline int64_t env_int(const char* name, int64_t fallback) {
+=======
+// An integer environment variable in [lo, hi], `fallback` when unset or empty. Anything else (not
+// a whole decimal number, out of range, overflowing) throws TLError with one line naming it, so
+// that a typo never turns into a silently wrapped limit.
+inline int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+>>>>>>> faults
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
+  std::string s(v);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.pop_back();
+  size_t start = s.find_first_not_of(" \t");
+  if (start == std::string::npos) return fallback;
+  s = s.substr(start);
+  errno = 0;
   char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  if (end == v) return fallback;
+  long long x = std::strtoll(s.c_str(), &end, 10);
+  bool whole = end != s.c_str() && *end == '\0';
+  if (!whole || errno == ERANGE || x < lo || x > hi)
+    throw TLError(std::string(name) + "=" + v + ": must be a whole number from " +
+                  std::to_string(lo) + " to " + std::to_string(hi));
   return x;
 }
 
@@ -69,12 +88,10 @@ inline void DebugConfig::load_env() {
   using env_detail::env_int;
   DebugConfig& c = *this;
   c.poison = env_flag("TL_DEBUG_POISON");
-  int64_t d = env_int("TL_DEBUG_DELAY_US", 0);
-  c.delay_us = static_cast<uint32_t>(d < 0 ? 0 : (d > 1000000 ? 1000000 : d));
+  c.delay_us = static_cast<uint32_t>(env_int("TL_DEBUG_DELAY_US", 0, 0, 1000000));
   c.no_cache = env_flag("TL_NO_CACHE");
   c.trace = env_flag("TL_DEBUG_MEMORY");
-  int64_t n = env_int("TL_OPS_PER_COMMAND_BUFFER", 64);
-  c.ops_per_command_buffer = static_cast<int>(n < 1 ? 1 : (n > 1000000 ? 1000000 : n));
+  c.ops_per_command_buffer = static_cast<int>(env_int("TL_OPS_PER_COMMAND_BUFFER", 64, 1, 1000000));
 }
 
 }  // namespace tl

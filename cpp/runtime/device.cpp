@@ -1,6 +1,7 @@
 // Device and the process-wide current device: see device.h.
 #include "device.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -94,7 +95,11 @@ std::shared_ptr<Device>* g_device = new std::shared_ptr<Device>();
 std::shared_ptr<Device> current_device() {
   std::lock_guard<std::mutex> lock(g_device_mu);
   if (!*g_device) {
+<<<<<<< HEAD
     *g_device = Device::create(env_backend_name(), env_threads());
+=======
+    *g_device = Device::create(default_backend_name(), static_cast<int>(env_int("TL_THREADS", 0, 0, 4096)));
+>>>>>>> faults
   }
   return *g_device;
 }
@@ -105,7 +110,18 @@ bool has_current_device() {
 }
 
 void init_device(const std::string& backend, int threads) {
+<<<<<<< HEAD
   std::string name = backend.empty() ? env_backend_name() : backend;
+=======
+  std::string name = backend.empty() ? default_backend_name() : backend;
+  // A name that cannot work is the error to report, whatever else is alive.
+  if (name != "cpu" && name != "cuda" && name != "metal")
+    throw BackendUnavailable("unknown backend '" + name + "' (expected cpu, cuda or metal)");
+  std::vector<std::string> built = available_backends();
+  if (std::find(built.begin(), built.end(), name) == built.end())
+    throw BackendUnavailable(name + ": this build of TensorLogic has no " +
+                             (name == "cuda" ? std::string("CUDA") : std::string("Metal")) + " backend");
+>>>>>>> faults
   std::shared_ptr<Device> old;
   {
     std::lock_guard<std::mutex> lock(g_device_mu);
@@ -123,6 +139,7 @@ void init_device(const std::string& backend, int threads) {
                                name + "'");
     }
   }
+  if (threads <= 0) threads = static_cast<int>(env_int("TL_THREADS", 0, 0, 4096));
   std::shared_ptr<Device> fresh = Device::create(name, threads);
   std::lock_guard<std::mutex> lock(g_device_mu);
   if (*g_device) (*g_device)->mark_shut_down();

@@ -86,4 +86,17 @@ inline bool dtype_from_name(const std::string& s, DType* out) {
   return false;
 }
 
+// Casts into integer dtypes, the same on every backend: a float (or a double scalar) truncates
+// toward zero and saturates at the target's range, NaN gives 0; bool is "!= 0". Integer to a
+// narrower integer wraps (two's complement, as NumPy's astype).
+inline int64_t saturate_to_int(double v, DType t) {
+  if (t == DType::Bool) return v != 0.0 ? 1 : 0;
+  if (v != v) return 0;
+  const double lo = t == DType::I32 ? -2147483648.0 : -9223372036854775808.0;
+  const double hi = t == DType::I32 ? 2147483647.0 : 9223372036854775807.0;
+  if (v <= lo) return t == DType::I32 ? INT32_MIN : INT64_MIN;
+  if (v >= hi) return t == DType::I32 ? INT32_MAX : INT64_MAX;
+  return static_cast<int64_t>(v);
+}
+
 }  // namespace tl

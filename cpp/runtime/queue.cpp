@@ -10,12 +10,21 @@
 namespace tl {
 
 Queue::Queue(Backend& backend, DebugConfig& debug) : backend_(backend), debug_(debug) {
+<<<<<<< HEAD
   int64_t n = env_max_command_buffers_in_flight();
   max_in_flight_ = static_cast<int>(std::max<int64_t>(1, n));
   // On the CPU device memory is host memory (RSS), and kernels are slow next to encoding; a GPU
   // keeps the old 1 GiB bound so that its queue stays full.
   bool is_cpu = backend.memory_is_host_ram();
   int64_t mb = env_max_mb_in_flight(is_cpu ? 16 : 1024);
+=======
+  int64_t n = env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8, 1, 1000000);
+  max_in_flight_ = static_cast<int>(std::max<int64_t>(1, n));
+  // On the CPU device memory is host memory (RSS), and kernels are slow next to encoding; a GPU
+  // keeps the old 1 GiB bound so that its queue stays full.
+  bool is_cpu = std::strcmp(backend.name(), "cpu") == 0;
+  int64_t mb = env_int("TL_MAX_MB_IN_FLIGHT", is_cpu ? 16 : 1024, 1, int64_t(1) << 40);
+>>>>>>> faults
   max_in_flight_bytes_ = std::max<int64_t>(1, mb) << 20;
   open_bytes_limit_ = std::max<int64_t>(max_in_flight_bytes_ / 4, 1);
 }
@@ -47,15 +56,75 @@ void Queue::encode(Command cmd, std::initializer_list<Buffer*> reads,
   encode(std::move(cmd), std::vector<Buffer*>(reads), std::vector<Buffer*>(writes));
 }
 
+namespace {
+// Adds `src` to `into`, one entry per command buffer (the latest command of it counts: a later
+// command is skipped whenever an earlier one is).
+void merge_source(std::vector<DataSource>& into, const DataSource& src) {
+  for (DataSource& d : into) {
+    if (d.outcome == src.outcome) {
+      d.command = std::max(d.command, src.command);
+      return;
+    }
+  }
+  into.push_back(src);
+}
+
+std::string not_computed(const std::string& error) {
+  return error + " (an earlier op failed, so this value was never computed)";
+}
+}  // namespace
+
+void Queue::settle_locked(Buffer& b) {
+  if (b.failure || b.sources.empty()) return;
+  size_t keep = 0;
+  for (size_t i = 0; i < b.sources.size(); ++i) {
+    const DataSource& src = b.sources[i];
+    int state = src.outcome->state.load(std::memory_order_acquire);
+    if (state == CommandBufferOutcome::kSucceeded) continue;
+    if (state == CommandBufferOutcome::kFailed && src.command >= src.outcome->failed_at) {
+      b.failure = std::make_shared<const std::string>(src.outcome->error);
+      b.sources.clear();
+      return;
+    }
+    if (state == CommandBufferOutcome::kFailed) continue;  // ran before the failing command
+    b.sources[keep++] = src;
+  }
+  b.sources.resize(keep);
+}
+
 void Queue::encode(Command cmd, const std::vector<Buffer*>& reads,
                    const std::vector<Buffer*>& writes) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!open_outcome_) open_outcome_ = std::make_shared<CommandBufferOutcome>();
+  std::vector<DataSource>& sources = encode_sources_;
+  sources.clear();
+  for (Buffer* b : reads) {
+    if (!b) continue;
+    settle_locked(*b);
+    if (b->failure) throw KernelFailure(not_computed(*b->failure));
+    for (const DataSource& src : b->sources) merge_source(sources, src);
+  }
+  for (Buffer* b : writes) {
+    if (!b) continue;
+    settle_locked(*b);  // an in-place write keeps what the rest of the buffer depends on
+    for (const DataSource& src : b->sources) merge_source(sources, src);
+  }
+  CommandBufferOutcome* outcome = open_outcome_.get();
   uint32_t delay = debug_.delay_us.load();
   if (delay > 0) {
     uint32_t us = random_delay(delay);
-    open_cmds_.push_back([us](Kernels& k) { k.delay(us); });
+    uint32_t index = static_cast<uint32_t>(open_cmds_.size());
+    open_cmds_.push_back([us, outcome, index](Kernels& k) {
+      k.delay(us);
+      outcome->commands_run.store(index + 1, std::memory_order_relaxed);
+    });
   }
-  open_cmds_.push_back(std::move(cmd));
+  uint32_t index = static_cast<uint32_t>(open_cmds_.size());
+  open_cmds_.push_back([cmd = std::move(cmd), outcome, index](Kernels& k) {
+    cmd(k);
+    outcome->commands_run.store(index + 1, std::memory_order_relaxed);
+  });
+  merge_source(sources, DataSource{open_outcome_, index});
   for (Buffer* b : reads) {
     if (!b) continue;
     b->last_reader_seq.store(open_seq_);
@@ -69,6 +138,8 @@ void Queue::encode(Command cmd, const std::vector<Buffer*>& reads,
     if (b->last_writer_seq.load() == 0 && b->last_reader_seq.load() == 0)
       open_new_bytes_ += static_cast<int64_t>(b->bytes());
     b->last_writer_seq.store(open_seq_);
+    b->sources = sources;
+    if (b->failure) b->sources.clear();
     open_retained_.push_back(b->shared_from_this());
   }
   if (++open_ops_ >= debug_.ops_per_command_buffer.load() || open_new_bytes_ >= open_bytes_limit_)
@@ -91,6 +162,9 @@ void Queue::commit_locked() {
   cmds.swap(open_cmds_);
   std::vector<std::shared_ptr<Buffer>> retained;
   retained.swap(open_retained_);
+  std::shared_ptr<CommandBufferOutcome> outcome = std::move(open_outcome_);
+  if (!outcome) outcome = std::make_shared<CommandBufferOutcome>();
+  const uint32_t n_commands = static_cast<uint32_t>(cmds.size());
   open_new_bytes_ = 0;
   open_ops_ = 0;
   {
@@ -104,12 +178,25 @@ void Queue::commit_locked() {
     in_flight_bytes_ += bytes;
     committed_++;
   }
-  CompletionFn on_complete = [this, seq, bytes,
+  CompletionFn on_complete = [this, seq, bytes, n_commands, outcome,
                               retained = std::move(retained)](const std::string& error) mutable {
     try {
       retained.clear();  // R1: the buffers may now return to the pool
     } catch (...) {
     }
+    try {
+      if (error.empty()) {
+        outcome->state.store(CommandBufferOutcome::kSucceeded, std::memory_order_release);
+      } else {
+        uint32_t ran = outcome->commands_run.load(std::memory_order_relaxed);
+        outcome->failed_at = ran < n_commands ? ran : 0;
+        outcome->error = error;
+        outcome->state.store(CommandBufferOutcome::kFailed, std::memory_order_release);
+      }
+    } catch (...) {
+      outcome->state.store(CommandBufferOutcome::kFailed, std::memory_order_release);
+    }
+    outcome.reset();
     complete(seq, bytes, error);
   };
   try {
@@ -142,6 +229,18 @@ void Queue::wait_seq(uint64_t seq) {
     done_cv_.wait(d, [&] { return completed_seq_ >= seq; });
   }
   raise_pending_error();
+}
+
+void Queue::wait_for_writer(const Buffer& b) {
+  wait_seq(b.last_writer_seq.load());
+  std::shared_ptr<const std::string> failure;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Buffer& mutable_b = const_cast<Buffer&>(b);
+    settle_locked(mutable_b);
+    failure = mutable_b.failure;
+  }
+  if (failure) throw KernelFailure(not_computed(*failure));
 }
 
 void Queue::wait_for_access(const Buffer& b) {

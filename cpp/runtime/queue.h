@@ -8,6 +8,7 @@
 //    completion callback, after which completed_seq covers it.
 //  - The first error a command buffer reports is kept and raised (KernelFailure) at the next wait.
 //  - Completion callbacks never throw, never block and never take the GIL.
+<<<<<<< HEAD
 //  - Lifetime: a completion callback drops its retained buffers *before* it calls complete(), and
 //    every Buffer owns a reference to its Device, which owns this Queue. So a callback must never
 //    hold the last reference to the Device, or complete() would run on a destroyed Queue. Three
@@ -17,6 +18,12 @@
 //    callback is pending then; (3) afterwards ops refuse its tensors (op_device), so nothing is
 //    committed on it again, except to_host's copy of a strided view, which waits for its own
 //    command buffer while the caller still holds the tensor.
+=======
+//  - R2 for writers that never ran: every buffer a command writes records the commands its
+//    contents depend on (its own and, transitively, its inputs'). Once one of them is known to
+//    have failed or been skipped, encoding a command that reads the buffer and reading it from
+//    the host raise KernelFailure naming the op that failed, instead of handing out garbage.
+>>>>>>> faults
 #include <condition_variable>
 #include <cstdint>
 #include <initializer_list>
@@ -52,7 +59,8 @@ class Queue {
   void commit();
   // Commits if `seq` is still open, waits until it completed, then raises any recorded error.
   void wait_seq(uint64_t seq);
-  void wait_for_writer(const Buffer& b) { wait_seq(b.last_writer_seq.load()); }
+  // Waits for b's writer, then raises if b's contents depend on a command that failed.
+  void wait_for_writer(const Buffer& b);
   void wait_for_access(const Buffer& b);  // last writer and last reader (host writes)
   void synchronize();                     // commit and wait for everything, then raise errors
   void drain();  // commit and wait for everything; a recorded error stays for the next wait
@@ -63,6 +71,8 @@ class Queue {
 
  private:
   void commit_locked();
+  // Drops b's sources known to have succeeded; records b's failure once one is known (mu_ held).
+  static void settle_locked(Buffer& b);
   void complete(uint64_t seq, int64_t bytes, const std::string& error);
 
   Backend& backend_;
@@ -74,6 +84,8 @@ class Queue {
   int64_t open_new_bytes_ = 0;  // bytes of buffers first written by the open command buffer
   int open_ops_ = 0;
   uint64_t open_seq_ = 1;  // sequence number the open command buffer will get
+  std::shared_ptr<CommandBufferOutcome> open_outcome_;
+  std::vector<DataSource> encode_sources_;  // scratch for encode(), reused
 
   std::mutex done_mu_;  // completion state, shared with completion callbacks
   std::condition_variable done_cv_;

@@ -1,6 +1,8 @@
 // R3: the first error a command buffer reports is raised (KernelFailure) at the next wait and
 // only once; the rest of that command buffer is skipped; later work runs normally. Work in
 // flight is bounded: with a limit of 2 command buffers, committing more waits.
+// R2 for writers that never ran: outputs of skipped commands, and everything computed from a
+// failed op's output, raise the failure on every read and when an op consumes them.
 #include <atomic>
 
 #include "test_util.h"
@@ -39,6 +41,42 @@ int main() {
     gather_raised = true;
   }
   CHECK(gather_raised);
+
+  // Skipped and dependent outputs carry the failure; earlier and independent ones do not.
+  {
+    dev->synchronize();
+    Tensor before = tl_test::host_tensor({3}, 5.0f);
+    Tensor before2 = binary(BinaryOp::Mul, before, before);
+    Tensor bad = embedding(table, idt);
+    Tensor skipped = binary(BinaryOp::Add, before, before);  // same command buffer, after the failure
+    Tensor dependent = binary(BinaryOp::Mul, bad, bad);
+    dev->queue().commit();
+    int raised_reads = 0;
+    try {  // encoded in a later command buffer: fails at encode (failure known) or at the read
+      Tensor later_dependent = binary(BinaryOp::Add, dependent, dependent);
+      (void)tl_test::read(later_dependent);
+    } catch (const KernelFailure& e) {
+      if (std::string(e.what()).find("embedding") != std::string::npos) raised_reads++;
+    }
+    for (const Tensor* t : {&bad, &skipped, &dependent, &skipped}) {
+      try {
+        (void)tl_test::read(*t);
+      } catch (const KernelFailure& e) {
+        if (std::string(e.what()).find("embedding") != std::string::npos) raised_reads++;
+      }
+    }
+    CHECK_EQ(raised_reads, 5);
+    CHECK(tl_test::read(before2)[0] == 25.0f);
+    bool consume_raised = false;
+    try {
+      (void)binary(BinaryOp::Add, skipped, before);
+    } catch (const KernelFailure&) {
+      consume_raised = true;
+    }
+    CHECK(consume_raised);
+    Tensor fresh = binary(BinaryOp::Add, before, before);
+    CHECK(tl_test::read(fresh)[1] == 10.0f);
+  }
 
   // Bounded in-flight work.
   dev->queue().set_max_in_flight(2, int64_t(1) << 40);

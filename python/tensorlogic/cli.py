@@ -10,7 +10,8 @@
 
 Exit status: 0 success; 1 a TL error (syntax, runtime, import) or a failed test; 2 a usage error
 (bad options, missing/unreadable file); 3 `--memory-check` found device bytes still live after
-teardown; 4 an internal error (a bug in TensorLogic, not in the program). Invariant: a TL user never
+teardown; 4 an internal error (a bug in TensorLogic, not in the program); 130 interrupted
+(Ctrl-C). docs/exit-codes.md lists them per command. Invariant: a TL user never
 sees a Python traceback unless they pass --debug.
 """
 from __future__ import annotations
@@ -21,10 +22,9 @@ import sys
 import traceback
 
 from . import __version__
-from .apps.console import EXIT_ERROR, EXIT_INTERNAL, EXIT_LEAK, EXIT_OK, EXIT_USAGE, silence_stdout
+from .apps.console import (EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_LEAK, EXIT_OK, EXIT_USAGE,
+                           seed_arg, silence_stdout)
 from .apps.model_commands import register_commands as register_model_commands
-
-
 
 class _ArgParser(argparse.ArgumentParser):
     def error(self, message):  # usage errors: one line and exit status 2
@@ -139,7 +139,7 @@ def cmd_run(args) -> int:
             status = _print_error(e, args.debug)
         except KeyboardInterrupt:
             sys.stderr.write("tl: interrupted\n")
-            status = EXIT_ERROR
+            status = EXIT_INTERRUPTED
         except BrokenPipeError:
             raise  # stdout's reader went away (`tl run ... | head`): main() ends quietly
         except Exception as e:  # noqa: BLE001 - an interpreter bug: one message, never a raw traceback
@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--backend", choices=["cpu", "cuda", "metal"], help="device backend (overrides TL_BACKEND)")
         p.add_argument("--memory-check", action="store_true",
                        help="after teardown print the memory ledger; exit 3 if device bytes are still live")
-        p.add_argument("--seed", type=int, default=None, help="seed the random generator (rand, sampling)")
+        p.add_argument("--seed", type=seed_arg, default=None, help="seed the random generator (rand, sampling)")
         p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
         p.add_argument("file", help="the .tl program")
 
@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     repl = sub.add_parser("repl", help="interactive prompt")
     repl.add_argument("--backend", choices=["cpu", "cuda", "metal"])
-    repl.add_argument("--seed", type=int, default=None)
+    repl.add_argument("--seed", type=seed_arg, default=None)
     repl.set_defaults(func=cmd_repl)
 
     helpp = sub.add_parser("help", help="builtin reference: `tl help builtins` or `tl help NAME`")
@@ -291,16 +291,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
+    if sys.stdin is None:  # `tl ... <&-`: a closed stdin reads as empty input
+        sys.stdin = open(os.devnull)
+    if sys.stdout is None:  # `tl ... >&-`: nowhere to write results
+        if sys.stderr is not None:
+            sys.stderr.write("tl: error: standard output is closed\n")
         return EXIT_USAGE
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "func", None) is None:
+            parser.print_help()
+            return EXIT_USAGE
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        sys.stderr.write("tl: interrupted\n")
-        return EXIT_ERROR
+        sys.stderr.write("\ntl: interrupted\n")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         silence_stdout()
         return EXIT_OK

@@ -41,7 +41,13 @@ def run_repl(seed: int | None = None, stdin: TextIO | None = None, out: TextIO |
                 if interactive:
                     out.write(prompt)
                     out.flush()
-                line = stdin.readline()
+                try:
+                    line = stdin.readline()
+                except KeyboardInterrupt:  # Ctrl-C at the prompt drops the pending input
+                    out.write("\n")
+                    buffer = ""
+                    prompt = "tl> "
+                    continue
                 if not line:
                     if buffer.strip():
                         _run_input(interp, parse, buffer, count, out, format_value, final=True)
@@ -109,6 +115,8 @@ def _run_input(interp, parse, source: str, count: int, out, format_value, final:
         e.__traceback__ = None
         e.__context__ = None
         out.write(e.format() + "\n")
+    except KeyboardInterrupt:  # Ctrl-C cancels this statement; the session and its variables stay
+        out.write("interrupted\n")
     except Exception as e:  # noqa: BLE001 - a bug must not end the session
         out.write(f"internal error: {type(e).__name__}: {e}\n")
     return True

@@ -61,7 +61,7 @@ def test_not_utf8_file(tmp_path):
     (("--bogus",), "unrecognized arguments: --bogus"),
     (("run",), "the following arguments are required: file"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
-    (("run", "--seed", "abc", "x.tl"), "invalid int value: 'abc'"),
+    (("run", "--seed", "abc", "x.tl"), "--seed must be a whole number, got 'abc'"),
     (("generate", "--max-tokens", "many"), "expected an integer, got 'many'"),
 ])
 def test_usage_errors(args, needle):
@@ -99,6 +99,80 @@ def test_tl_errors_exit_1_and_point_at_the_line(tmp_path):
 
 
 def test_exit_codes_are_documented():
+    from tensorlogic.apps import console
+    from tensorlogic.cli import build_parser
+
     text = (ROOT / "docs" / "exit-codes.md").read_text()
-    for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |"):
-        assert code in text
+    codes = {v for k, v in vars(console).items() if k.startswith("EXIT_")}
+    assert codes == {0, 1, 2, 3, 4, 130}
+    for code in codes:
+        assert f"| {code} |" in text, code
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, parser in sub.choices.items():
+        nested = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+        for full in ([f"{name} {n}" for n in nested[0].choices] if nested else [name]):
+            assert f"`tl {full}" in text, f"tl {full} is missing from docs/exit-codes.md"
+
+
+# ---------------------------------------------------------------- issue 14.7: one line, not a traceback
+
+
+def _tl_fds(args, close_stdin=False, close_stdout=False):
+    """Runs tl with stdin and/or stdout closed (the shell's `<&-` / `>&-`)."""
+    import tensorlogic
+
+    env = dict(os.environ, PYTHONPATH=str(Path(tensorlogic.__file__).resolve().parent.parent))
+    redirect = (" <&-" if close_stdin else "") + (" >&-" if close_stdout else "")
+    cmd = " ".join(f"'{a}'" for a in [sys.executable, "-m", "tensorlogic", *args]) + redirect
+    return subprocess.run(["bash", "-c", cmd], capture_output=not close_stdout, text=True, env=env,
+                          timeout=120, stderr=subprocess.PIPE if close_stdout else None)
+
+
+def test_closed_stdout_is_one_line(tmp_path):
+    f = tmp_path / "p.tl"
+    f.write_text('print("hi")\n')
+    r = _tl_fds(["run", str(f)], close_stdout=True)
+    assert r.returncode == 2 and one_line(r) == "tl: error: standard output is closed", r.stderr
+
+
+def test_closed_stdin_reads_as_empty_input(tmp_path):
+    from tensorlogic.models.testing import write_tiny_llama
+
+    f = tmp_path / "p.tl"
+    f.write_text('let s = input("name? ")\nprint("got [" + s + "]")\n')
+    r = _tl_fds(["run", str(f)], close_stdin=True)
+    assert r.returncode == 0 and "got []" in r.stdout and "Traceback" not in r.stderr, r.stderr
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    r = _tl_fds(["chat", "--model", str(model)], close_stdin=True)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [["run", "--seed", "-5", "X"], ["repl", "--seed", "-1"],
+                                  ["generate", "--seed", "-5", "--prompt", "x"],
+                                  ["run", "--seed", "abc", "X"], ["run", "--seed", str(2**64), "X"]])
+def test_bad_seed_is_a_usage_error(args, tmp_path):
+    f = tmp_path / "p.tl"
+    f.write_text('print("hi")\n')
+    r = tl(*[str(f) if a == "X" else a for a in args])
+    assert r.returncode == 2 and "--seed must be" in one_line(r), r.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_twelve_thousand_term_expression_is_one_line(tmp_path, command):
+    f = tmp_path / "deep.tl"
+    f.write_text("main { print(" + "+".join(["1"] * 12000) + ") }\n")
+    r = tl(command, str(f))
+    assert r.returncode == 1 and "nested too deeply" in r.stderr and "internal error" not in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_deeply_nested_list_literal_is_linear_and_one_line(tmp_path):
+    # 4,000 levels took minutes (every level converted its whole sub-literal) and then reported a
+    # "ragged" literal; now it is a quick, accurate error.
+    f = tmp_path / "nest.tl"
+    f.write_text("main { let x = " + "[" * 4000 + "1" + "]" * 4000 + "\nprint(x) }\n")
+    r = tl("run", str(f))
+    assert r.returncode == 1 and "nested 4000 levels deep" in r.stderr, r.stderr
+    f.write_text("main { let x = " + "[" * 8 + "1" + "]" * 8 + "\nprint(shape(x)) }\n")
+    r = tl("run", str(f))
+    assert r.returncode == 0 and r.stdout.strip() == "[1, 1, 1, 1, 1, 1, 1, 1]", r.stderr

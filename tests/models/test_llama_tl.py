@@ -194,6 +194,12 @@ def test_mixed_storage_types_are_not_fused(tmp_path):
     type_pos = i + 4 + 8 * n_dims
     assert struct.unpack_from("<I", raw, type_pos)[0] == 8
     struct.pack_into("<I", raw, type_pos, 2)
+    # Its bytes become valid Q4_0 blocks (zero scales): the Q8_0 bytes read as Q4_0 can hold NaN
+    # scales, and greedy decoding refuses NaN logits.
+    info = g.tensors["blk.1.attn_v.weight"]
+    rows, cols = info.matrix_shape[0], info.shape[-1]
+    q4_bytes = rows * (cols // 32) * 18
+    raw[info.offset:info.offset + q4_bytes] = bytes(q4_bytes)
     (tmp_path / "mixed.gguf").write_bytes(bytes(raw))
     assert g.tensors["blk.1.attn_v.weight"].type_name == "Q8_0"
     with LlmSession(tmp_path / "mixed.gguf", context=32) as session:

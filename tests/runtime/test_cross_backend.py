@@ -142,6 +142,28 @@ def test_binary_ops_with_broadcasting_views_and_dtypes():
     compare_all(cases)
 
 
+def test_integer_division_edges_match_the_cpu():
+    """x / 0 and x % 0 are 0, INT_MIN / -1 wraps to INT_MIN and INT_MIN % -1 is 0 on every backend."""
+    cases = []
+    for dt, lo in (("i64", -2**63), ("i32", -2**31)):
+        a = np.array([lo, lo, 7, -7, lo + 1, 0], dtype=np.int64 if dt == "i64" else np.int32)
+        b = np.array([-1, 0, -1, 0, -1, -1], dtype=a.dtype)
+        for name in ("div", "mod"):
+            cases.append((f"{name} {dt} edges", lambda name=name, a=a, b=b: getattr(_core, name)(T(a), T(b))))
+            cases.append((f"{name} {dt} scalar -1", lambda name=name, a=a: getattr(_core, name)(T(a), -1)))
+    compare_all(cases)
+
+
+def test_float_to_int_casts_saturate_like_the_cpu():
+    f = np.array([1e30, -1e30, np.inf, -np.inf, np.nan, 3.9, -3.9, 2.5e9], np.float32)
+    cases = []
+    for dt in ("i32", "i64"):
+        cases.append((f"astype f32->{dt}", lambda dt=dt: _core.astype(T(f), dt)))
+        for v in (1e30, 1e300, -1e300, float("nan")):
+            cases.append((f"full {v} {dt}", lambda dt=dt, v=v: _core.full([3], v, dt)))
+    compare_all(cases)
+
+
 def test_unary_ops_on_strided_views():
     cases = []
     for name in UNARY:

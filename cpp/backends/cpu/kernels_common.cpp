@@ -148,7 +148,7 @@ void store_f32(DType t, void* dst, int64_t stride, int64_t n, const float* src) 
     }
     case DType::I32: {
       int32_t* d = static_cast<int32_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i * stride] = static_cast<int32_t>(float_to_i64(src[i]));
+      for (int64_t i = 0; i < n; ++i) d[i * stride] = static_cast<int32_t>(saturate_to_int(src[i], DType::I32));
       return;
     }
     case DType::I64: {

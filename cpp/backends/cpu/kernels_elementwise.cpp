@@ -35,14 +35,18 @@ inline float py_fmod(float a, float b) {
   return r;
 }
 
+// Integer division and modulo: floor semantics; x / 0 and x % 0 are 0; x / -1 wraps (INT64_MIN / -1
+// is INT64_MIN, as two's complement negation gives) and x % -1 is 0, on every backend -- the
+// hardware divide would trap (SIGFPE) on INT64_MIN / -1.
 inline int64_t floor_div(int64_t a, int64_t b) {
   if (b == 0) return 0;
+  if (b == -1) return static_cast<int64_t>(0ULL - static_cast<uint64_t>(a));
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 inline int64_t py_mod(int64_t a, int64_t b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;
   int64_t r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
@@ -164,7 +168,7 @@ void binary_impl(ThreadPool& pool, BinaryOp op, const View& a, const View* b, do
       }
     } else {
       int64_t ta[kChunk], tb[kChunk], to[kChunk];
-      int64_t is = static_cast<int64_t>(scalar);
+      int64_t is = saturate_to_int(scalar, DType::I64);
       for (int64_t r = r0; r < r1; ++r) {
         ln.row_offsets(r, offs);
         for (int64_t c = 0; c < inner; c += kChunk) {
@@ -343,7 +347,7 @@ void CpuKernels::fill(const View& out, double value) {
     alignas(32) float tf[kChunk];
     int64_t ti[kChunk];
     std::fill(tf, tf + kChunk, static_cast<float>(value));
-    std::fill(ti, ti + kChunk, static_cast<int64_t>(value));
+    std::fill(ti, ti + kChunk, saturate_to_int(value, in_int ? out.dtype : DType::I64));
     int64_t off;
     for (int64_t r = r0; r < r1; ++r) {
       ln.row_offsets(r, &off);

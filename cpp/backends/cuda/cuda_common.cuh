@@ -110,7 +110,7 @@ __device__ __forceinline__ void store_float(void* p, DType t, int64_t i, float v
     case DType::F32: static_cast<float*>(p)[i] = v; break;
     case DType::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
     case DType::BF16: static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v); break;
-    case DType::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(float_to_int64(v)); break;
+    case DType::I32: static_cast<int32_t*>(p)[i] = v != v ? 0 : __float2int_rz(v); break;  // saturates
     case DType::I64: static_cast<int64_t*>(p)[i] = float_to_int64(v); break;
     case DType::Bool: static_cast<uint8_t*>(p)[i] = v != 0.0f ? 1 : 0; break;
     default: break;

@@ -83,8 +83,9 @@ __device__ __forceinline__ int64_t int_binary(BinaryOp op, int64_t a, int64_t b)
     case BinaryOp::Add: return a + b;
     case BinaryOp::Sub: return a - b;
     case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: {
+    case BinaryOp::Div: {  // x / 0 is 0; x / -1 wraps (INT64_MIN / -1 is INT64_MIN), as on the CPU
       if (b == 0) return 0;
+      if (b == -1) return static_cast<int64_t>(0ULL - static_cast<unsigned long long>(a));
       int64_t q = a / b;
       if ((a % b != 0) && ((a < 0) != (b < 0))) --q;  // floor division
       return q;
@@ -93,7 +94,7 @@ __device__ __forceinline__ int64_t int_binary(BinaryOp op, int64_t a, int64_t b)
     case BinaryOp::Maximum: return a > b ? a : b;
     case BinaryOp::Minimum: return a < b ? a : b;
     case BinaryOp::Mod: {
-      if (b == 0) return 0;
+      if (b == 0 || b == -1) return 0;
       int64_t r = a % b;
       if (r != 0 && ((r < 0) != (b < 0))) r += b;
       return r;
@@ -356,8 +357,7 @@ void CudaKernels::fill(const View& out, double value) {
     fill_kernel<true><<<grid, kThreads, 0, stream_>>>(operand_of(out), static_cast<float>(value),
                                                        0, n);
   } else {
-    const int64_t vi = out.dtype == DType::Bool ? (value != 0.0 ? 1 : 0)
-                                                : static_cast<int64_t>(value);
+    const int64_t vi = saturate_to_int(value, out.dtype);
     fill_kernel<false><<<grid, kThreads, 0, stream_>>>(operand_of(out), 0.0f, vi, n);
   }
   check_launch("fill");

@@ -10,6 +10,20 @@ import sys
 
 # Exit statuses of every `tl` command (docs/exit-codes.md).
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LEAK, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), whichever command it stops
+
+
+def seed_arg(text: str) -> int:
+    """argparse type of --seed: a whole number 0 .. 2**63 - 1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed must be a whole number, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"--seed must be from 0 to 2**63 - 1, got {value}")
+    return value
 
 
 def silence_stdout() -> None:

@@ -273,13 +273,18 @@ def run_generate(session: LlmSession, args, sampling: dict) -> int:
             np.save(args.dump_logits, result.prompt_logits)
         except OSError as e:
             raise ModelError(f"cannot write {args.dump_logits}: {e.strerror or e}") from None
+    interrupted = result.stopped_by == "interrupt"
     if args.json:
-        print(json.dumps({"prompt_ids": result.prompt_ids, "ids": result.ids, "text": result.text},
+        print(json.dumps({"prompt_ids": result.prompt_ids, "ids": result.ids, "text": result.text,
+                          "stopped_by": result.stopped_by, "interrupted": interrupted},
                          ensure_ascii=False))
     elif result.ids:
         _write("\n")
     if args.stats:
         _print_stats(session, result)
+    if interrupted:
+        print("tl: interrupted", file=sys.stderr)
+        return 130  # as a Ctrl-C before the model loaded
     return 0
 
 

@@ -76,11 +76,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, default_temperature: float = 0.0) -> None:
+    from .console import seed_arg
+
     p.add_argument("--temperature", type=float, default=default_temperature,
                    help=f"sampling temperature; 0 is greedy (default {default_temperature:g})")
     p.add_argument("--top-k", type=_non_negative_int, default=0, help="keep the k most likely tokens (0: all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0: off)")
-    p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    p.add_argument("--seed", type=seed_arg, default=None, help="random seed for sampling")
 
 
 def _fail(message: str) -> int:

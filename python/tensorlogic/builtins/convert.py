@@ -55,12 +55,35 @@ def type_name(v: Any) -> str:
     return type(v).__name__
 
 
+MAX_TENSOR_RANK = 8  # the runtime's kMaxDims
+
+
 def is_numeric_list(v: Any) -> bool:
-    return isinstance(v, list) and all(
-        isinstance(x, (int, float)) or (isinstance(x, list) and is_numeric_list(x)) for x in v)
+    """A (nested) list of numbers only; iterative, so that deep nesting costs linear time."""
+    if not isinstance(v, list):
+        return False
+    stack = [v]
+    while stack:
+        for x in stack.pop():
+            if isinstance(x, list):
+                stack.append(x)
+            elif not isinstance(x, (int, float)):
+                return False
+    return True
+
+
+def list_depth(v: Any) -> int:
+    depth = 0
+    while isinstance(v, list):
+        depth += 1
+        v = v[0] if v else None
+    return depth
 
 
 def list_to_numpy(v: list) -> np.ndarray:
+    depth = list_depth(v)
+    if depth > MAX_TENSOR_RANK:
+        raise BuiltinArgError(f"nested {depth} levels deep (a tensor has at most {MAX_TENSOR_RANK} dimensions)")
     try:
         arr = np.array(v)
     except ValueError:

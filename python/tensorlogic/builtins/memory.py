@@ -38,7 +38,9 @@ def buffer_reserve(shape, count, dtype="f32"):
     n = to_int(count, "count")
     if n < 0:
         raise BuiltinArgError(f"count must be >= 0, got {n}")
-    core.buffer_reserve(to_shape(shape), n, dtype_of(dtype), False)
+    shape, dtype = to_shape(shape), dtype_of(dtype)
+    if n > 0:  # reserving nothing is a no-op (and leaves no empty buffer_stats() entry)
+        core.buffer_reserve(shape, n, dtype, False)
     return None
 
 
@@ -49,7 +51,9 @@ def buffer_reserve_learnable(shape, count, dtype="f32"):
     n = to_int(count, "count")
     if n < 0:
         raise BuiltinArgError(f"count must be >= 0, got {n}")
-    core.buffer_reserve(to_shape(shape), n, dtype_of(dtype), True)
+    shape, dtype = to_shape(shape), dtype_of(dtype)
+    if n > 0:  # reserving nothing is a no-op (and leaves no empty buffer_stats() entry)
+        core.buffer_reserve(shape, n, dtype, True)
     return None
 
 

@@ -25,12 +25,23 @@ def tensor_from_list(v: list):
 
 
 def array_value(vals: list):
-    """The value of an array literal: a tensor when it is a nested numeric list (a matrix literal),
-    else the list itself."""
-    for v in vals:
-        if v.__class__ is list and v and is_numeric_list(vals):
-            return tensor_from_list(vals)
-    return vals
+    """The value of an outermost array literal (inner literals of it stay plain lists, so that a
+    deep literal is converted once, in linear time): a tensor when it is a nested numeric list (a
+    matrix literal), else the list itself, with its nested numeric items as tensors."""
+    if not any(v.__class__ is list and v for v in vals):
+        return vals
+    if is_numeric_list(vals):
+        return tensor_from_list(vals)
+    return [tensor_from_list(v) if v.__class__ is list and v and any(x.__class__ is list for x in v)
+            and is_numeric_list(v) else v for v in vals]
+
+
+def is_missing_member(exc: AttributeError, name: str) -> bool:
+    """The member protocol: tl_get_field / tl_call_method raise exactly AttributeError(name) for a
+    member the object does not have. Any other AttributeError (a failed attribute lookup inside
+    the member, say) is a fault of that member and must surface as itself, never be taken for
+    "no such member" and re-dispatched to a builtin of the same name."""
+    return type(exc) is AttributeError and exc.args == (name,) and getattr(exc, "obj", None) is None
 
 
 def binary(op: str, a, b):
@@ -173,7 +184,9 @@ def get_item(o, keys: tuple):
             raise BuiltinArgError(f"no key '{key}'")
         try:
             return get_field(o, key)
-        except AttributeError:
+        except AttributeError as exc:
+            if not is_missing_member(exc, key):
+                raise
             raise BuiltinArgError(f"{type_name(o)} has no entry '{key}'") from None
     index = getattr(o, "tl_index", None)
     if index is not None:

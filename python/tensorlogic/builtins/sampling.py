@@ -9,6 +9,7 @@ seeded program samples the same tokens every run. Every sampler returns an int i
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -74,7 +75,13 @@ class SamplerValue(TLObject):
         if not isinstance(logits, Tensor):
             raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
         if self.temperature == 0.0:
-            return int(core.argmax(logits.reshape([-1])).item())
+            # Greedy checks the logits as sampling does: a device-side sum is finite exactly when no
+            # logit is NaN or infinite, so the whole vector is read back only when it is not.
+            flat = logits.reshape([-1])
+            best, total = core.argmax(flat), core.sum(flat.astype("f32"))
+            if not math.isfinite(float(total.item())):
+                choose_token(flat.numpy(), 0.0, 0, 1.0, None)  # raises on NaN, +inf, all -inf
+            return int(best.item())
         return choose_token(logits.numpy(), self.temperature, self.top_k, self.top_p, self.rng())
 
     def tl_get_field(self, name: str) -> Any:

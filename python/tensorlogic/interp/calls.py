@@ -7,7 +7,7 @@ arity is checked when the call site compiles (a static error `tl check` reports)
 """
 from __future__ import annotations
 
-from ..builtins import registry
+from ..builtins import operators, registry
 from ..builtins.convert import type_name
 from ..lang import ast
 from ..lang.errors import TLError, TLRuntimeError
@@ -259,8 +259,9 @@ class CallCompiler:
             if call_method is not None:
                 try:
                     return call_method(name, argv)
-                except AttributeError:
-                    pass
+                except AttributeError as exc:
+                    if not operators.is_missing_member(exc, name):
+                        raise self.convert(exc, e, f"{type_name(r)}.{name}") from None
                 except Exception as exc:
                     raise self.convert(exc, e, f"{type_name(r)}.{name}") from None
             b = registry.BUILTINS.get(name)

@@ -99,8 +99,12 @@ class ExpressionCompiler:
             raise self.error(f"undefined name '{full}'", e)
         return resolve
 
-    def expr_ArrayLit(self, e: ast.ArrayLit, scope: Scope):
-        items = tuple(self.compile_expr(x, scope) for x in e.items)
+    def expr_ArrayLit(self, e: ast.ArrayLit, scope: Scope, inner: bool = False):
+        # Inner literals of a nested literal return plain lists; the outermost converts once.
+        items = tuple(self.expr_ArrayLit(x, scope, inner=True) if x.__class__ is ast.ArrayLit
+                      else self.compile_expr(x, scope) for x in e.items)
+        if inner:
+            return lambda f: [it(f) for it in items]
 
         def ev_array(f):
             vals = [it(f) for it in items]
@@ -249,7 +253,9 @@ class ExpressionCompiler:
                     raise self.error(f"struct {o.type.name} has no field '{name}'", e) from None
             try:
                 return operators.get_field(o, name)
-            except AttributeError:
+            except AttributeError as exc:
+                if not operators.is_missing_member(exc, name):
+                    raise self.convert(exc, e, f".{name}") from None
                 raise self.error(f"{type_name(o)} has no field '{name}'", e) from None
             except Exception as exc:
                 raise self.convert(exc, e, f".{name}") from None

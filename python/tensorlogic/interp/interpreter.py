@@ -83,6 +83,15 @@ class Interpreter(ProgramLogic):
 
     def load(self, program: ast.Program) -> LoadedProgram:
         """Resolve imports, declare, compile. Raises TLError (syntax, import, compile) before running."""
+        try:
+            return self._load(program)
+        except RecursionError:
+            # The compiler recurses once per nesting level (a 12,000-term `1+1+...` is 12,000 levels).
+            raise TLRuntimeError("the program is nested too deeply to compile (an expression or block "
+                                 "thousands of levels deep); split it into smaller pieces",
+                                 SourceSpan(program.filename, 1, 1)) from None
+
+    def _load(self, program: ast.Program) -> LoadedProgram:
         root_key = _file_key(program.filename)
         if root_key:
             self._loaded_files.add(root_key)

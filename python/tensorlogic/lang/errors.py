@@ -53,24 +53,38 @@ class TLError(Exception):
         if show_trace and self.trace:
             lines.append("TL traceback (most recent call last):")
             entries = [f"  {sp.filename}:{sp.line}: {desc}" for desc, sp in reversed(self.trace)]
-            repeats = 0
-            for i, entry in enumerate(entries):
-                if i > 0 and entry == entries[i - 1]:
-                    repeats += 1
-                    if repeats >= 3:
-                        continue
-                elif repeats >= 3:
-                    lines.append(f"  [previous line repeated {repeats - 2} more times]")
-                    repeats = 0
-                else:
-                    repeats = 0
-                lines.append(entry)
-            if repeats >= 3:
-                lines.append(f"  [previous line repeated {repeats - 2} more times]")
+            lines += collapse_cycles(entries)
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.format()
+
+
+MAX_CYCLE = 16  # longest run of frames recognised as one repeating cycle (mutual recursion)
+
+
+def collapse_cycles(entries: list[str]) -> list[str]:
+    """Traceback lines with runs of a repeating cycle (one frame for plain recursion, several for
+    mutual recursion) shown three times and then counted: a 1,000-deep f -> g -> f -> ... is a
+    few lines, not a thousand."""
+    out: list[str] = []
+    i, n = 0, len(entries)
+    while i < n:
+        for k in range(1, min(MAX_CYCLE, (n - i) // 4) + 1):
+            block = entries[i:i + k]
+            copies = 1
+            while entries[i + copies * k:i + (copies + 1) * k] == block:
+                copies += 1
+            if copies > 3:
+                out += block * 3
+                what = "previous line" if k == 1 else f"previous {k} lines"
+                out.append(f"  [{what} repeated {copies - 3} more times]")
+                i += copies * k
+                break
+        else:
+            out.append(entries[i])
+            i += 1
+    return out
 
 
 class TLSyntaxError(TLError):

@@ -2,14 +2,20 @@
 
 Templates come from model files, so they are untrusted: they render in Jinja2's immutable
 sandbox with the variables Hugging Face's `apply_chat_template` provides (messages,
-add_generation_prompt, bos_token, eos_token, raise_exception, strftime_now, tools...). Any template
-error becomes one `ModelError` line. A model without a template gets ChatML when its vocabulary has
-the ChatML tokens, else a plain "role: text" transcript.
+add_generation_prompt, bos_token, eos_token, raise_exception, strftime_now, tools...) and under
+limits: RENDER_SECONDS of run time, MAX_OUTPUT_CHARS of output (also for any one string a `*` or
+`+` builds), Jinja's own range() bound, and TEMPLATE_RECURSION frames of macro recursion. Any template
+error, limit included, becomes one `ModelError` line naming the model file. A model without a
+template gets ChatML when its vocabulary has the ChatML tokens, else a plain "role: text" transcript.
 """
 from __future__ import annotations
 
 import datetime
 import json
+import operator
+import re
+import sys
+import time
 from typing import Any, Iterable
 
 from .errors import ModelError
@@ -28,10 +34,139 @@ PLAIN_TEMPLATE = (
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 ROLES = ("system", "user", "assistant", "tool")
+RENDER_SECONDS = 5.0
+MAX_OUTPUT_CHARS = 4 << 20
+TEMPLATE_RECURSION = 2000  # Python frames a render may add (a macro call takes a few)
 
 
 class _TemplateRaised(Exception):
     pass
+
+
+class _TemplateLimit(Exception):
+    pass
+
+
+_BINOPS = {"*": operator.mul, "+": operator.add, "**": operator.pow, "%": operator.mod}
+_HUGE_WIDTH = re.compile(r"\d{7,}")
+
+
+def _check_format(what: str, fmt: Any) -> None:
+    """printf- and format-style strings: no field width of a million or more."""
+    if isinstance(fmt, str) and _HUGE_WIDTH.search(fmt):
+        raise _TemplateLimit(f"{what} with a huge field width")
+
+
+def _sized(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes, list, tuple)) else 0
+
+
+def _limited_binop(env, context, op: str, left: Any, right: Any) -> Any:
+    """`*`, `+` and `**` with their result size checked before it is built."""
+    if op == "*":
+        seq, count = (left, right) if _sized(left) else (right, left)
+        if _sized(seq) and isinstance(count, int) and _sized(seq) * max(count, 0) > MAX_OUTPUT_CHARS:
+            raise _TemplateLimit(f"a string or list longer than {MAX_OUTPUT_CHARS} characters")
+    elif op == "+" and _sized(left) + _sized(right) > MAX_OUTPUT_CHARS:
+        raise _TemplateLimit(f"a string or list longer than {MAX_OUTPUT_CHARS} characters")
+    elif op == "**" and isinstance(left, int) and isinstance(right, int) and abs(right) > 4096:
+        raise _TemplateLimit("an exponent larger than 4096")
+    elif op == "%":
+        _check_format("'%'", left)
+    return _BINOPS[op](left, right)
+
+
+def _check_args(what: str, args: tuple, kwargs: dict) -> None:
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, int) and not isinstance(a, bool) and a > MAX_OUTPUT_CHARS:
+            raise _TemplateLimit(f"{what} with a size argument of {a}")
+
+
+def _check_result(what: str, value: Any) -> Any:
+    if _sized(value) > MAX_OUTPUT_CHARS:
+        raise _TemplateLimit(f"{what} built more than {MAX_OUTPUT_CHARS} characters")
+    return value
+
+
+def _limited_call(env, context, obj, *args, **kwargs):
+    """Method and function calls: no size argument beyond the output limit, no str.replace
+    that could grow past it (checked before the call), and no result beyond it."""
+    what = getattr(obj, "__name__", "a call")
+    _check_args(what, args, kwargs)
+    if what in ("format", "format_map"):
+        _check_format(what + "()", getattr(obj, "__self__", None))
+    if what == "replace" and isinstance(getattr(obj, "__self__", None), str) and len(args) >= 2:
+        old, new = str(args[0]), str(args[1])
+        if len(obj.__self__) * max(len(new), 1) // max(len(old), 1) > MAX_OUTPUT_CHARS:
+            raise _TemplateLimit("replace() could build more than the output limit")
+    return _check_result(what, _sandbox_call()(env, context, obj, *args, **kwargs))
+
+
+def _limited_filter(name: str, fn):
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        _check_args(f"the {name} filter", args, kwargs)
+        if name == "format" and args:
+            _check_format("the format filter", args[0])
+        return _check_result(f"the {name} filter", fn(*args, **kwargs))
+    return wrapped
+
+
+def _limited_concat(parts) -> str:
+    texts = [str(p) for p in parts]
+    if sum(map(len, texts)) > MAX_OUTPUT_CHARS:
+        raise _TemplateLimit(f"a string longer than {MAX_OUTPUT_CHARS} characters")
+    return "".join(texts)
+
+
+def _code_generator():
+    """Jinja's code generator with `~` routed through _limited_concat (the sandbox intercepts
+    `+ * **` and calls, not `~`)."""
+    from jinja2.compiler import CodeGenerator
+
+    class LimitedCodeGenerator(CodeGenerator):
+        def visit_Concat(self, node, frame):
+            self.write("environment.tl_concat((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+    return LimitedCodeGenerator
+
+
+def _sandbox_call():
+    from jinja2.sandbox import SandboxedEnvironment
+    return SandboxedEnvironment.call
+
+
+def _stack_depth() -> int:
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth
+
+
+class _Deadline:
+    """A trace function that stops template code (compiled by Jinja under the file name
+    "<template>") once RENDER_SECONDS have passed; pure loops yield nothing and cannot be
+    stopped from outside the generator."""
+
+    def __init__(self, seconds: float):
+        self.until = time.monotonic() + seconds
+        self.ticks = 0
+
+    def __call__(self, frame, event, arg):
+        if frame.f_code.co_filename != "<template>":
+            return None
+        return self._line
+
+    def _line(self, frame, event, arg):
+        self.ticks += 1
+        if self.ticks & 1023 == 0 and time.monotonic() > self.until:
+            raise _TemplateLimit(f"it ran longer than {RENDER_SECONDS:g} s")
+        return self._line
 
 
 def _raise_exception(message: str) -> None:
@@ -60,8 +195,14 @@ class ChatTemplate:
             source = CHATML_TEMPLATE if has_chatml_tokens else PLAIN_TEMPLATE
         self.source = source
         self.bos_token, self.eos_token = bos_token, eos_token
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
+        env_class = type("LimitedSandbox", (ImmutableSandboxedEnvironment,),
+                         {"code_generator_class": _code_generator(),
+                          "intercepted_binops": frozenset(_BINOPS),
+                          "call_binop": _limited_binop, "call": _limited_call,
+                          "tl_concat": staticmethod(_limited_concat)})
+        env = env_class(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        for fname in list(env.filters):
+            env.filters[fname] = _limited_filter(fname, env.filters[fname])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
@@ -78,12 +219,40 @@ class ChatTemplate:
                          bos_token=self.bos_token, eos_token=self.eos_token, tools=None,
                          documents=None, date_string=datetime.date.today().strftime("%d %b %Y"))
         variables.update(extra)
+        previous = sys.gettrace()
+        old_limit = sys.getrecursionlimit()
+        # Macro recursion is bounded here, not by whatever limit the process runs with.
+        sys.setrecursionlimit(min(old_limit, _stack_depth() + TEMPLATE_RECURSION))
+        sys.settrace(_Deadline(RENDER_SECONDS))
         try:
-            return self._template.render(**variables)
+            return self._render_limited(variables)
         except _TemplateRaised as e:
             raise ModelError(f"{self.label}: the chat template refused the messages: {e}") from None
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        except _TemplateLimit as e:
+            raise ModelError(f"{self.label}: the chat template was stopped: {e}") from None
+        except RecursionError:
+            raise ModelError(f"{self.label}: the chat template was stopped: it recursed too deeply") from None
+        except MemoryError:
+            raise ModelError(f"{self.label}: the chat template was stopped: out of memory") from None
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+                ArithmeticError, LookupError) as e:
             raise ModelError(f"{self.label}: the chat template failed: {_one_line(e)}") from None
+        finally:
+            sys.settrace(previous)
+            sys.setrecursionlimit(old_limit)
+
+    def _render_limited(self, variables: dict) -> str:
+        parts, size = [], 0
+        stream = self._template.generate(**variables)
+        try:
+            for part in stream:
+                size += len(part)
+                if size > MAX_OUTPUT_CHARS:
+                    raise _TemplateLimit(f"its output passed {MAX_OUTPUT_CHARS} characters")
+                parts.append(part)
+        finally:
+            stream.close()
+        return "".join(parts)
 
 
 def normalize_messages(messages: Iterable[Any]) -> list[dict[str, str]]:
@@ -115,7 +284,9 @@ def normalize_messages(messages: Iterable[Any]) -> list[dict[str, str]]:
 
 def _one_line(e: Exception) -> str:
     lineno = getattr(e, "lineno", None)
-    msg = " ".join(str(e).split())
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, ArithmeticError):
+        msg = f"{type(e).__name__}: {msg}"
     return f"{msg} (template line {lineno})" if lineno else msg
 
 

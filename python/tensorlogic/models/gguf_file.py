@@ -2,8 +2,10 @@
 
 Every count, length, dimension and offset in the header is checked against the file's size before
 anything is allocated from it, so a corrupt or truncated file fails with one `ModelError` naming
-the file and the problem, never with a huge allocation, a crash or a foreign exception. Tensor data
-is never copied: `tensor_bytes` returns views into the read-only mapping. The `gguf` package supplies
+the file and the problem, never with a huge allocation, a crash or a foreign exception. The header
+is parsed from a read-only mapping; tensor data is read with pread() into fresh arrays, never through
+the mapping, so a file truncated while a model loads is a ModelError, not a SIGBUS from touching a
+mapped page past the new end of the file. The `gguf` package supplies
 the format's constants (value and quantization types, block sizes) and the test-time `dequantize`;
 the header is parsed here because `gguf.GGUFReader` needs seconds for a 50k-token vocabulary.
 """
@@ -206,17 +208,23 @@ class GGUFFile:
             raise ModelError(f"{self._label}: cannot open: {e.strerror or e}") from None
         if size < 24:
             raise ModelError(f"{self._label}: not a valid GGUF file: only {size} bytes")
+        self._fd: int | None = None
         try:
-            with open(self.path, "rb") as f:
-                self._mmap: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._fd = os.open(self.path, os.O_RDONLY)
+            self._mmap: mmap.mmap | None = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:
+            self.close()
             raise ModelError(f"{self._label}: cannot map the file: {e}") from None
         self._map: np.ndarray | None = np.frombuffer(self._mmap, dtype=np.uint8)
         self.file_size = size
         self.metadata: dict[str, Any] = {}
         self.metadata_types: dict[str, GGUFValueType] = {}
         self.tensors: dict[str, TensorInfo] = {}
-        self._parse(memoryview(self._map))
+        try:
+            self._parse(memoryview(self._map))
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ parsing
     def _parse(self, buf: memoryview) -> None:
@@ -311,6 +319,9 @@ class GGUFFile:
         (the mapping is unmapped when the last of them goes)."""
         self._map = None
         self._mmap = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def release_pages(self, name: str) -> None:
         """Tell the OS the pages of tensor `name` are not needed any more (after uploading it), so a
@@ -328,6 +339,14 @@ class GGUFFile:
             except (OSError, ValueError):
                 pass  # advice only
 
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def __enter__(self) -> "GGUFFile":
         return self
 
@@ -341,12 +360,27 @@ class GGUFFile:
             raise ModelError(f"{self._label}: no tensor named {name!r}") from None
 
     def tensor_bytes(self, name: str) -> np.ndarray:
-        """The tensor's stored bytes, a read-only uint8 view `[rows, row_bytes]` into the mapping."""
-        if self._map is None:
+        """The tensor's stored bytes as a fresh uint8 array `[rows, row_bytes]`, read with pread()
+        (a short read -- the file shrank since it was opened -- is a ModelError)."""
+        if self._map is None or self._fd is None:
             raise ModelError(f"{self._label}: the model file is closed")
         info = self.tensor_info(name)
         rows, _ = info.matrix_shape
-        return self._map[info.offset:info.offset + info.nbytes].reshape(rows, info.nbytes // rows)
+        out = np.empty(info.nbytes, dtype=np.uint8)
+        view, done = memoryview(out), 0
+        try:
+            while done < info.nbytes:
+                n = os.preadv(self._fd, [view[done:]], info.offset + done)
+                if n <= 0:
+                    break
+                done += n
+        except OSError as e:
+            raise ModelError(f"{self._label}: cannot read tensor {name!r}: {e.strerror or e}") from None
+        if done < info.nbytes:
+            size = os.fstat(self._fd).st_size
+            raise ModelError(f"{self._label}: the file was truncated while loading (now {size} bytes; "
+                             f"tensor {name!r} ends at byte {info.offset + info.nbytes})")
+        return out.reshape(rows, info.nbytes // rows)
 
     def tensor_array(self, name: str) -> np.ndarray:
         """F32/F16 tensors as typed read-only views in NumPy shape order (no copy); BF16 and
@@ -384,6 +418,13 @@ class GGUFFile:
     # ------------------------------------------------------------------ metadata helpers
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
+
+    def optional(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        """A metadata value of `kind`, or `default` when the key is absent; a value of another type
+        is a one-line ModelError naming the key (files in the wild carry strings in number keys)."""
+        if key not in self.metadata:
+            return default
+        return self.require(key, kind)
 
     def require(self, key: str, kind: type | tuple[type, ...]) -> Any:
         """A metadata value that must exist and be of `kind` (int also accepts unsigned widths)."""

@@ -16,14 +16,14 @@ def model_info(path: str | Path) -> dict[str, Any]:
             "path": str(g.path),
             "file_size": g.file_size,
             "gguf_version": g.version,
-            "name": g.get("general.name"),
-            "architecture": g.get("general.architecture"),
+            "name": _text(g.get("general.name")),
+            "architecture": _text(g.get("general.architecture")),
             "tensor_count": len(g.tensors),
             "tensor_types": dict(Counter(t.type_name for t in g.tensors.values()).most_common()),
             "unsupported_tensor_types": sorted({t.type_name for t in g.unsupported_tensors()}),
-            "tokenizer": g.get("tokenizer.ggml.model"),
-            "tokenizer_pre": g.get("tokenizer.ggml.pre"),
-            "vocab_size": len(g.get("tokenizer.ggml.tokens") or []),
+            "tokenizer": _text(g.get("tokenizer.ggml.model")),
+            "tokenizer_pre": _text(g.get("tokenizer.ggml.pre")),
+            "vocab_size": _length(g.get("tokenizer.ggml.tokens")),
             "bos_token_id": g.get("tokenizer.ggml.bos_token_id"),
             "eos_token_id": g.get("tokenizer.ggml.eos_token_id"),
             "chat_template": isinstance(g.get("tokenizer.chat_template"), str),
@@ -35,6 +35,15 @@ def model_info(path: str | Path) -> dict[str, Any]:
             info["config"] = None
             info["config_error"] = str(e)
         return info
+
+
+def _text(value: Any) -> str | None:
+    """A string metadata value, or None when it is absent or of another type."""
+    return value if isinstance(value, str) else None
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, (list, tuple)) or hasattr(value, "shape") else 0
 
 
 def format_info(info: dict[str, Any]) -> str:

@@ -57,21 +57,20 @@ class LlamaConfig:
         n_heads = positive("attention.head_count")
         d_ff = positive("feed_forward_length")
         context_length = positive("context_length")
-        n_kv_heads = int(g.get(f"{arch}.attention.head_count_kv", n_heads))
+        n_kv_heads = int(g.optional(f"{arch}.attention.head_count_kv", int, n_heads))
         if n_kv_heads <= 0 or n_heads % n_kv_heads:
             raise ModelError(f"{label}: {n_kv_heads} KV heads do not divide {n_heads} query heads")
         if d_model % n_heads:
             raise ModelError(f"{label}: {n_heads} heads do not divide the model width {d_model}")
         head_dim = d_model // n_heads
-        if f"{arch}.attention.key_length" in g.metadata and \
-                int(g.metadata[f"{arch}.attention.key_length"]) != head_dim:
+        if g.optional(f"{arch}.attention.key_length", int, head_dim) != head_dim:
             raise ModelError(f"{label}: attention.key_length {g.metadata[f'{arch}.attention.key_length']} "
                              f"differs from d_model / heads = {head_dim}; not supported")
-        rope_dim = int(g.get(f"{arch}.rope.dimension_count", head_dim))
+        rope_dim = int(g.optional(f"{arch}.rope.dimension_count", int, head_dim))
         if rope_dim != head_dim:
             raise ModelError(f"{label}: partial RoPE ({rope_dim} of {head_dim} dims) is not supported")
-        scaling = g.get(f"{arch}.rope.scaling.type", "none") or "none"
-        factor = float(g.get(f"{arch}.rope.scaling.factor", 1.0))
+        scaling = g.optional(f"{arch}.rope.scaling.type", str, "none") or "none"
+        factor = float(g.optional(f"{arch}.rope.scaling.factor", float, 1.0))
         rope_scaling, rope_scale = "none", 1.0
         if "rope_freqs.weight" in g.tensors:  # Llama 3.1 style: one divisor per frequency
             rope_scaling = "freqs"
@@ -85,14 +84,14 @@ class LlamaConfig:
         elif scaling not in ("none", "linear") and factor != 1.0:
             raise ModelError(f"{label}: RoPE scaling {scaling!r} is not supported (supported: linear, "
                              "per-frequency factors)")
-        rope_base = float(g.get(f"{arch}.rope.freq_base", 10000.0))
-        rms_eps = float(g.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
+        rope_base = float(g.optional(f"{arch}.rope.freq_base", float, 10000.0))
+        rms_eps = float(g.optional(f"{arch}.attention.layer_norm_rms_epsilon", float, 1e-5))
         if not rope_base > 0 or not rms_eps > 0:
             raise ModelError(f"{label}: rope.freq_base and layer_norm_rms_epsilon must be positive")
         if "token_embd.weight" not in g.tensors:
             raise ModelError(f"{label}: missing tensor token_embd.weight")
         vocab_size = g.tensors["token_embd.weight"].shape[0]
-        declared_vocab = g.get(f"{arch}.vocab_size")
+        declared_vocab = g.optional(f"{arch}.vocab_size", int, None)
         if declared_vocab is not None and int(declared_vocab) != vocab_size:
             raise ModelError(f"{label}: {arch}.vocab_size {declared_vocab} differs from token_embd.weight "
                              f"rows {vocab_size}")
@@ -101,7 +100,7 @@ class LlamaConfig:
             n_kv_heads=n_kv_heads, head_dim=head_dim, d_ff=d_ff, vocab_size=vocab_size,
             context_length=context_length, rope_base=rope_base, rope_dim=rope_dim,
             rope_scaling=rope_scaling, rope_scale=rope_scale, rms_eps=rms_eps,
-            tied_output="output.weight" not in g.tensors, name=str(g.get("general.name", g.path.stem)),
+            tied_output="output.weight" not in g.tensors, name=str(g.optional("general.name", str, g.path.stem)),
         )
         cfg.check_tensors(g)
         return cfg
