@@ -339,3 +339,17 @@ def test_bracket_on_a_new_line_inside_parentheses_still_indexes():
 def test_multiline_nested_array_literal():
     e = expr("[[1.0, 2.0],\n [3.0, 4.0]]")
     assert "Array" in type(e).__name__ and len(e.items) == 2
+
+
+# ---------------------------------------------------------------- line-leading '-'
+
+
+def test_minus_starting_a_line_begins_a_new_statement():
+    let, neg = items("let a = 5\n-3")
+    assert isinstance(let, ast.Let) and isinstance(let.value, ast.IntLit) and let.value.value == 5
+    assert isinstance(neg.expr, ast.UnaryOp) and neg.expr.op == "-"
+
+
+def test_minus_on_a_new_line_inside_parentheses_still_subtracts():
+    e = expr("(5\n- 3)")
+    assert isinstance(e, ast.BinOp) and e.op == "-"
