@@ -581,7 +581,7 @@ class Compiler:
         makers = []
         for arg in atom.args:
             pos = self.span(arg)
-            if isinstance(arg, ast.Name):
+            if isinstance(arg, ast.Name) and not self._is_bound(arg, scope):
                 makers.append(lambda f, n=arg.id, p=pos: self.interp.logic_terms().Name(n, p))
             else:
                 ev = self.compile_expr(arg, scope)
@@ -598,6 +598,19 @@ class Compiler:
                     return self.interp.logic_terms().Const(v, p)
                 makers.append(make)
         return makers
+
+    def _is_bound(self, node: ast.Name, scope: Scope) -> bool:
+        """Is `name` in an atom a program variable (its value is the term)? A bound variable means
+        its value; an unbound name is a logic variable (capitalised) or a constant. A capitalised
+        name that is also a program variable could mean either: that is an error, not a guess."""
+        name = node.id
+        if scope.lookup(name) is None and name not in self.interp.global_names:
+            return False
+        if name[:1].isupper() or name[:1] == "_":
+            raise self.error(f"'{name}' is a program variable, but a capitalised name in a fact, rule "
+                             f"or query reads as a logic variable: rename one of them", node,
+                             CompileError)
+        return True
 
     def _atom_builder(self, atom: ast.Atom, scope: Scope, negated: bool = False):
         makers = self._terms(atom, scope)
