@@ -31,22 +31,31 @@ class _ArgParser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def _check_file(path: str) -> str | None:
-    """One clear line when FILE cannot be a TL source file, else None."""
-    if not os.path.exists(path):
-        return f"tl: {path}: no such file"
-    if os.path.isdir(path):
-        return f"tl: {path}: is a directory, not a .tl file"
-    if not os.access(path, os.R_OK):
-        return f"tl: {path}: permission denied"
+def _read_program(path: str) -> tuple[str | None, str | None]:
+    """(source, None), or (None, one clear error line) when PATH cannot be a TL source file.
+    The file is read exactly once, so pipes (`/dev/stdin`, `<(...)`) work; `-` is standard input."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        if not os.path.exists(path):
+            return None, f"tl: {path}: no such file"
+        if os.path.isdir(path):
+            return None, f"tl: {path}: is a directory, not a .tl file"
+        if not os.access(path, os.R_OK):
+            return None, f"tl: {path}: permission denied"
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            return None, f"tl: {path}: cannot read ({e.strerror or e})"
     try:
-        with open(path, "rb") as f:
-            f.read().decode("utf-8")
+        return data.decode("utf-8"), None
     except UnicodeDecodeError as e:
-        return f"tl: {path}: not UTF-8 text (bad byte at offset {e.start})"
-    except OSError as e:
-        return f"tl: {path}: cannot read ({e.strerror or e})"
-    return None
+        return None, f"tl: {path}: not UTF-8 text (bad byte at offset {e.start})"
+
+
+def _program_name(path: str) -> str:
+    return "<stdin>" if path == "-" else path
 
 
 def _select_backend(name: str | None) -> str | None:
@@ -114,7 +123,7 @@ def _memory_check(out) -> int:
 def cmd_run(args) -> int:
     from .interp.interpreter import Interpreter
     from .lang.errors import TLError
-    bad = _check_file(args.file)
+    source, bad = _read_program(args.file)
     if bad:
         sys.stderr.write(bad + "\n")
         return EXIT_USAGE
@@ -127,7 +136,7 @@ def cmd_run(args) -> int:
     status = EXIT_OK
     try:
         try:
-            loaded = interp.load_file(args.file)
+            loaded = interp.load_file(_program_name(args.file), source)
             interp.run_top_level(loaded)
             if args.test:
                 status = _run_tests(interp, loaded)
@@ -203,11 +212,12 @@ def cmd_check(args) -> int:
     from .interp.static_check import check_file
     status = EXIT_OK
     for path in args.files:
-        bad = _check_file(path)
+        source, bad = _read_program(path)
         if bad:
             sys.stderr.write(bad + "\n")
             return EXIT_USAGE
-        errors = check_file(path)
+        path = _program_name(path)
+        errors = check_file(path, source)
         for e in errors:
             sys.stderr.write(e.format(show_trace=False) + "\n")
         if errors:
@@ -260,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="after teardown print the memory ledger; exit 3 if device bytes are still live")
         p.add_argument("--seed", type=int, default=None, help="seed the random generator (rand, sampling)")
         p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
-        p.add_argument("file", help="the .tl program")
+        p.add_argument("file", help="the .tl program ('-' reads it from standard input)")
 
     run = sub.add_parser("run", help="run a program")
     mode = run.add_mutually_exclusive_group()

@@ -149,3 +149,12 @@ def test_memory_check_exits_3_when_device_bytes_stay_live(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert status == 3 and "memory check FAILED" in out
     kept[0].close()
+
+
+def test_run_and_check_read_a_pipe_once():
+    ran = tl("run", "/dev/stdin", stdin='print("from a pipe")\n')
+    assert (ran.returncode, ran.stdout) == (0, "from a pipe\n")
+    dash = tl("run", "-", stdin="print(1 + 1)\n")
+    assert (dash.returncode, dash.stdout) == (0, "2\n")
+    checked = tl("check", "-", stdin="print(undefined_thing)\n")
+    assert checked.returncode == 1 and "<stdin>:1:7: error: undefined name 'undefined_thing'" in checked.stderr

@@ -110,10 +110,15 @@ class Interpreter:
         program = parse(source, filename)
         return self.load(program)
 
-    def load_file(self, path: str) -> LoadedProgram:
-        source = read_source(path)
+    def load_file(self, path: str, source: str | None = None) -> LoadedProgram:
+        """Load the program at `path`; `source` is its text when the caller already read it (a pipe
+        can be read only once). A `<name>` path (`<stdin>`) has no directory: imports are relative
+        to the working directory."""
+        if source is None:
+            source = read_source(path)
         program = parse(source, path)
-        self.ctx.base_dir = os.path.dirname(os.path.abspath(path))
+        if not path.startswith("<"):
+            self.ctx.base_dir = os.path.dirname(os.path.abspath(path))
         return self.load(program)
 
     def load(self, program: ast.Program) -> LoadedProgram:

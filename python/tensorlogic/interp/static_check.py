@@ -13,10 +13,11 @@ from ..lang.errors import TLError, TLRuntimeError
 from .interpreter import Interpreter
 
 
-def check_file(path: str) -> list[TLError]:
+def check_file(path: str, source: str | None = None) -> list[TLError]:
+    """Every problem found in the program at `path` (its text is `source` when given)."""
     interp = Interpreter(out=io.StringIO())
     try:
-        interp.load_file(path)
+        interp.load_file(path, source)
     except TLError as e:
         e.__traceback__ = None
         return [e]
