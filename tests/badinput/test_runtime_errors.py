@@ -91,8 +91,8 @@ def test_dtype_misuse(expr, needle):
     assert needle in tl_error(expr)
 
 
-@pytest.mark.parametrize("expr, op", [("1 / 0", "/"), ("5 % 0", "%"), ("5.5 % 0.0", "%"), ("7 / (3 - 3)", "/")])
-def test_scalar_division_by_zero(expr, op):
+@pytest.mark.parametrize("expr, op", [("1 / 0", "/"), ("5 % 0", "%"), ("7 / (3 - 3)", "/")])
+def test_scalar_integer_division_by_zero(expr, op):  # a float divisor of zero is IEEE, as for tensors
     assert f"'{op}': division by zero" in tl_error(expr)
 
 

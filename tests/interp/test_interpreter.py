@@ -65,7 +65,7 @@ def test_top_level_bindings_are_globals_visible_in_functions():
 
 
 def test_compound_assignment():
-    assert out("main { let a = 10  a += 5  a -= 3  a *= 2  a /= 4  print(a) }") == "6\n"
+    assert out("main { let a = 10  a += 5  a -= 3  a *= 2  a /= 4  print(a) }") == "6.0\n"  # `/` is true division
 
 
 # ---------------------------------------------------------------- functions
@@ -200,7 +200,7 @@ def test_struct_literal_errors():
 
 def test_scalar_arithmetic_strings_and_casts():
     assert out('main { print(7 / 2, 6 / 2, -7 % 3, 2 ** 10, 3.7 as int, "12" as int + 1, 2 as float, '
-               '"ab" + "cd", "=" * 3, "a" < "b", 1 == 1.0) }') == "3.5 3 2 1024 3 13 2.0 abcd === true true\n"
+               '"ab" + "cd", "=" * 3, "a" < "b", 1 == 1.0) }') == "3.5 3.0 2 1024 3 13 2.0 abcd === true true\n"
 
 
 def test_division_by_zero_is_a_tl_error():

@@ -1,7 +1,8 @@
 """How TL values print: `print`, `str`, `{}` placeholders and the REPL all go through here.
 
 Invariant: formatting never changes a value and never raises for any TL value (unknown host objects
-print as `<type>`); floats print like Python (`0.1`, `1e-05`), bools as `true`/`false`.
+print as `<type>`); floats print like Python (`0.1`, `1e-05`, `nan`, `inf`) and
+f32 scalars (0-d tensors) with the shortest digits that read back as the same f32; bools as `true`/`false`.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(:[^{}]*)?\}")
 
 def _format_float(x: float) -> str:
     if x != x:
-        return "NaN"
+        return "nan"
     if x in (float("inf"), float("-inf")):
         return "inf" if x > 0 else "-inf"
     return repr(x)
@@ -30,6 +31,8 @@ def format_tensor(t: Any) -> str:
     if arr.dtype == np.float16:
         arr = arr.astype(np.float32)
     if arr.ndim == 0:
+        if arr.dtype == np.float32:  # the shortest text that reads back as this f32, as tensors print
+            return _format_float(float(str(arr[()])))
         return format_value(arr.item())
     if arr.dtype == np.bool_:
         body = np.array2string(arr, separator=", ", threshold=1000,

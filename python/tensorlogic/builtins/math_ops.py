@@ -8,10 +8,58 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .convert import BuiltinArgError, Tensor, core, tensor_or_scalar, to_bool, to_dim, to_float, to_tensor
 from .registry import builtin
 
 C = "math"
+
+
+# ---------------------------------------------------------------- scalar arithmetic
+# Scalars follow the tensors' IEEE rules: true division always gives a float, a float result that
+# is not a real number is NaN (never a Python complex), overflow is ±inf, a float divided by zero is
+# ±inf or NaN. Integer division by zero (`/`, `%`, floor_div of two ints) is an error.
+
+def _is_number(v) -> bool:
+    return (v.__class__ is int or v.__class__ is float) or (
+        isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def scalar_div(a, b):
+    """`a / b` of two numbers: always a float."""
+    if b == 0 and isinstance(a, int) and isinstance(b, int):
+        raise ZeroDivisionError
+    with np.errstate(all="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
+def scalar_floor_div(a, b):
+    """floor(a / b): an int for two ints, else a float."""
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError
+        return a // b
+    with np.errstate(all="ignore"):
+        return float(np.floor_divide(np.float64(a), np.float64(b)))
+
+
+def scalar_mod(a, b):
+    """a - floor_div(a, b) * b: the sign of b, as Python and the tensors' mod."""
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError
+        return a % b
+    with np.errstate(all="ignore"):
+        return float(np.mod(np.float64(a), np.float64(b)))
+
+
+def scalar_pow(a, b):
+    """a ** b: an int for ints with b >= 0, else an IEEE float (NaN, ±inf, never complex)."""
+    if isinstance(a, int) and isinstance(b, int) and b >= 0:
+        return a ** b
+    with np.errstate(all="ignore"):
+        return float(np.power(np.float64(a), np.float64(b)))
 
 
 def _binary(name: str, op):
@@ -32,11 +80,9 @@ def _scalar_binary(name, a, b):
     if name == "mul":
         return a * b
     if name == "div":
-        if b == 0:
-            raise BuiltinArgError("division by zero")
-        return a / b
+        return scalar_div(a, b)
     if name == "pow":
-        return a ** b
+        return scalar_pow(a, b)
     if name == "maximum":
         return max(a, b)
     if name == "minimum":
@@ -51,14 +97,52 @@ def _lazy_binary(name):
 for _name in ("add", "sub", "mul", "div", "pow", "maximum", "minimum"):
     _lazy_binary(_name)
 
+def _ieee(fn):
+    """A float function with IEEE results (log(0) = -inf, sqrt(-1) = NaN, exp(1000) = inf)."""
+    def apply(x):
+        with np.errstate(all="ignore"):
+            return float(fn(np.float64(x)))
+    return apply
+
+
+def _integral(fn):
+    """floor/ceil/round: an int for a finite value (an index), the value itself for inf and NaN."""
+    def apply(x):
+        return fn(x) if math.isfinite(x) else float(x)
+    return apply
+
+
 _SCALAR_UNARY = {
-    "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "sin": math.sin, "cos": math.cos, "tan": math.tan,
-    "tanh": math.tanh, "abs": abs, "neg": lambda x: -x, "floor": math.floor, "ceil": math.ceil,
-    "round": round, "square": lambda x: x * x,
-    "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0,
+    "exp": _ieee(np.exp), "log": _ieee(np.log), "sqrt": _ieee(np.sqrt), "sin": _ieee(np.sin),
+    "cos": _ieee(np.cos), "tan": _ieee(np.tan), "tanh": _ieee(np.tanh), "abs": abs, "neg": lambda x: -x,
+    "floor": _integral(math.floor), "ceil": _integral(math.ceil), "round": _integral(round),
+    "square": lambda x: x * x,
+    "sigmoid": _ieee(lambda x: 1.0 / (1.0 + np.exp(-x))),
     "relu": lambda x: x if x > 0 else 0.0 * x,
-    "rsqrt": lambda x: 1.0 / math.sqrt(x),
+    "rsqrt": _ieee(lambda x: 1.0 / np.sqrt(x)),
 }
+
+@builtin("floor_div", "floor_div(a, b)",
+         "floor(a / b): ints stay ints (an error for b = 0), tensors elementwise; a % b is a - floor_div(a, b) * b",
+         min_args=2, max_args=2, category=C)
+def floor_div(a, b):
+    a, b = tensor_or_scalar(a), tensor_or_scalar(b)
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        return scalar_floor_div(a, b)
+    ta = a if isinstance(a, Tensor) else None
+    tb = b if isinstance(b, Tensor) else None
+    ints = all(t is None or t.dtype in ("i32", "i64", "i16") for t in (ta, tb)) and not any(
+        isinstance(v, float) for v in (a, b))
+    if ints:  # exact on the host: f32 division would round integers above 2**24
+        na = ta.numpy() if ta is not None else np.int64(a)
+        nb = tb.numpy() if tb is not None else np.int64(b)
+        if np.any(np.asarray(nb) == 0):
+            raise ZeroDivisionError
+        result = np.floor_divide(na, nb)
+        dtype = "i64" if result.dtype == np.int64 else "i32"
+        return core.from_numpy(np.ascontiguousarray(result), dtype=dtype)
+    return core.floor(core.div(a, b))
+
 
 _UNARY_DOCS = {
     "exp": "e ** x", "log": "natural logarithm", "sqrt": "square root", "rsqrt": "1 / sqrt(x)",
@@ -75,10 +159,7 @@ def _unary(name: str):
     @builtin(name, f"{name}(x)", f"elementwise {_UNARY_DOCS[name]}", min_args=1, max_args=1, category=C)
     def fn(x):
         if scalar is not None and isinstance(x, (int, float)) and not isinstance(x, bool):
-            try:
-                return scalar(x)
-            except (ValueError, OverflowError):
-                return math.nan if name in ("log", "sqrt", "rsqrt") else math.inf
+            return scalar(x)
         return getattr(core, name)(to_tensor(x, "x"))
     return fn
 

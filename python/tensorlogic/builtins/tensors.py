@@ -340,8 +340,11 @@ def to_float_builtin(x):
 def item(t):
     t = to_tensor(t, "t")
     if t.numel != 1:
-        raise BuiltinArgError(f"item needs one element, got tensor {list(t.shape)}")
-    return t.item()
+        raise BuiltinArgError(f"needs one element, got tensor {list(t.shape)}")
+    value = t.item()
+    if t.dtype in ("f32", "f16", "bf16"):  # the number the tensor prints (0.1, not 0.10000000149011612)
+        return float(str(np.float32(value)))
+    return value
 
 
 @builtin("to_list", "to_list(t)", "the values of a tensor as a (nested) array", min_args=1, max_args=1,

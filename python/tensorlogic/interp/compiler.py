@@ -19,6 +19,7 @@ from ..builtins import registry
 from ..builtins.convert import BuiltinArgError, Tensor, core, dtype_of, is_numeric_list, list_to_numpy
 from ..builtins.convert import to_bool, to_int, type_name
 from ..builtins.formatting import format_value
+from ..builtins.math_ops import scalar_div, scalar_mod, scalar_pow
 from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLRuntimeError
 from .scope import FunctionScopeInfo, Scope
@@ -99,22 +100,14 @@ def _list_operand(v):
 
 
 def _div(a, b):
-    if a.__class__ is int and b.__class__ is int:
-        if b == 0:
-            raise ZeroDivisionError
-        q, r = divmod(a, b)
-        return q if r == 0 else a / b
-    try:
-        return a / b
-    except ZeroDivisionError:
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            if a == 0 or a != a:
-                return math.nan
-            return math.copysign(math.inf, a) * math.copysign(1.0, b)
-        raise
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return scalar_div(a, b)
+    return a / b
 
 
 def _mod(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return scalar_mod(a, b)
     return a % b
 
 
@@ -125,6 +118,8 @@ def _matmul(a, b):
 
 
 def _pow(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return scalar_pow(a, b)
     return a ** b
 
 
@@ -134,9 +129,9 @@ _PY_BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "*": operator.mul,
     "⊙": operator.mul,
     "/": _div,
-    "%": operator.mod,
+    "%": _mod,
     "@": _matmul,
-    "**": operator.pow,
+    "**": _pow,
     "==": operator.eq,
     "!=": operator.ne,
     "<": operator.lt,
