@@ -69,3 +69,48 @@ def test_a_ground_query_on_a_weighted_fact_returns_its_truth_value():
 
 def test_a_ground_query_on_a_boolean_relation_returns_a_bool():
     assert out("Edge(a, b)\nprint(Edge(a, b)?, Edge(b, a)?)\n") == "true false\n"
+
+
+# ---------------------------------------------------------------- anonymous and existential variables
+
+def test_anonymous_variables_in_bodies_negations_and_queries():
+    assert out("""
+        Edge(a, b)  Edge(b, c)  S(a, x, p)
+        HasOut(X) <- Edge(X, _)
+        NoS(X) <- Edge(X, _), not S(X, _, _)
+        main { HasOut(X)?  NoS(X)?  Edge(_, Y)? }""") == "HasOut(X): a, b\nNoS(X): b\nEdge(_, Y): b, c\n"
+
+
+def test_a_variable_only_in_one_negated_atom_reads_as_existential():
+    assert out("""
+        S(a, 5, p)  S(b, 6, q)  Node(a)  Node(b)
+        NoFive(X) <- Node(X), not S(X, 5, P)
+        main { NoFive(X)? }""") == "NoFive(X): b\n"
+
+
+def test_anonymous_variable_in_a_rule_head_is_an_error():
+    e = err("Edge(a, b)\nP(X, _) <- Edge(X, _)\n")
+    assert "the head of rule" in e.message and "`_`" in e.message and e.span.line == 2
+
+
+# ---------------------------------------------------------------- checks when rules are defined
+
+def test_an_unsafe_rule_is_an_error_even_if_nothing_queries_it():
+    e = err('Edge(a, b)\nP(X, Z) <- Edge(X, Y)\nprint("ran")\n')
+    assert "variable Z in the head" in e.message and e.span.line == 2
+    e = err('Edge(a, b)\nP(X) <- Edge(X, _), not S(X, Q), not T(Q)\nprint("ran")\n')
+    assert "variable Q of `not S(X, Q)`" in e.message
+
+
+def test_negation_through_recursion_is_an_error_even_if_nothing_queries_it():
+    e = err('Edge(a, b)\nA(X) <- Edge(X, _), not B(X)\nB(X) <- A(X)\nprint("ran")\n')
+    assert "no stratification" in e.message
+
+
+def test_tl_check_reports_every_unsafe_and_unstratified_rule(tmp_path):
+    from tensorlogic.interp.static_check import check_file
+    path = tmp_path / "p.tl"
+    path.write_text("Edge(a, b)\nP(X, Z) <- Edge(X, Y)\nW(X) <- Edge(X, _), not W(X)\n")
+    errors = check_file(str(path))
+    assert [e.span.line for e in errors] == [2, 3]
+    assert "variable Z" in errors[0].message and "no stratification" in errors[1].message

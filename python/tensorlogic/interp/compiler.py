@@ -672,6 +672,7 @@ class Compiler:
             temperature = self.compile_expr(ann.args[0], scope)
         interp = self.interp
         pos = self.span(stmt)
+        interp.static_rules.append(self._static_rule(stmt, scope))
 
         def ex_rule(f):
             t = None
@@ -681,9 +682,33 @@ class Compiler:
                     raise self.error(f"@temperature takes a number, got {type_name(tv)}", stmt)
                 t = float(tv)
             rule = interp.logic_terms().Rule(head(f), tuple(b(f) for b in body), t, pos)
-            interp.logic_engine(pos, flush=False)
+            engine = interp.logic_engine(pos, flush=False)
+            self._logic_call(stmt, lambda: engine.check_rule(rule, interp.pending_rules))
             interp.pending_rules.append(rule)  # added before the next query (facts may come later)
         return ex_rule
+
+    def _static_rule(self, stmt: ast.Rule, scope: Scope):
+        """The rule as the engine's terms without running anything (for `tl check`): a name is a
+        logic Name, any other argument an opaque constant."""
+        logic = self.interp.logic_terms()
+
+        def term(arg):
+            if isinstance(arg, ast.Name) and scope.lookup(arg.id) is None \
+                    and arg.id not in self.interp.global_names:
+                return logic.Name(arg.id, self.span(arg))
+            return logic.Const(f"<{type(arg).__name__}>", self.span(arg))
+
+        def atom(a: ast.Atom, negated=False):
+            return logic.Atom(a.relation, tuple(term(x) for x in a.args), negated, self.span(a))
+
+        body = []
+        for lit in stmt.body:
+            if lit.atom is not None:
+                body.append(atom(lit.atom, lit.negated))
+            elif isinstance(lit.expr, ast.BinOp):
+                body.append(logic.Comparison(lit.expr.op, term(lit.expr.left), term(lit.expr.right),
+                                             self.span(lit.expr)))
+        return logic.Rule(atom(stmt.head), tuple(body), None, self.span(stmt))
 
     def _query(self, expr: ast.Query, scope: Scope, print_answers: bool):
         self.interp.require_logic(self.span(expr))

@@ -82,6 +82,7 @@ class Interpreter:
         self.learnable: set[str] = set()
         self.depth = 0
         self.static_errors: list[TLError] = []
+        self.static_rules: list = []  # every rule of the program as logic terms, for `tl check`
         self.unresolved_calls: list[tuple[str, SourceSpan]] = []
         self.unresolved_names: list[tuple[str, SourceSpan]] = []
         self.ctx = RunContext(self, out if out is not None else sys.stdout, stdin, seed)

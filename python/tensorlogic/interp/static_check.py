@@ -2,7 +2,7 @@
 
 Finds syntax errors, import errors (missing files, cycles), compile errors (`break` outside a loop,
 unknown cast types, bad logic statements), calls with the wrong number of arguments to builtins and
-user functions, and names or functions defined nowhere. Invariant: nothing of the program runs
+user functions, names or functions defined nowhere, unsafe rules and rules without a stratification. Invariant: nothing of the program runs
 (no top-level statement, no main), so checking has no side effects.
 """
 from __future__ import annotations
@@ -32,6 +32,26 @@ def check_file(path: str, source: str | None = None) -> list[TLError]:
         if name not in known and (name, span.line, span.column) not in seen:
             seen.add((name, span.line, span.column))
             errors.append(TLRuntimeError(f"undefined name '{name}'", span))
+    errors += _logic_errors(interp)
     errors.sort(key=lambda e: (e.span.filename, e.span.line, e.span.column) if e.span else ("", 0, 0))
     interp.close()
+    return errors
+
+
+def _logic_errors(interp: Interpreter) -> list[TLError]:
+    """Unsafe rules (each) and a missing stratification, from the rules' text alone."""
+    if not interp.static_rules:
+        return []
+    from ..logic import LogicError
+    from ..logic.safety import check_safety, check_stratified
+    errors = []
+    for rule in interp.static_rules:
+        try:
+            check_safety(rule)
+        except LogicError as e:
+            errors.append(TLRuntimeError(e.message, e.pos))
+    try:
+        check_stratified(interp.static_rules)
+    except LogicError as e:
+        errors.append(TLRuntimeError(e.message, e.pos))
     return errors

@@ -43,6 +43,7 @@ from .errors import (ArityError, LogicError, LogicTypeError, UnknownRelationErro
                      UnsafeRuleError)
 from .query import QueryResult
 from .relation_table import RelationTable, check_key_space, encode, key_space, sorted_unique
+from .safety import check_safety, check_stratified, existential_variables
 from .sparse_eval import SparseStratum, scan
 from .stratify import stratify
 from .terms import Atom, Comparison, Const, Name, Rule, Var
@@ -223,6 +224,13 @@ class LogicEngine:
                                                          head.pos or rule.pos)
         self.rules.append(rule)
         self._changed()
+
+    def check_rule(self, rule: Rule, defined: Iterable[Rule] = ()) -> None:
+        """Safety of `rule` and stratification of `defined` + this engine's rules + `rule`, checked
+        when the rule is defined (needs no facts; raises UnsafeRuleError or StratificationError)."""
+        known = self._known_constants()
+        check_safety(rule, lambda t: isinstance(self._resolve(t, known), Var))
+        check_stratified(list(self.rules) + list(defined) + [rule])
 
     def has_relation(self, name: str) -> bool:
         return name in self.relations
@@ -575,9 +583,10 @@ class LogicEngine:
         var_ids: dict[str, int] = {}
         var_names: list[str] = []
         atoms = []
+        existential = existential_variables(rule, lambda t: isinstance(self._resolve(t, known), Var))
 
         def var_id(name: str) -> int:
-            if name == "_":
+            if name == "_" or name in existential:
                 var_names.append(f"_#{len(var_names)}")
                 return len(var_names) - 1
             if name not in var_ids:
