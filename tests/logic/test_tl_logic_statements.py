@@ -114,3 +114,46 @@ def test_tl_check_reports_every_unsafe_and_unstratified_rule(tmp_path):
     errors = check_file(str(path))
     assert [e.span.line for e in errors] == [2, 3]
     assert "variable Z" in errors[0].message and "no stratification" in errors[1].message
+
+
+# ---------------------------------------------------------------- arithmetic terms over integers
+
+def test_arithmetic_in_rule_heads_and_body_comparisons():
+    assert out("""
+        Num(0)
+        Num(N + 1) <- Num(N), N < 5
+        Pair(1, 2)  Pair(3, 4)
+        Sum(A, A + B) <- Pair(A, B)
+        Big(A, B) <- Pair(A, B), A * 2 + 1 > B + 2
+        Next(X, Y) <- Num(X), Num(Y), Y == X + 1
+        Neg(-N) <- Num(N), N % 2 == 1
+        main { Num(X)?  Sum(X, S)?  Big(A, B)?  Next(X, Y)?  Neg(X)? }""") == (
+        "Num(X): 0, 1, 2, 3, 4, 5\n"
+        "Sum(X, S): (1, 3), (3, 7)\n"
+        "Big(A, B): (3, 4)\n"
+        "Next(X, Y): (0, 1), (1, 2), (2, 3), (3, 4), (4, 5)\n"
+        "Neg(X): -5, -3, -1\n")
+
+
+def test_arithmetic_rules_respect_stratified_negation():
+    # Odd numbers come from a negation of Even, which an arithmetic rule completes first.
+    assert out("""
+        Num(0)
+        Num(N + 1) <- Num(N), N < 6
+        Even(0)
+        Even(N + 2) <- Even(N), N < 6
+        Odd(N) <- Num(N), not Even(N)
+        Shift(N + 10) <- Odd(N)
+        main { Shift(X)? }""") == "Shift(X): 11, 13, 15\n"
+
+
+def test_unbounded_arithmetic_recursion_is_an_error_not_a_hang(monkeypatch):
+    from tensorlogic.logic import engine
+    monkeypatch.setattr(engine, "ARITH_ROUND_LIMIT", 50)
+    e = err("Num(0)\nNum(N + 1) <- Num(N)\nNum(X)?\n")
+    assert "keep deriving new numbers" in e.message
+
+
+def test_arithmetic_on_a_name_constant_is_an_error():
+    e = err("P(a)\nQ(X + 1) <- P(X)\nQ(Y)?\n")
+    assert "not an integer" in e.message

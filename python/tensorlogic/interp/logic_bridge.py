@@ -33,6 +33,8 @@ class LogicCompiler:
             pos = self.span(arg)
             if isinstance(arg, ast.Name) and not self._is_bound(arg, scope):
                 makers.append(lambda f, n=arg.id, p=pos: self.interp.logic_terms().Name(n, p))
+            elif self._mentions_logic_variable(arg, scope):
+                makers.append(self._arith_maker(arg, scope))
             else:
                 ev = self.compile_expr(arg, scope)
 
@@ -48,6 +50,40 @@ class LogicCompiler:
                     return self.interp.logic_terms().Const(v, p)
                 makers.append(make)
         return makers
+
+    def _mentions_logic_variable(self, expr, scope: Scope) -> bool:
+        """Does an arithmetic expression use an unbound capitalised name (a logic variable)?"""
+        if isinstance(expr, ast.Name):
+            return (expr.id[:1].isupper() or expr.id[:1] == "_") and not self._is_bound(expr, scope) \
+                and expr.id not in self.interp.functions and expr.id not in registry.BUILTINS
+        if isinstance(expr, ast.BinOp):
+            return self._mentions_logic_variable(expr.left, scope) or self._mentions_logic_variable(expr.right, scope)
+        if isinstance(expr, ast.UnaryOp):
+            return self._mentions_logic_variable(expr.operand, scope)
+        return False
+
+    def _arith_maker(self, expr, scope: Scope):
+        """A closure building the engine's Arith term for `N + 1`-style arguments of rules."""
+        pos = self.span(expr)
+        if isinstance(expr, ast.Name) and not self._is_bound(expr, scope):
+            return lambda f, n=expr.id: logic.Name(n, pos)
+        if not self._mentions_logic_variable(expr, scope):
+            value = self.compile_expr(expr, scope)
+
+            def make_const(f):
+                v = value(f)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+                    raise self.error(f"arithmetic in a rule works on integers, got {type_name(v)}", expr)
+                return logic.Const(int(v), pos)
+            return make_const
+        if isinstance(expr, ast.UnaryOp) and expr.op == "-":
+            operand = self._arith_maker(expr.operand, scope)
+            return lambda f: logic.Arith("neg", operand(f), None, pos)
+        if isinstance(expr, ast.BinOp) and expr.op in logic.ARITH_OPS:
+            left, right = self._arith_maker(expr.left, scope), self._arith_maker(expr.right, scope)
+            op = expr.op
+            return lambda f: logic.Arith(op, left(f), right(f), pos)
+        raise self.error("arithmetic in a rule uses + - * % on integers and logic variables", expr, CompileError)
 
     def _is_bound(self, node: ast.Name, scope: Scope) -> bool:
         """Is `name` in an atom a program variable (its value is the term)? A bound variable means
@@ -71,6 +107,10 @@ class LogicCompiler:
             if isinstance(arg, ast.Name) and scope.lookup(arg.id) is None \
                     and arg.id not in self.interp.global_names:
                 return terms.Name(arg.id, self.span(arg))
+            if isinstance(arg, ast.BinOp) and arg.op in terms.ARITH_OPS:
+                return terms.Arith(arg.op, term(arg.left), term(arg.right), self.span(arg))
+            if isinstance(arg, ast.UnaryOp) and arg.op == "-":
+                return terms.Arith("neg", term(arg.operand), None, self.span(arg))
             return terms.Const(f"<{type(arg).__name__}>", self.span(arg))
 
         def atom(a: ast.Atom, negated=False):
