@@ -128,7 +128,28 @@ class StatementCompiler:
             return self.expr_IfExpr(expr, scope)
         return self.compile_expr(expr, scope)
 
+    def _one_factor_equation(self, stmt: ast.Assign, scope: Scope):
+        """`T[j, i] = A[i, j]` (a transpose) or `S[i] = A[i, j]` (a sum) as a tensor equation: when
+        T is not a variable yet and every index on both sides is a name that is not a variable."""
+        target, value = stmt.target, stmt.value
+        if stmt.op is not None or not isinstance(target, ast.Index) or not isinstance(target.obj, ast.Name):
+            return None
+        if not isinstance(value, ast.Index) or not isinstance(value.obj, ast.Name):
+            return None
+
+        def free(name: str) -> bool:
+            return scope.lookup(name) is None and name not in self.interp.global_names
+
+        indices = list(target.indices) + list(value.indices)
+        if not free(target.obj.id) or not all(isinstance(i, ast.Name) and free(i.id) for i in indices):
+            return None
+        return ast.TensorEquation(stmt.line, stmt.column, target.obj.id, tuple(i.id for i in target.indices),
+                                  value)
+
     def stmt_Assign(self, stmt: ast.Assign, scope: Scope):
+        equation = self._one_factor_equation(stmt, scope)
+        if equation is not None:
+            return self.stmt_TensorEquation(equation, scope)
         target = stmt.target
         value = self.compile_rhs(stmt.value, scope)
         if stmt.op is not None:
