@@ -114,4 +114,4 @@ def test_one_factor_equations_transpose_and_sum_in_a_program():
     a = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
     np.testing.assert_array_equal(result.env["T"].numpy(), a.T)
     np.testing.assert_array_equal(result.env["S"].numpy(), a.sum(axis=1))
-    assert result.output == "[5., 3.]\n"  # an element assignment with bound indices stays one
+    assert result.output == "[5.0, 3.0]\n"  # an element assignment with bound indices stays one
