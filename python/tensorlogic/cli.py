@@ -202,6 +202,7 @@ def _run_benches(interp, loaded) -> None:
 
 def cmd_check(args) -> int:
     from .interp.static_check import check_file
+    from .lang.errors import TLWarning
     status = EXIT_OK
     for path in args.files:
         source, bad = _read_program(path)
@@ -209,9 +210,10 @@ def cmd_check(args) -> int:
             sys.stderr.write(bad + "\n")
             return EXIT_USAGE
         path = _program_name(path)
-        errors = check_file(path, source)
-        for e in errors:
+        problems = check_file(path, source)
+        for e in problems:
             sys.stderr.write(e.format(show_trace=False) + "\n")
+        errors = [e for e in problems if not isinstance(e, TLWarning)]
         if errors:
             status = EXIT_ERROR
         else:

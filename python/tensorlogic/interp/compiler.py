@@ -18,9 +18,11 @@ from __future__ import annotations
 from ..builtins.convert import BuiltinArgError, to_bool
 from ..lang.errors import SourceSpan, TLError, TLRuntimeError
 from .calls import CallCompiler
+from .control import CompileError
 from .expressions import ExpressionCompiler
 from .logic_bridge import LogicCompiler
 from .statements import StatementCompiler
+from .type_check import unknown_type
 
 
 class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompiler):
@@ -70,6 +72,13 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
         err = TLRuntimeError(msg, self.span(node))
         exc.__traceback__ = None
         return err
+
+    def check_declared_type(self, typ, generics=()) -> None:
+        """Record a declared type that names nothing TL knows (`tl check` lists them all; `tl run`
+        stops before running)."""
+        why = unknown_type(typ, self.interp.structs, generics)
+        if why is not None:
+            self.interp.type_errors.append(self.error(why, typ, CompileError))
 
     def truth_at(self, v, node) -> bool:
         """The truth value of a condition, or a TLError at `node`."""

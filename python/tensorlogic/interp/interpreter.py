@@ -54,6 +54,9 @@ class Interpreter(ProgramLogic):
         self.learnable: set[str] = set()
         self.depth = 0
         self.static_errors: list[TLError] = []
+        self.type_errors: list[TLError] = []  # declared types that name nothing: load() raises the first
+        self.warnings: list[TLError] = []  # what `tl check` points out but still runs
+        self.collect_errors = False  # `tl check`: load() keeps going and leaves every error in the lists
         self.static_rules: list = []  # every rule of the program as logic terms, for `tl check`
         self.unresolved_calls: list[tuple[str, SourceSpan]] = []
         self.unresolved_names: list[tuple[str, SourceSpan]] = []
@@ -106,7 +109,12 @@ class Interpreter(ProgramLogic):
                     continue
                 if isinstance(item, (ast.MainBlock, ast.TestBlock, ast.BenchBlock)):
                     continue
-                loaded.top_level.append(compiler.compile_stmt(item, self.top_scope))
+                try:
+                    loaded.top_level.append(compiler.compile_stmt(item, self.top_scope))
+                except CompileError as e:
+                    if not self.collect_errors:
+                        raise
+                    self.static_errors.append(e)
         for fv, decl, prog in new_functions:
             Compiler(self, prog.filename, prog.source).compile_function(fv, decl)
         compiler = Compiler(self, program.filename, program.source)
@@ -123,6 +131,8 @@ class Interpreter(ProgramLogic):
                 loaded.benches.append((item.name, body, info))
         if len(self.top_frame) < self.top_info.nslots:
             self.top_frame.extend([UNSET] * (self.top_info.nslots - len(self.top_frame)))
+        if self.type_errors and not self.collect_errors:
+            raise self.type_errors[0]
         return loaded
 
     def _compile_block_function(self, compiler: Compiler, name: str, body: ast.Block):
@@ -165,6 +175,10 @@ class Interpreter(ProgramLogic):
                 st = self.structs.get(item.name) or StructType(
                     item.name, tuple(f.name for f in item.fields), tuple(f.type for f in item.fields), item.generics)
                 self.structs[item.name] = st
+        for item in prog.items:
+            if isinstance(item, ast.StructDecl):
+                for f in item.fields:
+                    compiler.check_declared_type(f.type, item.generics)
         for item in prog.items:
             if isinstance(item, ast.FnDecl):
                 fv = self.functions.get(item.name)

@@ -218,7 +218,7 @@ class LogicCompiler:
         return ev_query
 
     def stmt_TensorEquation(self, stmt: ast.TensorEquation, scope: Scope):
-        store = self._store(stmt.name, scope, stmt, declare=False)
+        store = self._store(stmt.name, scope, stmt, declare=False, warn_undeclared=False)
         interp = self.interp
         readers: dict[str, Callable] = {}
         for name in _indexed_names(stmt.value):

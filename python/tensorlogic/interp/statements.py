@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..builtins import operators, registry
 from ..builtins.convert import type_name
 from ..lang import ast
+from ..lang.errors import TLWarning
 from .control import BREAK, CONTINUE, CompileError, Ret, Val
 from .scope import Scope
 from .type_check import type_checker
@@ -25,7 +26,12 @@ class StatementCompiler:
         closures = []
         for i, stmt in enumerate(stmts):
             is_tail = tail and i == len(stmts) - 1
-            closures.append(self.compile_stmt(stmt, inner, is_tail))
+            try:
+                closures.append(self.compile_stmt(stmt, inner, is_tail))
+            except CompileError as e:
+                if not self.interp.collect_errors:
+                    raise
+                self.interp.static_errors.append(e)  # `tl check`: note it and check the rest
         return self._block_runner(closures, inner.declared if new_scope else [])
 
     @staticmethod
@@ -64,8 +70,9 @@ class StatementCompiler:
             return method(stmt, scope, tail=True)
         return method(stmt, scope)
 
-    def _store(self, name: str, scope: Scope, node, declare: bool):
-        """A closure `store(frame, value)` binding `name` (a `let` when declare=True)."""
+    def _store(self, name: str, scope: Scope, node, declare: bool, warn_undeclared: bool = True):
+        """A closure `store(frame, value)` binding `name` (a `let` when declare=True). `x = e` on a
+        name no `let` declared declares it (as the earlier TL did); `tl check` warns about it."""
         interp = self.interp
         if declare:
             if scope.is_global:
@@ -78,6 +85,10 @@ class StatementCompiler:
             slot = scope.declare(name)
         else:
             slot = scope.lookup(name)
+            if slot is None and name not in interp.global_names and warn_undeclared:
+                interp.warnings.append(TLWarning(
+                    f"'{name} = ...' assigns a name that no 'let' declared, which declares it here (a typo "
+                    f"of another name?); write 'let {name} = ...' to declare it", self.span(node)))
             if slot is None:
                 if scope.reaches_global() and scope.function_root().is_global or name in interp.global_names:
                     g = interp.globals
@@ -99,6 +110,7 @@ class StatementCompiler:
     def stmt_Let(self, stmt: ast.Let, scope: Scope):
         value = self.compile_rhs(stmt.value, scope)
         if stmt.type is not None:
+            self.check_declared_type(stmt.type, scope.fn.generics)
             value = self._checked(value, stmt.type, f"let {stmt.name}", stmt)
         store = self._store(stmt.name, scope, stmt, declare=True)
         slot = getattr(store, "slot", None)
@@ -364,6 +376,7 @@ class StatementCompiler:
 
     def stmt_TensorDecl(self, stmt: ast.TensorDecl, scope: Scope):
         from ..builtins.tensor_decl import declare_tensor
+        self.check_declared_type(stmt.type, scope.fn.generics)
         value = self.compile_rhs(stmt.value, scope) if stmt.value is not None else None
         store = self._store(stmt.name, scope, stmt, declare=True)
         typ = stmt.type

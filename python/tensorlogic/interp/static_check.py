@@ -2,7 +2,9 @@
 
 Finds syntax errors, import errors (missing files, cycles), compile errors (`break` outside a loop,
 unknown cast types, bad logic statements), calls with the wrong number of arguments to builtins and
-user functions, names or functions defined nowhere, unsafe rules and rules without a stratification. Invariant: nothing of the program runs
+user functions, names or functions defined nowhere, unknown type names, unsafe rules and rules
+without a stratification; and warns (TLWarning, not an error) where `x = e` declares a name no `let`
+declared. Every problem is reported, in source order. Invariant: nothing of the program runs
 (no top-level statement, no main), so checking has no side effects.
 """
 from __future__ import annotations
@@ -16,12 +18,13 @@ from .interpreter import Interpreter
 def check_file(path: str, source: str | None = None) -> list[TLError]:
     """Every problem found in the program at `path` (its text is `source` when given)."""
     interp = Interpreter(out=io.StringIO())
+    interp.collect_errors = True
     try:
         interp.load_file(path, source)
     except TLError as e:
         e.__traceback__ = None
         return [e]
-    errors: list[TLError] = list(interp.static_errors)
+    errors: list[TLError] = list(interp.static_errors) + list(interp.type_errors) + list(interp.warnings)
     known = set(interp.functions) | set(interp.global_names) | set(interp.structs)
     seen: set[tuple[str, int, int]] = set()
     for name, span in interp.unresolved_calls:

@@ -87,3 +87,9 @@ class TLTestFailure(TLRuntimeError):
 
 class TLImportError(TLError):
     """An import could not be resolved (missing file, cycle)."""
+
+
+class TLWarning(TLError):
+    """Not an error: something `tl check` points out that runs but is likely a mistake."""
+
+    kind = "warning"
