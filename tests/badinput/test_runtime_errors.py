@@ -114,3 +114,18 @@ def test_integer_overflow_in_shapes(expr):
                                           ("reshape(ones([6]), [-1, -1])", "more than one -1")])
 def test_negative_shapes(expr, needle):
     assert needle in tl_error(expr)
+
+
+@pytest.mark.parametrize("expr, message", [
+    ('einsum("ij,jk->ik", ones([2, 3]), ones([2, 3]))', "einsum: letter 'j' has sizes 3 and 2"),
+    ("zeros([-1, 2])", "zeros: negative dimension in shape [-1, 2]"),
+    ("ones([2, 3])[5]", "index 5 is out of range"),
+    ("item(ones([3]))", "item: needs one element, got tensor [3]"),
+])
+def test_messages_say_their_prefix_once(expr, message):
+    line = tl_error(expr)
+    assert line.endswith(message) or message in line
+    head = line.split(": error: ", 1)[1]
+    words = [w.rstrip(":") for w in head.split()[:3]]
+    assert len(set(words[:2])) == 2, line  # never "einsum: einsum:" or "index: index"
+    assert "full:" not in line

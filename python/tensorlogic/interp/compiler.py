@@ -15,6 +15,7 @@ builtins/operators.py. The interpreter never touches the device: no module here 
 """
 from __future__ import annotations
 
+from ..builtins import registry
 from ..builtins.convert import BuiltinArgError, to_bool
 from ..lang.errors import SourceSpan, TLError, TLRuntimeError
 from .calls import CallCompiler
@@ -52,7 +53,7 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
             return exc
         prefix = f"{what}: " if what else ""
         if isinstance(exc, BuiltinArgError):
-            msg = prefix + str(exc)
+            msg = _prefixed(what, str(exc))
         elif isinstance(exc, ZeroDivisionError):
             msg = prefix + "division by zero"
         elif isinstance(exc, RecursionError):
@@ -64,11 +65,10 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
         else:
             text = str(exc) or type(exc).__name__
             head = text.split(":", 1)[0]
-            if what and (text.startswith(what + ":") or (what.startswith("'") and head.isidentifier()
-                                                          and ":" in text)):
-                msg = text
+            if what and what.startswith("'") and head.isidentifier() and ":" in text:
+                msg = text  # an operator's error that a named op raised: "matmul: shapes ..."
             else:
-                msg = prefix + text
+                msg = _prefixed(what, text)
         err = TLRuntimeError(msg, self.span(node))
         exc.__traceback__ = None
         return err
@@ -86,3 +86,16 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
             return to_bool(v)
         except BuiltinArgError as e:
             raise self.error(str(e), node) from None
+
+
+def _prefixed(what: str | None, text: str) -> str:
+    """`what: text`, said once: no second prefix when the text already starts with `what`, and an
+    inner builtin's own prefix ("full: ..." raised inside zeros) gives way to the one the user called."""
+    if not what:
+        return text
+    if text.startswith(what + ":") or text.startswith(what + " "):
+        return text
+    head, sep, rest = text.partition(": ")
+    if sep and head != what and head in registry.BUILTINS:
+        text = rest
+    return f"{what}: {text}"
