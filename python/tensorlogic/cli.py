@@ -68,7 +68,11 @@ def _select_backend(name: str | None) -> str | None:
     try:
         init_backend(name or os.environ.get("TL_BACKEND"))
     except Exception as e:  # BackendUnavailable and friends: one line
-        return f"tl: backend {name or os.environ.get('TL_BACKEND')}: {str(e).splitlines()[0] if str(e) else e}"
+        backend = name or os.environ.get("TL_BACKEND")
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if text.startswith(f"{backend}: "):
+            text = text[len(backend) + 2:]
+        return f"tl: backend {backend}: {text}"
     return None
 
 

@@ -102,3 +102,23 @@ def test_exit_codes_are_documented():
     text = (ROOT / "docs" / "exit-codes.md").read_text()
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |"):
         assert code in text
+
+
+@pytest.mark.parametrize("args", [
+    ("generate", "--prompt", "x", "--temperature", "-1"),
+    ("generate", "--prompt", "x", "--top-p", "1.5"),
+    ("generate", "--prompt", "x", "--context", "0"),
+    ("chat", "--context", "0"),
+    ("generate", "--prompt", "x", "--backend", "metal"),
+    ("chat", "--backend", "metal"),
+    ("run", "--backend", "metal", "examples/hello.tl"),
+    ("repl", "--backend", "metal"),
+])
+def test_invalid_option_values_and_unavailable_backends_are_usage_errors(args):
+    import tensorlogic._core as core
+    if "metal" in args and "metal" in core.available_backends():
+        pytest.skip("this build has a Metal backend")
+    r = tl(*args)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("tl: ") and "metal: metal:" not in line
