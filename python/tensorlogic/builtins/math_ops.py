@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .convert import BuiltinArgError, Tensor, core, tensor_or_scalar, to_bool, to_dim, to_float, to_tensor
+from .convert import BuiltinArgError, Tensor, core, tensor_or_scalar, to_bool, to_dim, to_float, to_int, to_tensor
 from .registry import builtin
 
 C = "math"
@@ -140,7 +140,7 @@ def floor_div(a, b):
             raise ZeroDivisionError
         result = np.floor_divide(na, nb)
         dtype = "i64" if result.dtype == np.int64 else "i32"
-        return core.from_numpy(np.ascontiguousarray(result), dtype=dtype)
+        return core.from_numpy(np.array(result, order="C"), dtype=dtype)
     return core.floor(core.div(a, b))
 
 
@@ -196,9 +196,31 @@ def clamp(x, lo, hi):
     return core.minimum(core.maximum(to_tensor(x, "x"), to_float(lo, "lo")), to_float(hi, "hi"))
 
 
+def _is_value_operand(a, b) -> bool:
+    """`max(a, b)` / `min(a, b)` compares two values (elementwise) unless b is an int dim of tensor a:
+    two numbers, a tensor or array on either side with the other not an int, or a float b."""
+    def tensorish(v):
+        return isinstance(v, (Tensor, list))
+    if isinstance(b, bool) or isinstance(a, bool):
+        return False
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return True
+    if tensorish(b):
+        return True
+    return isinstance(b, float) or (isinstance(a, (int, float)) and tensorish(b))
+
+
 def _reduction(name: str, doc: str):
-    @builtin(name, f"{name}(t, [dim], [keepdim])", doc, min_args=1, max_args=3, category=C)
+    pairwise = {"max": "maximum", "min": "minimum"}.get(name)
+    signature = f"{name}(t, [dim], [keepdim])" if pairwise is None else f"{name}(t, [dim], [keepdim]) | {name}(a, b)"
+
+    @builtin(name, signature, doc, min_args=1, max_args=3, category=C)
     def fn(t, dim=None, keepdim=False):
+        if pairwise is not None and dim is not None and keepdim is False and _is_value_operand(t, dim):
+            a, b = tensor_or_scalar(t), tensor_or_scalar(dim)
+            if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+                return _scalar_binary(pairwise, a, b)
+            return getattr(core, pairwise)(a, b)
         t = to_tensor(t, "t")
         if dim is None:
             if t.numel == 0 and name in ("max", "min"):
@@ -210,8 +232,124 @@ def _reduction(name: str, doc: str):
 
 _reduction("sum", "sum of all elements (a 0-d tensor), or along dim")
 _reduction("mean", "mean of all elements (a 0-d tensor), or along dim")
-_reduction("max", "largest element, or the largest along dim")
-_reduction("min", "smallest element, or the smallest along dim")
+_reduction("max", "largest element, or the largest along dim; max(a, b) of two numbers or tensors is "
+                  "elementwise (b an int is a dim of tensor a)")
+_reduction("min", "smallest element, or the smallest along dim; min(a, b) of two numbers or tensors is "
+                  "elementwise (b an int is a dim of tensor a)")
+
+
+def _floating(t):
+    return t if t.dtype in ("f32", "f16", "bf16") else core.astype(t, "f32")
+
+
+@builtin("prod", "prod(t, [dim], [keepdim])", "product of all elements (a 0-d tensor), or along dim",
+         min_args=1, max_args=3, category=C)
+def prod(t, dim=None, keepdim=False):
+    t = to_tensor(t, "t")  # no product kernel: exact on the host (reductions are not a per-token path)
+    arr = t.numpy()
+    out = np.prod(arr) if dim is None else np.prod(arr, axis=to_dim(dim, t.ndim), keepdims=to_bool(keepdim, "keepdim"))
+    return core.from_numpy(np.array(out, dtype=arr.dtype, order="C"))
+
+
+@builtin("cumsum", "cumsum(t, [dim])", "running sums along dim (default the last)", min_args=1, max_args=2,
+         category=C)
+def cumsum(t, dim=-1):
+    t = to_tensor(t, "t")
+    arr = t.numpy()
+    if t.ndim == 0:
+        return core.from_numpy(arr.copy())
+    return core.from_numpy(np.ascontiguousarray(np.cumsum(arr, axis=to_dim(dim, t.ndim), dtype=arr.dtype)))
+
+
+def _var(t, dim, keepdim, correction):
+    t = _floating(to_tensor(t, "t"))
+    c = to_int(correction, "correction")
+    if dim is None:
+        n = t.numel
+        centered = core.sub(t, core.mean(t))
+        total = core.sum(core.square(centered))
+    else:
+        d = to_dim(dim, t.ndim)
+        n = t.shape[d]
+        centered = core.sub(t, core.mean(t, d, True))
+        total = core.sum(core.square(centered), d, to_bool(keepdim, "keepdim"))
+    if n - c <= 0:
+        raise BuiltinArgError(f"needs more than {c} element{'s' if c != 1 else ''} (correction {c}), got {n}")
+    return core.div(total, float(n - c))
+
+
+@builtin("var", "var(t, [dim], [keepdim], [correction])",
+         "variance (mean squared deviation; correction 1 divides by n - 1), of all elements or along dim",
+         min_args=1, max_args=4, category=C)
+def var(t, dim=None, keepdim=False, correction=0):
+    return _var(t, dim, keepdim, correction)
+
+
+@builtin("std", "std(t, [dim], [keepdim], [correction])", "standard deviation: sqrt(var(...))",
+         min_args=1, max_args=4, category=C)
+def std(t, dim=None, keepdim=False, correction=0):
+    return core.sqrt(_var(t, dim, keepdim, correction))
+
+
+@builtin("norm", "norm(t, [dim], [keepdim])", "Euclidean (L2) norm of all elements, or along dim",
+         min_args=1, max_args=3, category=C)
+def norm(t, dim=None, keepdim=False):
+    t = _floating(to_tensor(t, "t"))
+    if dim is None:
+        return core.sqrt(core.sum(core.square(t)))
+    return core.sqrt(core.sum(core.square(t), to_dim(dim, t.ndim), to_bool(keepdim, "keepdim")))
+
+
+def _truth_any_all(name: str, doc: str, reduce: str):
+    @builtin(name, f"{name}(t, [dim])", doc, min_args=1, max_args=2, category=C)
+    def fn(t, dim=None):
+        if isinstance(t, bool):
+            return t
+        t = to_tensor(t, "t")
+        nonzero = core.astype(core.ne(t, 0), "f32")
+        if dim is None:
+            if t.numel == 0:
+                return name == "all"
+            return bool(getattr(core, reduce)(nonzero).item() > 0)
+        return core.gt(getattr(core, reduce)(nonzero, to_dim(dim, t.ndim)), 0.0)
+    return fn
+
+
+_truth_any_all("any", "whether some element is true (non-zero): a bool, or a bool tensor along dim", "max")
+_truth_any_all("all", "whether every element is true (non-zero): a bool, or a bool tensor along dim", "min")
+
+
+@builtin("sign", "sign(x)", "elementwise -1, 0 or 1 (NaN stays NaN)", min_args=1, max_args=1, category=C)
+def sign(x):
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x if x != x else (x > 0) - (x < 0) if isinstance(x, int) else float((x > 0) - (x < 0))
+    t = to_tensor(x, "x")
+    positive = core.astype(core.gt(t, 0), t.dtype)
+    negative = core.astype(core.lt(t, 0), t.dtype)
+    out = core.sub(positive, negative)
+    if t.dtype in ("f32", "f16", "bf16"):
+        out = core.where(core.ne(t, t), t, out)
+    return out
+
+
+@builtin("isnan", "isnan(x)", "elementwise: is x NaN (a bool, or a bool tensor)", min_args=1, max_args=1,
+         category=C)
+def isnan(x):
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x != x
+    t = to_tensor(x, "x")
+    return core.ne(t, t)
+
+
+@builtin("isinf", "isinf(x)", "elementwise: is x +inf or -inf (a bool, or a bool tensor)", min_args=1,
+         max_args=1, category=C)
+def isinf(x):
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return math.isinf(x)
+    t = to_tensor(x, "x")
+    if t.dtype not in ("f32", "f16", "bf16"):
+        return core.ne(t, t)
+    return core.eq(core.abs(t), math.inf)
 
 
 def _arg_reduction(name: str):
