@@ -403,3 +403,9 @@ def test_weighted_facts_and_tensor_equations_reach_the_logic_package():
             print(Y)
         }""")
     assert text.startswith("Edge(a, X): b") and text.endswith("[3., 7.]\n")
+
+
+def test_a_bare_block_opens_a_scope():
+    assert out("main {\n let x = 1\n {\n  let x = 2\n  let y = 3\n  print(x, y)\n }\n print(x)\n}\n"
+               "fn f() { { 5 } }\nprint(f())\n") == "5\n2 3\n1\n"
+    assert "undefined name 'y'" in err("main {\n { let y = 3 }\n print(y)\n}\n").message

@@ -353,3 +353,8 @@ def test_minus_starting_a_line_begins_a_new_statement():
 def test_minus_on_a_new_line_inside_parentheses_still_subtracts():
     e = expr("(5\n- 3)")
     assert isinstance(e, ast.BinOp) and e.op == "-"
+
+
+def test_a_bare_block_is_a_statement():
+    let, block, call = items("let x = 1\n{ let x = 2 }\nprint(x)")
+    assert isinstance(block, ast.BlockStmt) and isinstance(block.body.stmts[0], ast.Let)

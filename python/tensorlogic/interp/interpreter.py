@@ -324,7 +324,7 @@ def _logic_nodes(items) -> list:
             stack.extend(x.body.stmts)
         elif isinstance(x, ast.Block):
             stack.extend(x.stmts)
-        elif isinstance(x, (ast.While, ast.Loop, ast.For)):
+        elif isinstance(x, (ast.While, ast.Loop, ast.For, ast.BlockStmt)):
             stack.extend(x.body.stmts)
         elif isinstance(x, ast.IfStmt):
             for _, b in x.branches:

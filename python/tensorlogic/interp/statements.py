@@ -66,7 +66,7 @@ class StatementCompiler:
         method = getattr(self, "stmt_" + type(stmt).__name__, None)
         if method is None:
             raise self.error(f"{type(stmt).__name__} is not allowed here", stmt, CompileError)
-        if tail and isinstance(stmt, (ast.ExprStmt, ast.IfStmt)):
+        if tail and isinstance(stmt, (ast.ExprStmt, ast.IfStmt, ast.BlockStmt)):
             return method(stmt, scope, tail=True)
         return method(stmt, scope)
 
@@ -354,6 +354,9 @@ class StatementCompiler:
             finally:
                 f[slot] = UNSET
         return ex_for
+
+    def stmt_BlockStmt(self, stmt: ast.BlockStmt, scope: Scope, tail: bool = False):
+        return self.compile_block(stmt.body, scope, tail=tail)
 
     def stmt_Break(self, stmt, scope: Scope):
         if scope.fn.loop_depth == 0:

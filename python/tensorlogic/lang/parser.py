@@ -503,6 +503,9 @@ class _ToAst:
     def block(self, meta, ch):
         return ast.Block(*_pos(meta), tuple(ch))
 
+    def block_stmt(self, meta, ch):
+        return ast.BlockStmt(*_pos(meta), ch[0])
+
     def let_stmt(self, meta, ch):
         ch = [c for c in ch if not (isinstance(c, Token) and c.type == "MUT")]
         name = ch[0].value
