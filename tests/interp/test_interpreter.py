@@ -409,3 +409,12 @@ def test_a_bare_block_opens_a_scope():
     assert out("main {\n let x = 1\n {\n  let x = 2\n  let y = 3\n  print(x, y)\n }\n print(x)\n}\n"
                "fn f() { { 5 } }\nprint(f())\n") == "5\n2 3\n1\n"
     assert "undefined name 'y'" in err("main {\n { let y = 3 }\n print(y)\n}\n").message
+
+
+def test_the_standard_library_is_importable_by_name_from_anywhere(tmp_path):
+    prog = tmp_path / "deep" / "p.tl"
+    prog.parent.mkdir()
+    prog.write_text('import "std/llama.tl"\nlet f = llama_forward\nprint("imported")\n')
+    result = tensorlogic.run(prog)
+    assert result.error is None, result.error_text
+    assert result.output == "imported\n"

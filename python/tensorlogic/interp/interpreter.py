@@ -146,7 +146,7 @@ class Interpreter(ProgramLogic):
         for item in program.items:
             if not isinstance(item, ast.Import):
                 continue
-            path = os.path.normpath(os.path.join(base, item.path))
+            path = _import_path(base, item.path)
             span = SourceSpan(program.filename, item.line, item.column,
                               _line_of(program.source, item.line))
             key = _file_key(path)
@@ -343,3 +343,14 @@ def _file_key(path: str) -> str:
 def _line_of(source: str, line: int) -> str:
     lines = source.split("\n")
     return lines[line - 1] if 1 <= line <= len(lines) else ""
+
+
+STDLIB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stdlib")
+
+
+def _import_path(base: str, name: str) -> str:
+    """`import "std/x.tl"` names the standard library shipped in the package (from anywhere); any
+    other path is relative to the importing file."""
+    if name.startswith("std/"):
+        return os.path.join(STDLIB_DIR, name[len("std/"):])
+    return os.path.normpath(os.path.join(base, name))
