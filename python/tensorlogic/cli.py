@@ -1,7 +1,7 @@
 """The `tl` command.
 
-    tl run [--test | --bench] [--backend cpu|cuda|metal] [--memory-check] [--seed N] [--debug] FILE
-    tl test FILE            same as `tl run --test FILE`
+    tl run [--test | --bench] [--backend cpu|cuda|metal] [--memory-check] [--seed N] [--debug] FILE [ARGS...]
+    tl test [-k NAME] FILE  same as `tl run --test FILE` (-k: only tests whose name contains NAME)
     tl check FILE...        parse and static checks only (undefined names, arity, break outside loops)
     tl repl                 interactive prompt (also reads piped input)
     tl help builtins | tl help NAME
@@ -129,13 +129,14 @@ def cmd_run(args) -> int:
         return EXIT_USAGE
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     interp = Interpreter(seed=args.seed)
+    interp.ctx.args = list(args.args)
     status = EXIT_OK
     try:
         try:
             loaded = interp.load_file(_program_name(args.file), source)
             interp.run_top_level(loaded)
             if args.test:
-                status = _run_tests(interp, loaded)
+                status = _run_tests(interp, loaded, args.filter)
             elif args.bench:
                 _run_benches(interp, loaded)
             else:
@@ -173,9 +174,11 @@ def _drop_traceback(e: BaseException, debug: bool) -> None:
     e.__cause__ = None
 
 
-def _run_tests(interp, loaded) -> int:
+def _run_tests(interp, loaded, name_filter: str | None = None) -> int:
+    if name_filter is not None:
+        loaded.tests = [t for t in loaded.tests if name_filter in t[0]]
     if not loaded.tests:
-        print("no tests found")
+        print("no tests found" if name_filter is None else f"no tests named like '{name_filter}'")
         return EXIT_OK
 
     def report(outcome):
@@ -268,7 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="after teardown print the memory ledger; exit 3 if device bytes are still live")
         p.add_argument("--seed", type=int, default=None, help="seed the random generator (rand, sampling)")
         p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+        p.add_argument("-k", dest="filter", metavar="NAME", default=None,
+                       help="with --test: run only the tests whose name contains NAME")
         p.add_argument("file", help="the .tl program ('-' reads it from standard input)")
+        p.add_argument("args", nargs=argparse.REMAINDER, help="arguments the program reads with args()")
 
     run = sub.add_parser("run", help="run a program")
     mode = run.add_mutually_exclusive_group()

@@ -158,3 +158,17 @@ def test_run_and_check_read_a_pipe_once():
     assert (dash.returncode, dash.stdout) == (0, "2\n")
     checked = tl("check", "-", stdin="print(undefined_thing)\n")
     assert checked.returncode == 1 and "<stdin>:1:7: error: undefined name 'undefined_thing'" in checked.stderr
+
+
+def test_run_passes_the_arguments_after_the_file_to_args(program):
+    proc = tl("run", program('print(args())\nprint(len(args()))'), "one", "--two", "3")
+    assert (proc.returncode, proc.stdout) == (0, '["one", "--two", "3"]\n3\n')
+
+
+def test_test_k_runs_only_the_matching_tests(program):
+    path = program('test alpha_one { assert(true) }\ntest beta { assert(false) }\ntest alpha_two { assert(true) }\n')
+    proc = tl("test", "-k", "alpha", path)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [
+        "test alpha_one ... ok", "test alpha_two ... ok", "2 passed, 0 failed"]
+    assert tl("test", path).returncode == 1
+    assert "no tests named like 'gamma'" in tl("test", "-k", "gamma", path).stdout

@@ -42,7 +42,9 @@ def format_tensor(t: Any) -> str:
     return body
 
 
-def format_value(v: Any, nested: bool = False) -> str:
+def format_value(v: Any, nested: bool = False, _open: frozenset = frozenset()) -> str:
+    """The text of a TL value. `_open` holds the containers being printed around this one, so a
+    value that contains itself prints `<cycle>` there instead of recursing without end."""
     if isinstance(v, str):
         return repr_string(v) if nested else v
     if isinstance(v, bool):
@@ -53,22 +55,28 @@ def format_value(v: Any, nested: bool = False) -> str:
         return _format_float(v)
     if v is None:
         return "()"
-    if isinstance(v, list):
-        return "[" + ", ".join(format_value(x, True) for x in v) + "]"
-    if isinstance(v, tuple):
-        return "(" + ", ".join(format_value(x, True) for x in v) + ")"
     if isinstance(v, Tensor):
         return format_tensor(v)
     if isinstance(v, np.ndarray):
         return np.array2string(v, separator=", ", threshold=1000)
     if isinstance(v, np.generic):
         return format_value(v.item(), nested)
+    if id(v) in _open:
+        return "<cycle>"
+    inner_open = _open | {id(v)}
+    if isinstance(v, list):
+        return "[" + ", ".join(format_value(x, True, inner_open) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{format_value(k, True)}: {format_value(x, True, inner_open)}"
+                               for k, x in v.items()) + "}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(format_value(x, True, inner_open) for x in v) + ")"
     tl_repr = getattr(v, "tl_repr", None)
     if tl_repr is not None:
         return tl_repr()
     struct_type = getattr(v, "type", None)
     if struct_type is not None and hasattr(struct_type, "field_names"):
-        inner = ", ".join(f"{k}: {format_value(x, True)}" for k, x in v.fields.items())
+        inner = ", ".join(f"{k}: {format_value(x, True, inner_open)}" for k, x in v.fields.items())
         return f"{struct_type.name} {{ {inner} }}"
     name = getattr(v, "tl_type_name", None) or type(v).__name__
     return f"<{name}>"

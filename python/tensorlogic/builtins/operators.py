@@ -171,6 +171,11 @@ def get_item(o, keys: tuple):
             if isinstance(v, range):
                 v = list(v)
         return v
+    if isinstance(o, dict) and len(keys) == 1 and not _is_struct(o):
+        key = map_key(keys[0])
+        if key in o:
+            return o[key]
+        raise BuiltinArgError(f"no key {format_value(key, True)} in the map")
     if len(keys) == 1 and isinstance(keys[0], str):
         key = keys[0]
         if _is_struct(o):
@@ -204,6 +209,9 @@ def set_item(container, key: list, v) -> None:
             raise BuiltinArgError(f"cannot store {type_name(v)} into a tensor")
         container[k if len(k) != 1 else k[0]] = v
         return
+    if isinstance(container, dict) and len(key) == 1:
+        container[map_key(key[0])] = v
+        return
     if isinstance(container, list):
         target = container
         for x in key[:-1]:
@@ -211,6 +219,15 @@ def set_item(container, key: list, v) -> None:
         target[index_key(key[-1])] = v
         return
     raise BuiltinArgError(f"cannot assign into {type_name(container)}")
+
+
+def map_key(k):
+    """A map key: a string, int or bool (an integral float is its int; a tensor is not a key)."""
+    if isinstance(k, (str, bool, int)):
+        return k
+    if isinstance(k, float) and k == int(k):
+        return int(k)
+    raise BuiltinArgError(f"a map key is a string, int or bool, got {type_name(k)}")
 
 
 def get_field(o, name: str):
@@ -241,6 +258,8 @@ def iterate(v):
         if v.ndim == 0:
             raise BuiltinArgError("cannot iterate over a 0-d tensor")
         return (v[i] for i in range(v.shape[0]))
+    if isinstance(v, dict):
+        return list(v)  # a map's keys, in insertion order
     it = getattr(v, "tl_iter", None)
     if it is not None:
         return it()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .operators import map_key
 from .convert import BuiltinArgError, Tensor, core, to_bool, to_dim, to_int, to_list, to_str, to_tensor, type_name
 from .registry import builtin
 
@@ -34,7 +35,7 @@ def range_i(a, b=None, step=1):
 @builtin("len", "len(x)", "length of an array or string, or the first dim of a tensor", min_args=1, max_args=1,
          category=C)
 def len_(x):
-    if isinstance(x, (list, str, range, tuple)):
+    if isinstance(x, (list, str, range, tuple, dict)):
         return len(x)
     if isinstance(x, Tensor):
         if x.ndim == 0:
@@ -127,6 +128,8 @@ def topk(t, k, dim=-1):
 
 @builtin("contains", "contains(xs, v)", "whether array/string xs contains v", min_args=2, max_args=2, category=C)
 def contains(xs, v):
+    if isinstance(xs, dict):
+        return v in xs
     if isinstance(xs, str):
         return to_str(v, "v") in xs
     return any(x == v if not isinstance(x, Tensor) else False for x in to_list(xs, "xs"))
@@ -136,3 +139,47 @@ def contains(xs, v):
 def join(xs, sep):
     from .formatting import format_value
     return to_str(sep, "sep").join(format_value(x) for x in to_list(xs, "xs"))
+
+
+# ---------------------------------------------------------------- maps (dict values)
+
+@builtin("map", "map() | map(keys, values)", "a map (dictionary) from string/int/bool keys to values; "
+         "m[k] reads, m[k] = v writes, for k in m walks the keys in insertion order", min_args=0, max_args=2,
+         category=C)
+def map_(keys=None, values=None):
+    if keys is None:
+        return {}
+    ks, vs = to_list(keys, "keys"), to_list(values, "values") if values is not None else None
+    if vs is None or len(ks) != len(vs):
+        raise BuiltinArgError("needs as many values as keys")
+    return {map_key(k): v for k, v in zip(ks, vs)}
+
+
+def _map(m, what="m") -> dict:
+    if not isinstance(m, dict):
+        raise BuiltinArgError(f"{what} must be a map, got {type_name(m)}")
+    return m
+
+
+@builtin("keys", "keys(m)", "the keys of map m, in insertion order", min_args=1, max_args=1, category=C)
+def keys(m):
+    return list(_map(m))
+
+
+@builtin("values", "values(m)", "the values of map m, in key insertion order", min_args=1, max_args=1, category=C)
+def values(m):
+    return list(_map(m).values())
+
+
+@builtin("has_key", "has_key(m, k)", "whether map m has key k", min_args=2, max_args=2, category=C)
+def has_key(m, k):
+    return map_key(k) in _map(m)
+
+
+@builtin("remove", "remove(m, k)", "remove key k from map m and return its value (an error if absent)",
+         min_args=2, max_args=2, category=C)
+def remove(m, k):
+    key = map_key(k)
+    if key not in _map(m):
+        raise BuiltinArgError(f"no key {key!r} in the map")
+    return m.pop(key)
