@@ -77,3 +77,15 @@ def test_a_struct_or_array_that_contains_itself_prints_a_marker():
         append(xs, xs)
         print(n, xs)""")
     assert result.output == 'Node { name: "x", next: <cycle> } [1, <cycle>]\n'
+
+
+def test_format_specs_positions_scientific_hex_zero_padding_and_array_precision():
+    result = run("""
+        print("{0} {1} {0}", "a", "b")
+        print("{:e} {:x} {:08.3} {:.2} {:>6}|{:<4}|", 1234.5, 255, 3.14159, [1.0, 2.5], "ab", 7)
+        print("{:.3}", [[1.0, 2.0], [3.0, 4.0]])
+        print("{:+.1e} {:X} {:b} {:5}", 0.00012, 255, 5, 1.5)""")
+    assert result.output == ("a b a\n1.234500e+03 ff 0003.142 [1.00, 2.50]     ab|7   |\n"
+                             "[[1.000, 2.000],\n [3.000, 4.000]]\n+1.2e-04 FF 101   1.5\n")
+    bad = tensorlogic.run('print("{:x}", 2.5)', filename="p.tl")
+    assert "needs an integer" in bad.error.message

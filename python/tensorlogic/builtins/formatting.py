@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from .convert import BuiltinArgError, Tensor
+from .convert import BuiltinArgError, Tensor, type_name
 
-_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(:[^{}]*)?\}")
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\d*)(:[^{}]*)?\}")
 
 
 def _format_float(x: float) -> str:
@@ -86,28 +86,59 @@ def repr_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
+_SPEC = re.compile(r"(?:(?P<fill>[^{}])?(?P<align>[<>^]))?(?P<sign>[+-])?(?P<zero>0)?(?P<width>\d+)?"
+                   r"(?:\.(?P<precision>\d+))?(?P<type>[eExXobf])?")
+
+
 def _format_with_spec(v: Any, spec: str) -> str:
+    """One `{:spec}`: `?` (debug form), and `[[fill]align][sign][0][width][.precision][type]` with type
+    e E (scientific), x X o b (integers in base 16, 8, 2), f (fixed); a precision alone means fixed
+    decimals (`{:.3}`). Tensors and numeric arrays format each element."""
     if spec in ("", ":"):
         return format_value(v)
     if spec == ":?":
         return format_value(v, True)
-    m = re.fullmatch(r":\.(\d+)f?", spec)
-    if m:
-        digits = int(m.group(1))
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return f"{float(v):.{digits}f}"
-        if isinstance(v, Tensor):
-            arr = v.numpy().astype(np.float64)
-            if arr.ndim == 0:
-                return f"{float(arr):.{digits}f}"
-            return np.array2string(arr, separator=", ", precision=digits, floatmode="fixed")
-        return format_value(v)
-    m = re.fullmatch(r":(>|<)?(\d+)", spec)
-    if m:
-        text = format_value(v)
-        width = int(m.group(2))
-        return text.ljust(width) if m.group(1) == "<" else text.rjust(width)
-    raise BuiltinArgError(f"unknown format spec '{{{spec}}}' (use {{}}, {{:?}}, {{:.N}} or {{:N}})")
+    m = _SPEC.fullmatch(spec[1:])
+    if m is None:
+        raise BuiltinArgError(f"unknown format spec '{{{spec}}}' (like {{}}, {{:?}}, {{:.3}}, {{:8}}, {{:<8}}, "
+                              f"{{:08.3}}, {{:e}}, {{:x}})")
+    g = m.groupdict()
+    typ = g["type"] or ""
+    precision = f".{g['precision']}" if g["precision"] is not None else ""
+    if isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        return "[" + ", ".join(_format_number(x, g, typ, precision, spec) for x in v) + "]"
+    if isinstance(v, Tensor):
+        arr = v.numpy()
+        if arr.ndim == 0:
+            return _format_number(arr.item(), g, typ, precision, spec)
+        kind = "int" if arr.dtype.kind in "iu" else "float_kind"
+        return np.array2string(arr, separator=", ", threshold=1000, max_line_width=100,
+                               formatter={kind: lambda x: _format_number(x.item(), g, typ, precision, spec)})
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return _format_number(v, g, typ, precision, spec)
+    if typ:
+        raise BuiltinArgError(f"format spec '{{{spec}}}' needs a number, got {type_name(v)}")
+    text = format_value(v)
+    if g["precision"] is not None:
+        text = text[:int(g["precision"])]
+    return format(text, f"{g['fill'] or ''}{g['align'] or '<'}{g['width'] or ''}")
+
+
+def _format_number(x, g: dict, typ: str, precision: str, spec: str) -> str:
+    if typ in ("x", "X", "o", "b"):
+        if isinstance(x, float):
+            if x != int(x):
+                raise BuiltinArgError(f"format spec '{{{spec}}}' needs an integer, got {x!r}")
+            x = int(x)
+        precision = ""
+    elif isinstance(x, int) and (precision or typ in ("e", "E", "f")):
+        x = float(x)
+    if isinstance(x, float) and not typ and precision:
+        typ = "f"
+    head = f"{g['fill'] or ''}{g['align'] or ''}{g['sign'] or ''}{g['zero'] or ''}{g['width'] or ''}"
+    if isinstance(x, float) and not typ and not precision:
+        return format(_format_float(x), f"{g['fill'] or ''}{g['align'] or '>'}{g['width'] or ''}")
+    return format(x, f"{head}{precision}{typ}")
 
 
 def format_template(template: str, args: list) -> str:
@@ -116,6 +147,7 @@ def format_template(template: str, args: list) -> str:
     out: list[str] = []
     pos = 0
     used = 0
+    positional = False
     for m in _PLACEHOLDER.finditer(template):
         out.append(template[pos:m.start()])
         pos = m.end()
@@ -124,14 +156,20 @@ def format_template(template: str, args: list) -> str:
             out.append("{")
         elif tok == "}}":
             out.append("}")
+        elif m.group(1):  # `{0}`, `{1:.2}`: an argument by position
+            index = int(m.group(1))
+            if index >= len(args):
+                raise BuiltinArgError(f"format string refers to value {index}, but there are {len(args)}")
+            out.append(_format_with_spec(args[index], m.group(2) or ""))
+            positional = True
         else:
             if used >= len(args):
                 raise BuiltinArgError(f"format string has more {{}} placeholders than values ({len(args)})")
-            out.append(_format_with_spec(args[used], m.group(1) or ""))
+            out.append(_format_with_spec(args[used], m.group(2) or ""))
             used += 1
     out.append(template[pos:])
     text = "".join(out)
-    if used < len(args):
+    if used < len(args) and not positional:
         text = " ".join([text] + [format_value(a) for a in args[used:]])
     return text
 
