@@ -172,3 +172,9 @@ def test_test_k_runs_only_the_matching_tests(program):
         "test alpha_one ... ok", "test alpha_two ... ok", "2 passed, 0 failed"]
     assert tl("test", path).returncode == 1
     assert "no tests named like 'gamma'" in tl("test", "-k", "gamma", path).stdout
+
+
+def test_repl_accepts_relations_facts_rules_and_queries():
+    proc = tl("repl", stdin="relation Edge(a: node, b: node)\nEdge(1, 2)\nEdge(2, 3)\nPath(X, Y) <- Edge(X, Y)\n"
+                            "Path(X, Z) <- Path(X, Y), Edge(Y, Z)\nPath(1, Y)?\nParent(alice, bob)\nParent(X, bob)?\n")
+    assert proc.returncode == 0 and proc.stdout == "Path(1, Y): 2, 3\nParent(X, bob): alice\n", proc.stdout
