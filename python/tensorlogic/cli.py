@@ -127,7 +127,6 @@ def cmd_run(args) -> int:
     if err_line:
         sys.stderr.write(err_line + "\n")
         return EXIT_USAGE
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     interp = Interpreter(seed=args.seed)
     interp.ctx.args = list(args.args)
     status = EXIT_OK

@@ -178,3 +178,14 @@ def test_repl_accepts_relations_facts_rules_and_queries():
     proc = tl("repl", stdin="relation Edge(a: node, b: node)\nEdge(1, 2)\nEdge(2, 3)\nPath(X, Y) <- Edge(X, Y)\n"
                             "Path(X, Z) <- Path(X, Y), Edge(Y, Z)\nPath(1, Y)?\nParent(alice, bob)\nParent(X, bob)?\n")
     assert proc.returncode == 0 and proc.stdout == "Path(1, Y): 2, 3\nParent(X, bob): alice\n", proc.stdout
+
+
+def test_recursion_goes_deep_and_its_limit_is_configurable(program):
+    path = program("fn d(n: int) -> int { if n == 0 { 0 } else { 1 + d(n - 1) } }\nprint(d(5000))\n"
+                   "fn forever(n) { forever(n + 1) }\nforever(0)\n")
+    deep = tl("run", path)
+    assert deep.stdout == "5000\n" and deep.returncode == 1
+    assert "maximum call depth (10000) exceeded in 'forever'" in deep.stderr
+    limited = subprocess.run([sys.executable, "-m", "tensorlogic", "run", path], capture_output=True, text=True,
+                             env=dict(ENV, TL_MAX_CALL_DEPTH="100"), timeout=120)
+    assert limited.stdout == "" and "maximum call depth (100) exceeded in 'd'" in limited.stderr

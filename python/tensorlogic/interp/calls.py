@@ -96,7 +96,7 @@ class CallCompiler:
         interp = self.interp
         if interp.depth >= MAX_CALL_DEPTH:
             raise self.error(f"maximum call depth ({MAX_CALL_DEPTH}) exceeded in '{fv.qualified_name}' "
-                             "(a function calls itself without end?)", e)
+                             "(a function calls itself without end? TL_MAX_CALL_DEPTH sets the limit)", e)
         interp.depth += 1
         try:
             return fv.impl(argv)

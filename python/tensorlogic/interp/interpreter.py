@@ -20,7 +20,7 @@ from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLImportError, TLRuntimeError
 from ..lang.parser import parse, read_source
 from .compiler import Compiler
-from .control import CompileError, NonLocalReturn
+from .control import MAX_CALL_DEPTH, PYTHON_FRAMES_PER_CALL, CompileError, NonLocalReturn
 from .logic_bridge import ProgramLogic
 from .scope import FunctionScopeInfo, Scope
 from .values import UNSET, FunctionValue, StructType
@@ -69,8 +69,9 @@ class Interpreter(ProgramLogic):
         self.top_scope = Scope(None, self.top_info, is_global=True)
         self.top_frame: list = []
         # a TL call takes a handful of Python frames; leave room for MAX_CALL_DEPTH TL calls
-        if sys.getrecursionlimit() < 20000:
-            sys.setrecursionlimit(20000)
+        needed = MAX_CALL_DEPTH * PYTHON_FRAMES_PER_CALL + 2000
+        if sys.getrecursionlimit() < needed:
+            sys.setrecursionlimit(needed)
 
     # ------------------------------------------------------------ loading
 
