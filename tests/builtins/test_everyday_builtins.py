@@ -64,3 +64,16 @@ def test_sign_isnan_isinf_of_scalars():
 def test_bad_arguments_are_one_line_errors(expr, needle):
     result = tensorlogic.run(f"let m = {M_TL}\nprint({expr})\n", filename="p.tl")
     assert result.error is not None and needle in result.error.message
+
+
+@pytest.mark.parametrize("spec,shapes", [
+    ("...ij,...jk->...ik", [(2, 3, 4, 5), (3, 5, 6)]), ("...ij,...jk", [(2, 3, 4, 5), (3, 5, 6)]),
+    ("i...->...", [(3, 4, 5)]), ("...i->...", [(2, 3, 4)]), ("ij...,jk->ik...", [(2, 3, 4), (3, 5)]),
+])
+def test_einsum_ellipsis_matches_numpy(spec, shapes):
+    from tensorlogic.builtins.core import core
+    from tensorlogic.builtins.einsum import einsum
+    rng = np.random.default_rng(0)
+    ops = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    got = einsum(spec, *[core.from_numpy(x) for x in ops]).numpy()
+    np.testing.assert_allclose(got, np.einsum(spec, *ops), rtol=1e-4, atol=1e-4)
