@@ -9,10 +9,10 @@ values the builtins make, checked no further).
 """
 from __future__ import annotations
 
-from ..builtins import operators
 import difflib
 
-from ..builtins.convert import DTYPE_ALIASES, Tensor, to_int, type_name
+from ..builtins import dtypes, operators
+from ..builtins.convert import Tensor, to_int, type_name
 from ..lang import ast
 from ..lang.errors import TLRuntimeError
 from .values import StructValue
@@ -48,7 +48,7 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
                                              f"(from an earlier argument), got tensor {list(shape)}")
             return v
         return check_tensor
-    if name in operators.SCALAR_INT_TYPES:
+    if name in dtypes.INT_NAMES:
         def check_int(v, named):
             if v.__class__ is int:
                 return v
@@ -58,7 +58,7 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
                 return int(v)
             raise TLRuntimeError(f"{what} expects an int, got {type_name(v)}")
         return check_int
-    if name in operators.SCALAR_FLOAT_TYPES:
+    if name in dtypes.FLOAT_NAMES:
         def check_float(v, named):
             if v.__class__ is float or isinstance(v, Tensor):
                 return v
@@ -72,7 +72,7 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
                 return v
             raise TLRuntimeError(f"{what} expects a bool, got {type_name(v)}")
         return check_bool
-    if name in ("string", "str", "String"):
+    if name in dtypes.STRING_NAMES:
         def check_str(v, named):
             if isinstance(v, str):
                 return v
@@ -106,10 +106,10 @@ def _type_text(typ: ast.TypeRef) -> str:
 
 
 
-TENSOR_ELEMENT_TYPES = set(DTYPE_ALIASES) | {"Tensor", "tensor", "float", "int"}
+TENSOR_ELEMENT_TYPES = set(dtypes.DTYPES) | {"Tensor", "tensor"}
 HOST_TYPES = {"Model", "Tokenizer", "KVCache", "Sampler", "Config", "Record", "TextStream", "Map", "Dict",
               "Array", "Vec", "List", "Any", "any", "array", "list", "map", "dict", "Fn", "Function", "Option"}
-_SCALAR_TYPES = (operators.SCALAR_INT_TYPES | operators.SCALAR_FLOAT_TYPES | set(operators.STRING_TYPES)
+_SCALAR_TYPES = (dtypes.INT_NAMES | dtypes.FLOAT_NAMES | dtypes.STRING_NAMES
                  | {"bool", "Tensor", "tensor"})
 
 
