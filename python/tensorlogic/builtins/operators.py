@@ -150,7 +150,10 @@ def get_item(o, keys: tuple):
     """`o[k0, k1, ...]`."""
     if isinstance(o, Tensor):
         k = tuple(index_key(x) for x in keys)
-        return o[k[0]] if len(k) == 1 else o[k]
+        try:
+            return o[k[0]] if len(k) == 1 else o[k]
+        except IndexError as e:  # an index out of range is the program's mistake, not a bug
+            raise BuiltinArgError(str(e)) from None
     if isinstance(o, (list, str, range, tuple)):
         v = o
         for x in keys:
@@ -201,7 +204,10 @@ def set_item(container, key: list, v) -> None:
             v = tensor_from_list(v)
         elif not isinstance(v, (Tensor, int, float)):
             raise BuiltinArgError(f"cannot store {type_name(v)} into a tensor")
-        container[k if len(k) != 1 else k[0]] = v
+        try:
+            container[k if len(k) != 1 else k[0]] = v
+        except IndexError as e:
+            raise BuiltinArgError(str(e)) from None
         return
     if isinstance(container, dict) and len(key) == 1:
         container[map_key(key[0])] = v

@@ -616,8 +616,8 @@ class _ToAst:
 
     # ---- expressions
     def binop(self, meta, ch):
-        left, op, right = ch
-        return ast.BinOp(*_pos(meta), op.value, left, right)
+        left, op, right = ch  # positioned at the operator: an error in `a + b` points at the `+`
+        return ast.BinOp(op.line, op.column, op.value, left, right)
 
     def unary(self, meta, ch):
         op, operand = ch
@@ -630,7 +630,7 @@ class _ToAst:
         """`x as int + 1`: the cast applies to x (as in Rust), though `a + b as int` casts the sum."""
         operand, type_tok, op, right = ch
         line, col = _pos(meta)
-        return ast.BinOp(line, col, op.value, ast.Cast(line, col, operand, type_tok.value), right)
+        return ast.BinOp(op.line, op.column, op.value, ast.Cast(line, col, operand, type_tok.value), right)
 
     def juxt(self, meta, ch):
         left, right = ch
