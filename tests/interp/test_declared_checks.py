@@ -26,7 +26,7 @@ def test_unknown_type_names_are_errors_in_tl_check(tmp_path):
     assert [(e.span.line, e.span.column) for e in found] == [(1, 15), (2, 9), (2, 19), (4, 15)]
     assert "unknown type 'Nonexistent'" in found[0].message
     assert "did you mean 'float'" in found[2].message
-    assert "unknown tensor element type 'flaot32'" in found[3].message
+    assert "unknown tensor element type 'flaot32'" in found[3].message and "did you mean 'float32'" in found[3].message
 
 
 def test_an_unknown_type_stops_tl_run_before_anything_runs():

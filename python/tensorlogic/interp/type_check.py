@@ -118,8 +118,9 @@ def unknown_type(typ: ast.TypeRef, structs: dict, generics=()) -> str | None:
     name = typ.name
     if typ.dims is not None:
         if name not in TENSOR_ELEMENT_TYPES:
-            return _unknown(f"unknown tensor element type '{name}'", name, TENSOR_ELEMENT_TYPES,
-                            "float32, float16, bfloat16, int32, int64 or bool")
+            close = difflib.get_close_matches(name, sorted(TENSOR_ELEMENT_TYPES), n=1)
+            return (f"unknown tensor element type '{name}' ({dtypes.explain(name)})"
+                    + (f"; did you mean '{close[0]}'?" if close else ""))
     elif name not in _SCALAR_TYPES and name not in HOST_TYPES and name not in structs and name not in generics:
         return _unknown(f"unknown type '{name}'", name, _SCALAR_TYPES | HOST_TYPES | set(structs),
                         "int, float, bool, string, a tensor type like float32[?, ?], or a struct")
