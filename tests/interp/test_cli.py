@@ -35,7 +35,7 @@ def test_run_ok_and_runtime_error_exit_codes(program):
     assert (ok.returncode, ok.stdout) == (0, "hi\n")
     bad = tl("run", program('fn f(x) { x @ x }\nmain {\n f(ones([2, 3])) }'))
     assert bad.returncode == 1
-    assert "p.tl:1:11: error: matmul" in bad.stderr and "TL traceback" in bad.stderr
+    assert "p.tl:1:13: error: matmul" in bad.stderr  # at the `@` and "TL traceback" in bad.stderr
     assert "Traceback (most recent call last)" not in bad.stderr
 
 

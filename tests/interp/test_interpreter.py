@@ -240,7 +240,7 @@ def test_integral_floats_are_accepted_as_ints():
 def test_runtime_error_has_position_caret_and_tl_traceback():
     e = err("fn inner(x) {\n  x @ ones([5, 5])\n}\nfn outer(x) { inner(x) }\nmain {\n  outer(ones([2, 3]))\n}")
     text = e.format()
-    assert text.splitlines()[0].startswith("prog.tl:2:3: error: matmul")
+    assert text.splitlines()[0].startswith("prog.tl:2:5: error: matmul")  # the caret is at the `@`
     assert "[2, 3]" in text and "[5, 5]" in text
     assert "TL traceback (most recent call last):" in text
     trace = text.split("TL traceback (most recent call last):\n")[1].splitlines()
