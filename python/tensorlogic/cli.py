@@ -1,7 +1,7 @@
 """The `tl` command.
 
-    tl run [--test | --bench] [--backend cpu|cuda|metal] [--memory-check] [--seed N] [--debug] FILE
-    tl test FILE            same as `tl run --test FILE`
+    tl run [--test | --bench] [--backend cpu|cuda|metal] [--memory-check] [--seed N] [--debug] FILE [ARGS...]
+    tl test [-k NAME] FILE  same as `tl run --test FILE` (-k: only tests whose name contains NAME)
     tl check FILE...        parse and static checks only (undefined names, arity, break outside loops)
     tl repl                 interactive prompt (also reads piped input)
     tl help builtins | tl help NAME
@@ -33,22 +33,31 @@ class _ArgParser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def _check_file(path: str) -> str | None:
-    """One clear line when FILE cannot be a TL source file, else None."""
-    if not os.path.exists(path):
-        return f"tl: {path}: no such file"
-    if os.path.isdir(path):
-        return f"tl: {path}: is a directory, not a .tl file"
-    if not os.access(path, os.R_OK):
-        return f"tl: {path}: permission denied"
+def _read_program(path: str) -> tuple[str | None, str | None]:
+    """(source, None), or (None, one clear error line) when PATH cannot be a TL source file.
+    The file is read exactly once, so pipes (`/dev/stdin`, `<(...)`) work; `-` is standard input."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        if not os.path.exists(path):
+            return None, f"tl: {path}: no such file"
+        if os.path.isdir(path):
+            return None, f"tl: {path}: is a directory, not a .tl file"
+        if not os.access(path, os.R_OK):
+            return None, f"tl: {path}: permission denied"
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            return None, f"tl: {path}: cannot read ({e.strerror or e})"
     try:
-        with open(path, "rb") as f:
-            f.read().decode("utf-8")
+        return data.decode("utf-8"), None
     except UnicodeDecodeError as e:
-        return f"tl: {path}: not UTF-8 text (bad byte at offset {e.start})"
-    except OSError as e:
-        return f"tl: {path}: cannot read ({e.strerror or e})"
-    return None
+        return None, f"tl: {path}: not UTF-8 text (bad byte at offset {e.start})"
+
+
+def _program_name(path: str) -> str:
+    return "<stdin>" if path == "-" else path
 
 
 def _select_backend(name: str | None) -> str | None:
@@ -59,7 +68,11 @@ def _select_backend(name: str | None) -> str | None:
     try:
         init_backend(name or os.environ.get("TL_BACKEND"))
     except Exception as e:  # BackendUnavailable and friends: one line
-        return f"tl: backend {name or os.environ.get('TL_BACKEND')}: {str(e).splitlines()[0] if str(e) else e}"
+        backend = name or os.environ.get("TL_BACKEND")
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if text.startswith(f"{backend}: "):
+            text = text[len(backend) + 2:]
+        return f"tl: backend {backend}: {text}"
     return None
 
 
@@ -113,7 +126,7 @@ def _memory_check(out) -> int:
 def cmd_run(args) -> int:
     from .interp.interpreter import Interpreter
     from .lang.errors import TLError
-    bad = _check_file(args.file)
+    source, bad = _read_program(args.file)
     if bad:
         sys.stderr.write(bad + "\n")
         return EXIT_USAGE
@@ -121,15 +134,15 @@ def cmd_run(args) -> int:
     if err_line:
         sys.stderr.write(err_line + "\n")
         return EXIT_USAGE
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     interp = Interpreter(seed=args.seed)
+    interp.ctx.args = list(args.args)
     status = EXIT_OK
     try:
         try:
-            loaded = interp.load_file(args.file)
+            loaded = interp.load_file(_program_name(args.file), source)
             interp.run_top_level(loaded)
             if args.test:
-                status = _run_tests(interp, loaded)
+                status = _run_tests(interp, loaded, args.filter)
             elif args.bench:
                 _run_benches(interp, loaded)
             else:
@@ -165,9 +178,11 @@ def _drop_traceback(e: BaseException, debug: bool) -> None:
     e.__cause__ = None
 
 
-def _run_tests(interp, loaded) -> int:
+def _run_tests(interp, loaded, name_filter: str | None = None) -> int:
+    if name_filter is not None:
+        loaded.tests = [t for t in loaded.tests if name_filter in t[0]]
     if not loaded.tests:
-        print("no tests found")
+        print("no tests found" if name_filter is None else f"no tests named like '{name_filter}'")
         return EXIT_OK
 
     def report(outcome):
@@ -201,15 +216,18 @@ def _run_benches(interp, loaded) -> None:
 
 def cmd_check(args) -> int:
     from .interp.static_check import check_file
+    from .lang.errors import TLWarning
     status = EXIT_OK
     for path in args.files:
-        bad = _check_file(path)
+        source, bad = _read_program(path)
         if bad:
             sys.stderr.write(bad + "\n")
             return EXIT_USAGE
-        errors = check_file(path)
-        for e in errors:
+        path = _program_name(path)
+        problems = check_file(path, source)
+        for e in problems:
             sys.stderr.write(e.format(show_trace=False) + "\n")
+        errors = [e for e in problems if not isinstance(e, TLWarning)]
         if errors:
             status = EXIT_ERROR
         else:
@@ -260,7 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="after teardown print the memory ledger; exit 3 if device bytes are still live")
         p.add_argument("--seed", type=seed_arg, default=None, help="seed the random generator (rand, sampling)")
         p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
-        p.add_argument("file", help="the .tl program")
+        p.add_argument("-k", dest="filter", metavar="NAME", default=None,
+                       help="with --test: run only the tests whose name contains NAME")
+        p.add_argument("file", help="the .tl program ('-' reads it from standard input)")
+        p.add_argument("args", nargs=argparse.REMAINDER, help="arguments the program reads with args()")
 
     run = sub.add_parser("run", help="run a program")
     mode = run.add_mutually_exclusive_group()

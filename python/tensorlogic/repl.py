@@ -1,7 +1,8 @@
 """`tl repl`: an interactive prompt whose bindings persist across inputs.
 
 Input continues over several lines while the parser reports an unexpected end of input (open
-braces, an unfinished expression). A bare expression prints its value. `:help`, `:vars`, `:quit`.
+braces, an unfinished expression). A bare expression prints its value; relations, facts, rules and
+queries work as in a program (a query prints its answers). `:help`, `:vars`, `:quit`.
 Piped input works the same, without prompts. Invariant: an error in one input never ends the
 session and never loses bindings made by earlier inputs.
 """
@@ -98,7 +99,8 @@ def _run_input(interp, parse, source: str, count: int, out, format_value, final:
         return True
     items = list(program.items)
     show = False
-    if items and isinstance(items[-1], ast.ExprStmt) and not _is_print_call(items[-1].expr):
+    if items and isinstance(items[-1], ast.ExprStmt) and not _is_print_call(items[-1].expr) \
+            and not _is_logic_statement(interp, items[-1].expr):
         last = items[-1]
         items[-1] = ast.Assign(last.line, last.column, ast.Name(last.line, last.column, "_"), None, last.expr)
         show = True
@@ -125,3 +127,18 @@ def _run_input(interp, parse, source: str, count: int, out, format_value, final:
 def _is_print_call(expr) -> bool:
     return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in (
         "print", "println")
+
+
+def _is_logic_statement(interp, expr) -> bool:
+    """A query (it prints its answers as in a program) or a fact `Rel(a, b)`: a call of a relation,
+    or of a capitalised name that is no function, builtin or variable."""
+    from .builtins.registry import BUILTINS
+    if isinstance(expr, ast.Query):
+        return True
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)):
+        return False
+    name = expr.func.id
+    if interp.is_relation(name):
+        return True
+    return name[:1].isupper() and name not in interp.functions and name not in interp.global_names \
+        and name not in BUILTINS

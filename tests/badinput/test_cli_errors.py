@@ -176,3 +176,23 @@ def test_deeply_nested_list_literal_is_linear_and_one_line(tmp_path):
     f.write_text("main { let x = " + "[" * 8 + "1" + "]" * 8 + "\nprint(shape(x)) }\n")
     r = tl("run", str(f))
     assert r.returncode == 0 and r.stdout.strip() == "[1, 1, 1, 1, 1, 1, 1, 1]", r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("generate", "--prompt", "x", "--temperature", "-1"),
+    ("generate", "--prompt", "x", "--top-p", "1.5"),
+    ("generate", "--prompt", "x", "--context", "0"),
+    ("chat", "--context", "0"),
+    ("generate", "--prompt", "x", "--backend", "metal"),
+    ("chat", "--backend", "metal"),
+    ("run", "--backend", "metal", "examples/hello.tl"),
+    ("repl", "--backend", "metal"),
+])
+def test_invalid_option_values_and_unavailable_backends_are_usage_errors(args):
+    import tensorlogic._core as core
+    if "metal" in args and "metal" in core.available_backends():
+        pytest.skip("this build has a Metal backend")
+    r = tl(*args)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("tl: ") and "metal: metal:" not in line

@@ -161,7 +161,7 @@ def test_sampling_is_seeded(model_path):
 
 def test_bad_sampling_arguments(model_path):
     r = tl("generate", "--model", str(model_path), "--prompt", "x", "--top-p", "0")
-    assert r.returncode == 1 and "--top-p must be in (0, 1]" in r.stderr
+    assert r.returncode == 2 and "--top-p: must be in (0, 1]" in r.stderr
     r = tl("generate", "--model", str(model_path), "--prompt", "x", "--max-tokens", "-3")
     assert r.returncode == 2 and "must be >= 0" in r.stderr
 

@@ -35,7 +35,7 @@ def test_run_ok_and_runtime_error_exit_codes(program):
     assert (ok.returncode, ok.stdout) == (0, "hi\n")
     bad = tl("run", program('fn f(x) { x @ x }\nmain {\n f(ones([2, 3])) }'))
     assert bad.returncode == 1
-    assert "p.tl:1:11: error: matmul" in bad.stderr and "TL traceback" in bad.stderr
+    assert "p.tl:1:13: error: matmul" in bad.stderr  # at the `@` and "TL traceback" in bad.stderr
     assert "Traceback (most recent call last)" not in bad.stderr
 
 
@@ -149,3 +149,43 @@ def test_memory_check_exits_3_when_device_bytes_stay_live(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert status == 3 and "memory check FAILED" in out
     kept[0].close()
+
+
+def test_run_and_check_read_a_pipe_once():
+    ran = tl("run", "/dev/stdin", stdin='print("from a pipe")\n')
+    assert (ran.returncode, ran.stdout) == (0, "from a pipe\n")
+    dash = tl("run", "-", stdin="print(1 + 1)\n")
+    assert (dash.returncode, dash.stdout) == (0, "2\n")
+    checked = tl("check", "-", stdin="print(undefined_thing)\n")
+    assert checked.returncode == 1 and "<stdin>:1:7: error: undefined name 'undefined_thing'" in checked.stderr
+
+
+def test_run_passes_the_arguments_after_the_file_to_args(program):
+    proc = tl("run", program('print(args())\nprint(len(args()))'), "one", "--two", "3")
+    assert (proc.returncode, proc.stdout) == (0, '["one", "--two", "3"]\n3\n')
+
+
+def test_test_k_runs_only_the_matching_tests(program):
+    path = program('test alpha_one { assert(true) }\ntest beta { assert(false) }\ntest alpha_two { assert(true) }\n')
+    proc = tl("test", "-k", "alpha", path)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [
+        "test alpha_one ... ok", "test alpha_two ... ok", "2 passed, 0 failed"]
+    assert tl("test", path).returncode == 1
+    assert "no tests named like 'gamma'" in tl("test", "-k", "gamma", path).stdout
+
+
+def test_repl_accepts_relations_facts_rules_and_queries():
+    proc = tl("repl", stdin="relation Edge(a: node, b: node)\nEdge(1, 2)\nEdge(2, 3)\nPath(X, Y) <- Edge(X, Y)\n"
+                            "Path(X, Z) <- Path(X, Y), Edge(Y, Z)\nPath(1, Y)?\nParent(alice, bob)\nParent(X, bob)?\n")
+    assert proc.returncode == 0 and proc.stdout == "Path(1, Y): 2, 3\nParent(X, bob): alice\n", proc.stdout
+
+
+def test_recursion_goes_deep_and_its_limit_is_configurable(program):
+    path = program("fn d(n: int) -> int { if n == 0 { 0 } else { 1 + d(n - 1) } }\nprint(d(5000))\n"
+                   "fn forever(n) { forever(n + 1) }\nforever(0)\n")
+    deep = tl("run", path)
+    assert deep.stdout == "5000\n" and deep.returncode == 1
+    assert "maximum call depth (10000) exceeded in 'forever'" in deep.stderr
+    limited = subprocess.run([sys.executable, "-m", "tensorlogic", "run", path], capture_output=True, text=True,
+                             env=dict(ENV, TL_MAX_CALL_DEPTH="100"), timeout=120)
+    assert limited.stdout == "" and "maximum call depth (100) exceeded in 'd'" in limited.stderr

@@ -65,7 +65,7 @@ def test_top_level_bindings_are_globals_visible_in_functions():
 
 
 def test_compound_assignment():
-    assert out("main { let a = 10  a += 5  a -= 3  a *= 2  a /= 4  print(a) }") == "6\n"
+    assert out("main { let a = 10  a += 5  a -= 3  a *= 2  a /= 4  print(a) }") == "6.0\n"  # `/` is true division
 
 
 # ---------------------------------------------------------------- functions
@@ -200,7 +200,7 @@ def test_struct_literal_errors():
 
 def test_scalar_arithmetic_strings_and_casts():
     assert out('main { print(7 / 2, 6 / 2, -7 % 3, 2 ** 10, 3.7 as int, "12" as int + 1, 2 as float, '
-               '"ab" + "cd", "=" * 3, "a" < "b", 1 == 1.0) }') == "3.5 3 2 1024 3 13 2.0 abcd === true true\n"
+               '"ab" + "cd", "=" * 3, "a" < "b", 1 == 1.0) }') == "3.5 3.0 2 1024 3 13 2.0 abcd === true true\n"
 
 
 def test_division_by_zero_is_a_tl_error():
@@ -240,7 +240,7 @@ def test_integral_floats_are_accepted_as_ints():
 def test_runtime_error_has_position_caret_and_tl_traceback():
     e = err("fn inner(x) {\n  x @ ones([5, 5])\n}\nfn outer(x) { inner(x) }\nmain {\n  outer(ones([2, 3]))\n}")
     text = e.format()
-    assert text.splitlines()[0].startswith("prog.tl:2:3: error: matmul")
+    assert text.splitlines()[0].startswith("prog.tl:2:5: error: matmul")  # the caret is at the `@`
     assert "[2, 3]" in text and "[5, 5]" in text
     assert "TL traceback (most recent call last):" in text
     trace = text.split("TL traceback (most recent call last):\n")[1].splitlines()
@@ -403,6 +403,21 @@ def test_weighted_facts_and_tensor_equations_reach_the_logic_package():
             print(Y)
         }""")
     assert text.startswith("Edge(a, X): b") and text.endswith("[3., 7.]\n")
+
+
+def test_a_bare_block_opens_a_scope():
+    assert out("main {\n let x = 1\n {\n  let x = 2\n  let y = 3\n  print(x, y)\n }\n print(x)\n}\n"
+               "fn f() { { 5 } }\nprint(f())\n") == "5\n2 3\n1\n"
+    assert "undefined name 'y'" in err("main {\n { let y = 3 }\n print(y)\n}\n").message
+
+
+def test_the_standard_library_is_importable_by_name_from_anywhere(tmp_path):
+    prog = tmp_path / "deep" / "p.tl"
+    prog.parent.mkdir()
+    prog.write_text('import "std/llama.tl"\nlet f = llama_forward\nprint("imported")\n')
+    result = tensorlogic.run(prog)
+    assert result.error is None, result.error_text
+    assert result.output == "imported\n"
 
 
 def test_call_value_takes_the_compiled_call_path():

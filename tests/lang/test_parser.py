@@ -339,3 +339,22 @@ def test_bracket_on_a_new_line_inside_parentheses_still_indexes():
 def test_multiline_nested_array_literal():
     e = expr("[[1.0, 2.0],\n [3.0, 4.0]]")
     assert "Array" in type(e).__name__ and len(e.items) == 2
+
+
+# ---------------------------------------------------------------- line-leading '-'
+
+
+def test_minus_starting_a_line_begins_a_new_statement():
+    let, neg = items("let a = 5\n-3")
+    assert isinstance(let, ast.Let) and isinstance(let.value, ast.IntLit) and let.value.value == 5
+    assert isinstance(neg.expr, ast.UnaryOp) and neg.expr.op == "-"
+
+
+def test_minus_on_a_new_line_inside_parentheses_still_subtracts():
+    e = expr("(5\n- 3)")
+    assert isinstance(e, ast.BinOp) and e.op == "-"
+
+
+def test_a_bare_block_is_a_statement():
+    let, block, call = items("let x = 1\n{ let x = 2 }\nprint(x)")
+    assert isinstance(block, ast.BlockStmt) and isinstance(block.body.stmts[0], ast.Let)

@@ -55,7 +55,8 @@ def test_unsafe_head_variable():
 
 
 def test_unsafe_variable_under_negation():
-    engine = build("sparse", FACTS, ["P(X) <- Edge(X, _), not Edge(Y, X)"])
+    # Y in one negated atom alone would be existential ("no Y with ..."); in two it must be bound
+    engine = build("sparse", FACTS, ["P(X) <- Edge(X, _), not Edge(Y, X), not Edge(X, Y)"])
     with pytest.raises(UnsafeRuleError, match="variable Y of `not Edge\\(Y, X\\)`"):
         engine.infer()
 

@@ -104,3 +104,14 @@ def test_scalars_broadcast_and_extra_function_arguments():
         ast.JuxtProduct(1, 1, (idx("W", "i", "j"), idx("X", "j"))), ast.FloatLit(1, 1, 0.5))))
     h = evaluate_tensor_equation(soft, {"W": w, "X": x}.__getitem__, ops=NumpyOps())
     np.testing.assert_allclose(h, 1 / (1 + np.exp(-(w @ x) / 0.5)), rtol=1e-6)
+
+
+def test_one_factor_equations_transpose_and_sum_in_a_program():
+    import tensorlogic
+    result = tensorlogic.run("let A = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]\nT[j, i] = A[i, j]\nS[i] = A[i, j]\n"
+                             "let x = [5.0, 6.0]\nlet k = 1\nx[k] = A[0, 2]\nprint(x)\n")
+    assert result.error is None, result.error_text
+    a = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    np.testing.assert_array_equal(result.env["T"].numpy(), a.T)
+    np.testing.assert_array_equal(result.env["S"].numpy(), a.sum(axis=1))
+    assert result.output == "[5.0, 3.0]\n"  # an element assignment with bound indices stays one

@@ -67,21 +67,48 @@ def _non_negative_int(text: str) -> int:
     return v
 
 
+def _positive_int(text: str) -> int:
+    v = _non_negative_int(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("must be positive, got 0")
+    return v
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return v
+
+
+def _probability_mass(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 < v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return v
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="a .gguf file or a known model name (default: smollm2-135m-instruct, "
                                    "downloaded on first use)")
-    p.add_argument("--backend", help="cpu, cuda or metal (default: TL_BACKEND or cpu)")
-    p.add_argument("--context", type=_non_negative_int, default=None,
+    p.add_argument("--backend", choices=["cpu", "cuda", "metal"], help="default: TL_BACKEND or cpu")
+    p.add_argument("--context", type=_positive_int, default=None,
                    help="KV cache length in tokens (default: the model's, at most 4096)")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, default_temperature: float = 0.0) -> None:
     from .console import seed_arg
 
-    p.add_argument("--temperature", type=float, default=default_temperature,
+    p.add_argument("--temperature", type=_non_negative_float, default=default_temperature,
                    help=f"sampling temperature; 0 is greedy (default {default_temperature:g})")
     p.add_argument("--top-k", type=_non_negative_int, default=0, help="keep the k most likely tokens (0: all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0: off)")
+    p.add_argument("--top-p", type=_probability_mass, default=1.0, help="nucleus sampling mass (default 1.0: off)")
     p.add_argument("--seed", type=seed_arg, default=None, help="random seed for sampling")
 
 
@@ -162,6 +189,14 @@ def _run_with_session(args: argparse.Namespace, command) -> int:
     from .console import silence_stdout
     from .llm_session import OutputClosed
 
+    from ..builtins.core import RuntimeFailure, init_backend
+
+    if args.backend:  # an unavailable backend is a usage error (2), found before the model loads
+        try:
+            init_backend(args.backend)
+        except RuntimeFailure as e:
+            print(f"tl: error: backend {args.backend}: {_without_prefix(str(e), args.backend)}", file=sys.stderr)
+            return 2
     try:
         sampling = _sampling(args)
         with _open_session(args) as session:
@@ -177,3 +212,7 @@ def _run_with_session(args: argparse.Namespace, command) -> int:
     except Exception as e:  # a bug, not a user error: still one line, and its own exit status
         _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")
         return EXIT_INTERNAL
+
+
+def _without_prefix(text: str, name: str) -> str:
+    return text[len(name) + 2:] if text.startswith(name + ": ") else text

@@ -5,5 +5,5 @@
 from __future__ import annotations
 
 from . import registry  # noqa: F401
-from . import (assertions, einsum, kvcache, logic, math_ops, memory, models, nn, sampling,  # noqa: F401
-               sequences, strings_io, tensors)
+from . import (assertions, einsum, files, kvcache, logic, math_ops, memory, models, nn,  # noqa: F401
+               sampling, sequences, strings_io, tensors)

@@ -42,6 +42,8 @@ def type_name(v: Any) -> str:
         return "string"
     if isinstance(v, list):
         return "array"
+    if isinstance(v, dict):
+        return "map"
     if isinstance(v, Tensor):
         return f"tensor {list(v.shape)} {v.dtype}"
     if v is None:

@@ -14,10 +14,42 @@ from .convert import BuiltinArgError, core, to_str, to_tensor
 from .registry import builtin
 
 
+def _expand_ellipsis(spec: str, tensors: list) -> str:
+    """Replace each `...` by letters of its own (unused in spec) for the dims it stands for; the
+    ellipses of all operands align from the right, as in NumPy, and an output without `->` lists
+    them first."""
+    lhs, arrow, out = spec.partition("->")
+    parts = lhs.split(",")
+    if len(parts) != len(tensors):
+        return spec  # _parse reports the count
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in spec]
+    counts = []
+    for part, t in zip(parts, tensors):
+        if part.count("...") > 1 or part.replace("...", "").count(".") or (
+                "..." not in part and "." in part):
+            raise BuiltinArgError(f"einsum: bad '...' in {part!r} (at most one '...' per operand)")
+        counts.append(t.ndim - len(part.replace("...", "")) if "..." in part else 0)
+        if counts[-1] < 0:
+            raise BuiltinArgError(f"einsum: operand {part!r} names more dims than the tensor {list(t.shape)} has")
+    widest = max(counts)
+    if widest > len(free):
+        raise BuiltinArgError("einsum: too many dims under '...'")
+    letters = "".join(free[:widest])
+    parts = [p.replace("...", letters[widest - k:]) for p, k in zip(parts, counts)]
+    if arrow:
+        if out.count(".") not in (0, 3) or (out.count(".") == 3 and "..." not in out):
+            raise BuiltinArgError(f"einsum: bad '...' in the output {out!r}")
+        out = out.replace("...", letters)
+    else:
+        once = [c for c in sorted(set("".join(parts))) if "".join(parts).count(c) == 1 and c not in letters]
+        out, arrow = letters + "".join(once), "->"
+    return ",".join(parts) + arrow + out
+
+
 def _parse(subscripts: str, n: int) -> tuple[list[str], str]:
     spec = subscripts.replace(" ", "")
     if "." in spec:
-        raise BuiltinArgError("einsum: '...' is not supported; name every dim with a letter")
+        raise BuiltinArgError("einsum: a '.' outside '...' in the subscripts")
     if "->" in spec:
         lhs, out = spec.split("->", 1)
         explicit = True
@@ -118,11 +150,14 @@ def _expand_to(t, letters: str, sizes: dict[str, int]):
 
 
 @builtin("einsum", "einsum(subscripts, t1, [t2, ...])",
-         "Einstein summation, e.g. einsum(\"ij,jk->ik\", A, B); any valid letters", min_args=2, max_args=None,
+         "Einstein summation, e.g. einsum(\"ij,jk->ik\", A, B); any letters, and '...' for the leading dims "
+         "(\"...ij,...jk->...ik\")", min_args=2, max_args=None,
          category="math")
 def einsum(subscripts, *operands):
     spec = to_str(subscripts, "subscripts")
     tensors = [to_tensor(t, f"operand {i + 1}") for i, t in enumerate(operands)]
+    if "." in spec:
+        spec = _expand_ellipsis(spec.replace(" ", ""), tensors)
     inputs, out = _parse(spec, len(tensors))
     for t, letters in zip(tensors, inputs):
         if t.ndim != len(letters):

@@ -1,7 +1,8 @@
 """How TL values print: `print`, `str`, `{}` placeholders and the REPL all go through here.
 
 Invariant: formatting never changes a value and never raises for any TL value (unknown host objects
-print as `<type>`); floats print like Python (`0.1`, `1e-05`), bools as `true`/`false`.
+print as `<type>`); floats print like Python (`0.1`, `1e-05`, `nan`, `inf`) and
+f32 scalars (0-d tensors) with the shortest digits that read back as the same f32; bools as `true`/`false`.
 """
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from .convert import BuiltinArgError, Tensor
+from .convert import BuiltinArgError, Tensor, type_name
 
-_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(:[^{}]*)?\}")
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\d*)(:[^{}]*)?\}")
 
 
 def _format_float(x: float) -> str:
     if x != x:
-        return "NaN"
+        return "nan"
     if x in (float("inf"), float("-inf")):
         return "inf" if x > 0 else "-inf"
     return repr(x)
@@ -30,6 +31,8 @@ def format_tensor(t: Any) -> str:
     if arr.dtype == np.float16:
         arr = arr.astype(np.float32)
     if arr.ndim == 0:
+        if arr.dtype == np.float32:  # the shortest text that reads back as this f32, as tensors print
+            return _format_float(float(str(arr[()])))
         return format_value(arr.item())
     if arr.dtype == np.bool_:
         body = np.array2string(arr, separator=", ", threshold=1000,
@@ -39,7 +42,9 @@ def format_tensor(t: Any) -> str:
     return body
 
 
-def format_value(v: Any, nested: bool = False) -> str:
+def format_value(v: Any, nested: bool = False, _open: frozenset = frozenset()) -> str:
+    """The text of a TL value. `_open` holds the containers being printed around this one, so a
+    value that contains itself prints `<cycle>` there instead of recursing without end."""
     if isinstance(v, str):
         return repr_string(v) if nested else v
     if isinstance(v, bool):
@@ -50,22 +55,28 @@ def format_value(v: Any, nested: bool = False) -> str:
         return _format_float(v)
     if v is None:
         return "()"
-    if isinstance(v, list):
-        return "[" + ", ".join(format_value(x, True) for x in v) + "]"
-    if isinstance(v, tuple):
-        return "(" + ", ".join(format_value(x, True) for x in v) + ")"
     if isinstance(v, Tensor):
         return format_tensor(v)
     if isinstance(v, np.ndarray):
         return np.array2string(v, separator=", ", threshold=1000)
     if isinstance(v, np.generic):
         return format_value(v.item(), nested)
+    if id(v) in _open:
+        return "<cycle>"
+    inner_open = _open | {id(v)}
+    if isinstance(v, list):
+        return "[" + ", ".join(format_value(x, True, inner_open) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{format_value(k, True)}: {format_value(x, True, inner_open)}"
+                               for k, x in v.items()) + "}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(format_value(x, True, inner_open) for x in v) + ")"
     tl_repr = getattr(v, "tl_repr", None)
     if tl_repr is not None:
         return tl_repr()
     struct_type = getattr(v, "type", None)
     if struct_type is not None and hasattr(struct_type, "field_names"):
-        inner = ", ".join(f"{k}: {format_value(x, True)}" for k, x in v.fields.items())
+        inner = ", ".join(f"{k}: {format_value(x, True, inner_open)}" for k, x in v.fields.items())
         return f"{struct_type.name} {{ {inner} }}"
     name = getattr(v, "tl_type_name", None) or type(v).__name__
     return f"<{name}>"
@@ -75,28 +86,59 @@ def repr_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
+_SPEC = re.compile(r"(?:(?P<fill>[^{}])?(?P<align>[<>^]))?(?P<sign>[+-])?(?P<zero>0)?(?P<width>\d+)?"
+                   r"(?:\.(?P<precision>\d+))?(?P<type>[eExXobf])?")
+
+
 def _format_with_spec(v: Any, spec: str) -> str:
+    """One `{:spec}`: `?` (debug form), and `[[fill]align][sign][0][width][.precision][type]` with type
+    e E (scientific), x X o b (integers in base 16, 8, 2), f (fixed); a precision alone means fixed
+    decimals (`{:.3}`). Tensors and numeric arrays format each element."""
     if spec in ("", ":"):
         return format_value(v)
     if spec == ":?":
         return format_value(v, True)
-    m = re.fullmatch(r":\.(\d+)f?", spec)
-    if m:
-        digits = int(m.group(1))
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return f"{float(v):.{digits}f}"
-        if isinstance(v, Tensor):
-            arr = v.numpy().astype(np.float64)
-            if arr.ndim == 0:
-                return f"{float(arr):.{digits}f}"
-            return np.array2string(arr, separator=", ", precision=digits, floatmode="fixed")
-        return format_value(v)
-    m = re.fullmatch(r":(>|<)?(\d+)", spec)
-    if m:
-        text = format_value(v)
-        width = int(m.group(2))
-        return text.ljust(width) if m.group(1) == "<" else text.rjust(width)
-    raise BuiltinArgError(f"unknown format spec '{{{spec}}}' (use {{}}, {{:?}}, {{:.N}} or {{:N}})")
+    m = _SPEC.fullmatch(spec[1:])
+    if m is None:
+        raise BuiltinArgError(f"unknown format spec '{{{spec}}}' (like {{}}, {{:?}}, {{:.3}}, {{:8}}, {{:<8}}, "
+                              f"{{:08.3}}, {{:e}}, {{:x}})")
+    g = m.groupdict()
+    typ = g["type"] or ""
+    precision = f".{g['precision']}" if g["precision"] is not None else ""
+    if isinstance(v, list) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        return "[" + ", ".join(_format_number(x, g, typ, precision, spec) for x in v) + "]"
+    if isinstance(v, Tensor):
+        arr = v.numpy()
+        if arr.ndim == 0:
+            return _format_number(arr.item(), g, typ, precision, spec)
+        kind = "int" if arr.dtype.kind in "iu" else "float_kind"
+        return np.array2string(arr, separator=", ", threshold=1000, max_line_width=100,
+                               formatter={kind: lambda x: _format_number(x.item(), g, typ, precision, spec)})
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return _format_number(v, g, typ, precision, spec)
+    if typ:
+        raise BuiltinArgError(f"format spec '{{{spec}}}' needs a number, got {type_name(v)}")
+    text = format_value(v)
+    if g["precision"] is not None:
+        text = text[:int(g["precision"])]
+    return format(text, f"{g['fill'] or ''}{g['align'] or '<'}{g['width'] or ''}")
+
+
+def _format_number(x, g: dict, typ: str, precision: str, spec: str) -> str:
+    if typ in ("x", "X", "o", "b"):
+        if isinstance(x, float):
+            if x != int(x):
+                raise BuiltinArgError(f"format spec '{{{spec}}}' needs an integer, got {x!r}")
+            x = int(x)
+        precision = ""
+    elif isinstance(x, int) and (precision or typ in ("e", "E", "f")):
+        x = float(x)
+    if isinstance(x, float) and not typ and precision:
+        typ = "f"
+    head = f"{g['fill'] or ''}{g['align'] or ''}{g['sign'] or ''}{g['zero'] or ''}{g['width'] or ''}"
+    if isinstance(x, float) and not typ and not precision:
+        return format(_format_float(x), f"{g['fill'] or ''}{g['align'] or '>'}{g['width'] or ''}")
+    return format(x, f"{head}{precision}{typ}")
 
 
 def format_template(template: str, args: list) -> str:
@@ -105,6 +147,7 @@ def format_template(template: str, args: list) -> str:
     out: list[str] = []
     pos = 0
     used = 0
+    positional = False
     for m in _PLACEHOLDER.finditer(template):
         out.append(template[pos:m.start()])
         pos = m.end()
@@ -113,14 +156,20 @@ def format_template(template: str, args: list) -> str:
             out.append("{")
         elif tok == "}}":
             out.append("}")
+        elif m.group(1):  # `{0}`, `{1:.2}`: an argument by position
+            index = int(m.group(1))
+            if index >= len(args):
+                raise BuiltinArgError(f"format string refers to value {index}, but there are {len(args)}")
+            out.append(_format_with_spec(args[index], m.group(2) or ""))
+            positional = True
         else:
             if used >= len(args):
                 raise BuiltinArgError(f"format string has more {{}} placeholders than values ({len(args)})")
-            out.append(_format_with_spec(args[used], m.group(1) or ""))
+            out.append(_format_with_spec(args[used], m.group(2) or ""))
             used += 1
     out.append(template[pos:])
     text = "".join(out)
-    if used < len(args):
+    if used < len(args) and not positional:
         text = " ".join([text] + [format_value(a) for a in args[used:]])
     return text
 

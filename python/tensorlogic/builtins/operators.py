@@ -2,7 +2,8 @@
 compiled interpreter code calls, so that the interpreter itself never touches the device.
 
 Invariants: numeric arrays act as tensors in arithmetic (a list literal of numbers becomes a
-tensor), strings concatenate with `+`, int / int is exact when it divides and a float otherwise; every
+tensor), strings concatenate with `+`, `/` is true division (always a float for numbers; floor_div is integer
+division) and scalars follow the tensors' IEEE rules (math_ops.py); every
 rejection raises BuiltinArgError (or the runtime's own error), never a bare Python error that a
 caller would have to translate, except TypeError for an operator Python itself refuses (the caller
 names the operand types).
@@ -17,6 +18,7 @@ from . import dtypes
 from .convert import BuiltinArgError, Tensor, core, is_numeric_list, list_to_numpy, to_bool, to_int
 from .convert import type_name
 from .formatting import format_value
+from .math_ops import scalar_div, scalar_mod, scalar_pow
 
 
 def tensor_from_list(v: list):
@@ -46,7 +48,7 @@ def is_missing_member(exc: AttributeError, name: str) -> bool:
 
 def binary(op: str, a, b):
     """`a op b` for every binary operator but && and ||: lists become tensors, strings
-    concatenate, ints divide exactly."""
+    concatenate."""
     if a.__class__ is list or b.__class__ is list:
         if op == "+" and a.__class__ is list and b.__class__ is list and not (
                 is_numeric_list(a) and is_numeric_list(b)):
@@ -70,19 +72,21 @@ def _list_operand(v):
 
 
 def _div(a, b):
-    if a.__class__ is int and b.__class__ is int:
-        if b == 0:
-            raise ZeroDivisionError
-        q, r = divmod(a, b)
-        return q if r == 0 else a / b
-    try:
-        return a / b
-    except ZeroDivisionError:
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            if a == 0 or a != a:
-                return math.nan
-            return math.copysign(math.inf, a) * math.copysign(1.0, b)
-        raise
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return scalar_div(a, b)
+    return a / b
+
+
+def _mod(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return scalar_mod(a, b)
+    return a % b
+
+
+def _pow(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return scalar_pow(a, b)
+    return a ** b
 
 
 def _matmul(a, b):
@@ -99,9 +103,9 @@ PY_BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "*": operator.mul,
     "⊙": operator.mul,
     "/": _div,
-    "%": operator.mod,
+    "%": _mod,
     "@": _matmul,
-    "**": operator.pow,
+    "**": _pow,
     "==": operator.eq,
     "!=": operator.ne,
     "<": operator.lt,
@@ -157,7 +161,10 @@ def get_item(o, keys: tuple):
     """`o[k0, k1, ...]`."""
     if isinstance(o, Tensor):
         k = tuple(index_key(x) for x in keys)
-        return o[k[0]] if len(k) == 1 else o[k]
+        try:
+            return o[k[0]] if len(k) == 1 else o[k]
+        except IndexError as e:  # an index out of range is the program's mistake, not a bug
+            raise BuiltinArgError(str(e)) from None
     if isinstance(o, (list, str, range, tuple)):
         v = o
         for x in keys:
@@ -172,6 +179,11 @@ def get_item(o, keys: tuple):
             if isinstance(v, range):
                 v = list(v)
         return v
+    if isinstance(o, dict) and len(keys) == 1 and not _is_struct(o):
+        key = map_key(keys[0])
+        if key in o:
+            return o[key]
+        raise BuiltinArgError(f"no key {format_value(key, True)} in the map")
     if len(keys) == 1 and isinstance(keys[0], str):
         key = keys[0]
         if _is_struct(o):
@@ -205,7 +217,13 @@ def set_item(container, key: list, v) -> None:
             v = tensor_from_list(v)
         elif not isinstance(v, (Tensor, int, float)):
             raise BuiltinArgError(f"cannot store {type_name(v)} into a tensor")
-        container[k if len(k) != 1 else k[0]] = v
+        try:
+            container[k if len(k) != 1 else k[0]] = v
+        except IndexError as e:
+            raise BuiltinArgError(str(e)) from None
+        return
+    if isinstance(container, dict) and len(key) == 1:
+        container[map_key(key[0])] = v
         return
     if isinstance(container, list):
         target = container
@@ -214,6 +232,15 @@ def set_item(container, key: list, v) -> None:
         target[index_key(key[-1])] = v
         return
     raise BuiltinArgError(f"cannot assign into {type_name(container)}")
+
+
+def map_key(k):
+    """A map key: a string, int or bool (an integral float is its int; a tensor is not a key)."""
+    if isinstance(k, (str, bool, int)):
+        return k
+    if isinstance(k, float) and k == int(k):
+        return int(k)
+    raise BuiltinArgError(f"a map key is a string, int or bool, got {type_name(k)}")
 
 
 def get_field(o, name: str):
@@ -244,6 +271,8 @@ def iterate(v):
         if v.ndim == 0:
             raise BuiltinArgError("cannot iterate over a 0-d tensor")
         return (v[i] for i in range(v.shape[0]))
+    if isinstance(v, dict):
+        return list(v)  # a map's keys, in insertion order
     it = getattr(v, "tl_iter", None)
     if it is not None:
         return it()

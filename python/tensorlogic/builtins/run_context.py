@@ -24,6 +24,7 @@ class RunContext:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.base_dir = os.getcwd()
+        self.args: list[str] = []  # `tl run FILE ARGS...`: what args() returns
 
     @property
     def logic_engine(self):

@@ -1,11 +1,15 @@
-"""Arrays and ranges: range, range_i, len, append, push, pop, reverse, sort, contains, join.
+"""Arrays and ranges: range, range_i, len, append, push, pop, reverse, sort, contains, join; sorting of
+tensors (sort, argsort, topk).
 
 Invariant: `append(xs, v)` adds v to xs in place AND returns xs, so both `append(xs, v)` and
 `xs = append(xs, v)` (the forms existing programs use) work.
 """
 from __future__ import annotations
 
-from .convert import BuiltinArgError, Tensor, to_int, to_list, to_str, type_name
+import numpy as np
+
+from .operators import map_key
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_dim, to_int, to_list, to_str, to_tensor, type_name
 from .registry import builtin
 
 C = "arrays"
@@ -31,7 +35,7 @@ def range_i(a, b=None, step=1):
 @builtin("len", "len(x)", "length of an array or string, or the first dim of a tensor", min_args=1, max_args=1,
          category=C)
 def len_(x):
-    if isinstance(x, (list, str, range, tuple)):
+    if isinstance(x, (list, str, range, tuple, dict)):
         return len(x)
     if isinstance(x, Tensor):
         if x.ndim == 0:
@@ -72,17 +76,60 @@ def reverse(xs):
     return list(reversed(to_list(xs, "xs")))
 
 
-@builtin("sort", "sort(xs)", "a sorted copy of an array of numbers or strings", min_args=1, max_args=1,
-         category=C)
-def sort(xs):
+@builtin("sort", "sort(xs) | sort(t, [dim], [descending])",
+         "a sorted copy of an array of numbers or strings; a tensor sorted along dim (default the last)",
+         min_args=1, max_args=3, category=C)
+def sort(xs, dim=-1, descending=False):
+    if isinstance(xs, Tensor):
+        arr, d = _sortable(xs, dim)
+        order = _order(arr, d, descending)
+        return core.from_numpy(np.ascontiguousarray(np.take_along_axis(arr, order, d)), xs.dtype)
     try:
-        return sorted(to_list(xs, "xs"))
+        return sorted(to_list(xs, "xs"), reverse=to_bool(descending, "descending"))
     except TypeError:
-        raise BuiltinArgError("sort needs an array of only numbers or only strings") from None
+        raise BuiltinArgError("needs an array of only numbers or only strings") from None
+
+
+# Sorting has no device kernel: it runs on the host (exact; not a per-token path).
+def _sortable(t, dim):
+    if t.ndim == 0:
+        raise BuiltinArgError("cannot sort a 0-d tensor")
+    arr = t.numpy()
+    if arr.dtype == np.float16:
+        arr = arr.astype(np.float32)
+    return arr, to_dim(dim, t.ndim)
+
+
+def _order(arr, d, descending):
+    if to_bool(descending, "descending"):  # stable: equal values keep their order
+        key = ~arr if arr.dtype == np.bool_ else (-arr.astype(np.float64) if arr.dtype.kind == "f" else -arr)
+        return np.argsort(key, axis=d, kind="stable")
+    return np.argsort(arr, axis=d, kind="stable")
+
+
+@builtin("argsort", "argsort(t, [dim], [descending])", "indices (i64) that sort t along dim (default the last)",
+         min_args=1, max_args=3, category=C)
+def argsort(t, dim=-1, descending=False):
+    arr, d = _sortable(to_tensor(t, "t"), dim)
+    return core.from_numpy(np.ascontiguousarray(_order(arr, d, descending).astype(np.int64)), "i64")
+
+
+@builtin("topk", "topk(t, k, [dim])", "the k largest values along dim (default the last), largest first",
+         min_args=2, max_args=3, category=C)
+def topk(t, k, dim=-1):
+    t = to_tensor(t, "t")
+    arr, d = _sortable(t, dim)
+    kk = to_int(k, "k")
+    if not 0 <= kk <= arr.shape[d]:
+        raise BuiltinArgError(f"k must be between 0 and {arr.shape[d]}, got {kk}")
+    order = np.take(_order(arr, d, True), np.arange(kk), axis=d)
+    return core.from_numpy(np.ascontiguousarray(np.take_along_axis(arr, order, d)), t.dtype)
 
 
 @builtin("contains", "contains(xs, v)", "whether array/string xs contains v", min_args=2, max_args=2, category=C)
 def contains(xs, v):
+    if isinstance(xs, dict):
+        return v in xs
     if isinstance(xs, str):
         return to_str(v, "v") in xs
     return any(x == v if not isinstance(x, Tensor) else False for x in to_list(xs, "xs"))
@@ -92,3 +139,47 @@ def contains(xs, v):
 def join(xs, sep):
     from .formatting import format_value
     return to_str(sep, "sep").join(format_value(x) for x in to_list(xs, "xs"))
+
+
+# ---------------------------------------------------------------- maps (dict values)
+
+@builtin("map", "map() | map(keys, values)", "a map (dictionary) from string/int/bool keys to values; "
+         "m[k] reads, m[k] = v writes, for k in m walks the keys in insertion order", min_args=0, max_args=2,
+         category=C)
+def map_(keys=None, values=None):
+    if keys is None:
+        return {}
+    ks, vs = to_list(keys, "keys"), to_list(values, "values") if values is not None else None
+    if vs is None or len(ks) != len(vs):
+        raise BuiltinArgError("needs as many values as keys")
+    return {map_key(k): v for k, v in zip(ks, vs)}
+
+
+def _map(m, what="m") -> dict:
+    if not isinstance(m, dict):
+        raise BuiltinArgError(f"{what} must be a map, got {type_name(m)}")
+    return m
+
+
+@builtin("keys", "keys(m)", "the keys of map m, in insertion order", min_args=1, max_args=1, category=C)
+def keys(m):
+    return list(_map(m))
+
+
+@builtin("values", "values(m)", "the values of map m, in key insertion order", min_args=1, max_args=1, category=C)
+def values(m):
+    return list(_map(m).values())
+
+
+@builtin("has_key", "has_key(m, k)", "whether map m has key k", min_args=2, max_args=2, category=C)
+def has_key(m, k):
+    return map_key(k) in _map(m)
+
+
+@builtin("remove", "remove(m, k)", "remove key k from map m and return its value (an error if absent)",
+         min_args=2, max_args=2, category=C)
+def remove(m, k):
+    key = map_key(k)
+    if key not in _map(m):
+        raise BuiltinArgError(f"no key {key!r} in the map")
+    return m.pop(key)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from .convert import BuiltinArgError, to_int, to_str
 from .formatting import format_print_args, format_template, format_value
@@ -43,6 +44,18 @@ def str_(x):
          min_args=1, max_args=2, category=C)
 def env(name, default=""):
     return os.environ.get(to_str(name, "name"), default)
+
+
+@builtin("clock", "clock()", "seconds since an arbitrary start, as a float (for timing: end - start)",
+         min_args=0, max_args=0, category=C)
+def clock():
+    return time.perf_counter()
+
+
+@builtin("args", "args()", "the arguments after the program's file name in `tl run FILE ARGS...` (strings)",
+         min_args=0, max_args=0, needs_ctx=True, category=C)
+def args_(ctx):
+    return list(getattr(ctx, "args", []))
 
 
 @builtin("input", "input([prompt])", "read one line from standard input (\"\" at end of input)",

@@ -341,8 +341,11 @@ def to_float_builtin(x):
 def item(t):
     t = to_tensor(t, "t")
     if t.numel != 1:
-        raise BuiltinArgError(f"item needs one element, got tensor {list(t.shape)}")
-    return t.item()
+        raise BuiltinArgError(f"needs one element, got tensor {list(t.shape)}")
+    value = t.item()
+    if t.dtype in ("f32", "f16", "bf16"):  # the number the tensor prints (0.1, not 0.10000000149011612)
+        return float(str(np.float32(value)))
+    return value
 
 
 @builtin("to_list", "to_list(t)", "the values of a tensor as a (nested) array", min_args=1, max_args=1,
@@ -404,3 +407,136 @@ def _register_typed(prefix: str, dt: str) -> None:
 
 for _prefix, _dt in (("f32", "f32"), ("f16", "f16"), ("i32", "i32"), ("i64", "i64"), ("bf16", "bf16")):
     _register_typed(_prefix, _dt)
+
+
+# ---------------------------------------------------------------- matrices, masks, reshuffles
+# Made on the host where a value is built once (eye, linspace, masks, index lists) and by the
+# runtime's own ops where data moves (flip, pad, repeat, tile, one_hot run on the device).
+
+@builtin("eye", "eye(n, [m], [dtype])", "n x m identity matrix (ones on the diagonal; m defaults to n)",
+         min_args=1, max_args=3, category=C)
+def eye(n, m=None, dtype="f32"):
+    if isinstance(m, str):
+        m, dtype = None, m
+    rows = to_int(n, "n")
+    cols = rows if m is None else to_int(m, "m")
+    if rows < 0 or cols < 0:
+        raise BuiltinArgError(f"needs sizes >= 0, got {rows} x {cols}")
+    return core.from_numpy(np.eye(rows, cols, dtype=np.float32), dtype_of(dtype))
+
+
+@builtin("linspace", "linspace(start, stop, n)", "n evenly spaced values from start to stop (both included)",
+         min_args=3, max_args=3, category=C)
+def linspace(start, stop, n):
+    count = to_int(n, "n")
+    if count < 0:
+        raise BuiltinArgError(f"needs n >= 0, got {count}")
+    return core.from_numpy(np.linspace(to_float(start, "start"), to_float(stop, "stop"), count,
+                                       dtype=np.float64).astype(np.float32))
+
+
+def _triangle(name: str, keep_lower: bool):
+    @builtin(name, f"{name}(t, [k])",
+             f"the {'lower' if keep_lower else 'upper'} triangle of the last two dims (diagonal k, default 0); "
+             f"the rest zero", min_args=1, max_args=2, category=C)
+    def fn(t, k=0):
+        t = to_tensor(t, "t")
+        if t.ndim < 2:
+            raise BuiltinArgError(f"needs a tensor of rank >= 2, got {type_name(t)}")
+        rows, cols = t.shape[-2], t.shape[-1]
+        maker = np.tri if keep_lower else (lambda r, c, k: 1 - np.tri(r, c, k - 1))
+        mask = core.from_numpy(np.ascontiguousarray(maker(rows, cols, to_int(k, "k")).astype(bool)))
+        return core.where(mask, t, core.zeros([1], t.dtype))
+    return fn
+
+
+_triangle("tril", True)
+_triangle("triu", False)
+
+
+@builtin("one_hot", "one_hot(ids, n)", "f32 tensor with a trailing dim of size n: 1 at each id, else 0",
+         min_args=2, max_args=2, category=C)
+def one_hot(ids, n):
+    t = to_tensor(ids, "ids", float_default=False)
+    classes = to_int(n, "n")
+    if classes <= 0:
+        raise BuiltinArgError(f"needs n > 0, got {classes}")
+    hits = core.eq(core.unsqueeze(core.astype(t, "f32"), -1), core.arange(0, classes, 1, "f32"))
+    return core.astype(hits, "f32")
+
+
+@builtin("flip", "flip(t, [dim])", "t reversed along dim (default the last)", min_args=1, max_args=2, category=C)
+def flip(t, dim=-1):
+    t = to_tensor(t, "t")
+    if t.ndim == 0:
+        return t
+    d = to_dim(dim, t.ndim)
+    size = t.shape[d]
+    return core.index_select(t, d, core.from_numpy(np.arange(size - 1, -1, -1, dtype=np.int64)))
+
+
+@builtin("pad", "pad(t, widths, [value])",
+         "t with `value` (default 0) added around it: widths = [before, after] for the last dim, or one "
+         "[before, after] pair per dim from the first", min_args=2, max_args=3, category=C)
+def pad(t, widths, value=0.0):
+    t = to_tensor(t, "t")
+    w = widths.numpy().tolist() if isinstance(widths, Tensor) else to_list(widths, "widths")
+    if w and not isinstance(w[0], list):
+        pairs, dims = [w], [t.ndim - 1]  # a flat [before, after]: the last dim
+    else:
+        pairs, dims = w, list(range(len(w)))  # one pair per dim from the first
+    if len(pairs) > max(t.ndim, 1) or any(not isinstance(p, list) or len(p) != 2 for p in pairs):
+        raise BuiltinArgError(f"widths must be [before, after] or one such pair per dim (at most {t.ndim}), "
+                              f"got {widths}")
+    fill = to_float(value, "value")
+    out = t
+    for d, (before, after) in zip(dims, pairs):
+        b, a = to_int(before, "width"), to_int(after, "width")
+        if b < 0 or a < 0:
+            raise BuiltinArgError(f"widths must be >= 0, got {before} and {after}")
+        parts = []
+        for count in (b, None, a):
+            if count is None:
+                parts.append(out)
+            elif count:
+                shape = list(out.shape)
+                shape[d] = count
+                parts.append(core.full(shape, fill, out.dtype))
+        out = core.concat(parts, d) if len(parts) > 1 else out
+    return out
+
+
+@builtin("repeat", "repeat(t, n, [dim])", "each element repeated n times along dim (default: the flat tensor)",
+         min_args=2, max_args=3, category=C)
+def repeat(t, n, dim=None):
+    t = to_tensor(t, "t")
+    times = to_int(n, "n")
+    if times < 0:
+        raise BuiltinArgError(f"needs n >= 0, got {times}")
+    if dim is None:
+        t, d = core.reshape(t, [t.numel]), 0
+    else:
+        d = to_dim(dim, t.ndim)
+    ids = np.repeat(np.arange(t.shape[d], dtype=np.int64), times)
+    return core.index_select(t, d, core.from_numpy(ids))
+
+
+@builtin("tile", "tile(t, reps)", "t repeated whole: reps times along the first dim, or one count per dim "
+         "from the first",
+         min_args=2, max_args=2, category=C)
+def tile(t, reps):
+    t = to_tensor(t, "t")
+    if isinstance(reps, Tensor):
+        reps = reps.numpy().tolist()
+    counts = [to_int(r, "reps") for r in reps] if isinstance(reps, list) else [to_int(reps, "reps")]
+    if len(counts) > max(t.ndim, 1) or any(c < 0 for c in counts):
+        raise BuiltinArgError(f"reps must be counts >= 0, at most one per dim, got {reps}")
+    if t.ndim == 0:
+        t = core.reshape(t, [1])
+    counts = counts + [1] * (t.ndim - len(counts))  # counts for the first dims, the rest once
+    out = t
+    for d, c in enumerate(counts):
+        if c != 1:
+            ids = np.tile(np.arange(out.shape[d], dtype=np.int64), c)
+            out = core.index_select(out, d, core.from_numpy(ids))
+    return out

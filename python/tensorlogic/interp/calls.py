@@ -98,7 +98,7 @@ class CallCompiler:
         interp = self.interp
         if interp.depth >= MAX_CALL_DEPTH:
             raise self.error(f"maximum call depth ({MAX_CALL_DEPTH}) exceeded in '{fv.qualified_name}' "
-                             "(a function calls itself without end?)", e)
+                             "(a function calls itself without end? TL_MAX_CALL_DEPTH sets the limit)", e)
         interp.depth += 1
         try:
             return fv.impl(argv)
@@ -272,17 +272,23 @@ class CallCompiler:
 
     def compile_function(self, fv: FunctionValue, decl: ast.FnDecl):
         info = FunctionScopeInfo(fv.qualified_name)
+        info.generics = tuple(decl.generics) + tuple(fv.owner.generics if fv.owner is not None else ())
         root = Scope(None, info)
         params = decl.params
         checks = []
         for p in params:
             root.declare(p.name)
             if p.type is not None:
+                self.check_declared_type(p.type, info.generics)
                 checks.append(type_checker(p.type, f"{fv.qualified_name}: parameter '{p.name}'",
                                            self.interp.structs))
             else:
                 checks.append(None)
         body = self.compile_block(decl.body, root, tail=True, new_scope=False)
+        returns = None
+        if decl.return_type is not None:
+            self.check_declared_type(decl.return_type, info.generics)
+            returns = type_checker(decl.return_type, f"{fv.qualified_name}: return value", self.interp.structs)
         nparams = len(params)
         nslots_ref = info
         has_checks = any(c is not None for c in checks)
@@ -305,13 +311,11 @@ class CallCompiler:
             try:
                 sig = body(frame)
             except NonLocalReturn as r:
-                return r.value
-            if sig is None:
-                return None
-            cls = sig.__class__
-            if cls is Ret or cls is Val:
-                return sig.value
-            return None
+                sig = Ret(r.value)
+            result = sig.value if sig is not None and sig.__class__ in (Ret, Val) else None
+            if returns is not None and result is not None:
+                result = returns(result, {})
+            return result
         fv.impl = impl
 
 

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import traceback
 
+from ..builtins import registry
 from ..builtins.convert import BuiltinArgError, is_program_error, to_bool
 from ..lang.errors import SourceSpan, TLError, TLInternalError, TLRuntimeError
 from .calls import CallCompiler
+from .control import CompileError
 from .expressions import ExpressionCompiler
 from .logic_bridge import LogicCompiler
 from .statements import StatementCompiler
+from .type_check import unknown_type
 
 
 class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompiler):
@@ -64,7 +67,7 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
             exc.__traceback__ = None
             return err
         if isinstance(exc, BuiltinArgError):
-            msg = prefix + str(exc)
+            msg = _prefixed(what, str(exc))
         elif isinstance(exc, ZeroDivisionError):
             msg = prefix + "division by zero"
         elif isinstance(exc, RecursionError):
@@ -74,14 +77,20 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
         else:
             text = str(exc) or type(exc).__name__
             head = text.split(":", 1)[0]
-            if what and (text.startswith(what + ":") or (what.startswith("'") and head.isidentifier()
-                                                          and ":" in text)):
-                msg = text
+            if what and what.startswith("'") and head.isidentifier() and ":" in text:
+                msg = text  # an operator's error that a named op raised: "matmul: shapes ..."
             else:
-                msg = prefix + text
+                msg = _prefixed(what, text)
         err = TLRuntimeError(msg, self.span(node))
         exc.__traceback__ = None
         return err
+
+    def check_declared_type(self, typ, generics=()) -> None:
+        """Record a declared type that names nothing TL knows (`tl check` lists them all; `tl run`
+        stops before running)."""
+        why = unknown_type(typ, self.interp.structs, generics)
+        if why is not None:
+            self.interp.type_errors.append(self.error(why, typ, CompileError))
 
     def truth_at(self, v, node) -> bool:
         """The truth value of a condition, or a TLError at `node`."""
@@ -89,3 +98,16 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
             return to_bool(v)
         except BuiltinArgError as e:
             raise self.error(str(e), node) from None
+
+
+def _prefixed(what: str | None, text: str) -> str:
+    """`what: text`, said once: no second prefix when the text already starts with `what`, and an
+    inner builtin's own prefix ("full: ..." raised inside zeros) gives way to the one the user called."""
+    if not what:
+        return text
+    if text.startswith(what + ":") or text.startswith(what + " "):
+        return text
+    head, sep, rest = text.partition(": ")
+    if sep and head != what and head in registry.BUILTINS:
+        text = rest
+    return f"{what}: {text}"

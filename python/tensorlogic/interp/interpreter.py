@@ -20,7 +20,7 @@ from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLImportError, TLRuntimeError
 from ..lang.parser import parse, read_source
 from .compiler import Compiler
-from .control import CompileError, NonLocalReturn
+from .control import MAX_CALL_DEPTH, PYTHON_FRAMES_PER_CALL, CompileError, NonLocalReturn
 from .logic_bridge import ProgramLogic
 from .scope import FunctionScopeInfo, Scope
 from .values import UNSET, FunctionValue, StructType
@@ -54,6 +54,10 @@ class Interpreter(ProgramLogic):
         self.learnable: set[str] = set()
         self.depth = 0
         self.static_errors: list[TLError] = []
+        self.type_errors: list[TLError] = []  # declared types that name nothing: load() raises the first
+        self.warnings: list[TLError] = []  # what `tl check` points out but still runs
+        self.collect_errors = False  # `tl check`: load() keeps going and leaves every error in the lists
+        self.static_rules: list = []  # every rule of the program as logic terms, for `tl check`
         self.unresolved_calls: list[tuple[str, SourceSpan]] = []
         self.unresolved_names: list[tuple[str, SourceSpan]] = []
         self.ctx = RunContext(self, out if out is not None else sys.stdout, stdin, seed)
@@ -66,8 +70,9 @@ class Interpreter(ProgramLogic):
         self.top_frame: list = []
         self._callback_compiler: Compiler | None = None
         # a TL call takes a handful of Python frames; leave room for MAX_CALL_DEPTH TL calls
-        if sys.getrecursionlimit() < 20000:
-            sys.setrecursionlimit(20000)
+        needed = MAX_CALL_DEPTH * PYTHON_FRAMES_PER_CALL + 2000
+        if sys.getrecursionlimit() < needed:
+            sys.setrecursionlimit(needed)
 
     # ------------------------------------------------------------ loading
 
@@ -75,10 +80,15 @@ class Interpreter(ProgramLogic):
         program = parse(source, filename)
         return self.load(program)
 
-    def load_file(self, path: str) -> LoadedProgram:
-        source = read_source(path)
+    def load_file(self, path: str, source: str | None = None) -> LoadedProgram:
+        """Load the program at `path`; `source` is its text when the caller already read it (a pipe
+        can be read only once). A `<name>` path (`<stdin>`) has no directory: imports are relative
+        to the working directory."""
+        if source is None:
+            source = read_source(path)
         program = parse(source, path)
-        self.ctx.base_dir = os.path.dirname(os.path.abspath(path))
+        if not path.startswith("<"):
+            self.ctx.base_dir = os.path.dirname(os.path.abspath(path))
         return self.load(program)
 
     def load(self, program: ast.Program) -> LoadedProgram:
@@ -110,7 +120,12 @@ class Interpreter(ProgramLogic):
                     continue
                 if isinstance(item, (ast.MainBlock, ast.TestBlock, ast.BenchBlock)):
                     continue
-                loaded.top_level.append(compiler.compile_stmt(item, self.top_scope))
+                try:
+                    loaded.top_level.append(compiler.compile_stmt(item, self.top_scope))
+                except CompileError as e:
+                    if not self.collect_errors:
+                        raise
+                    self.static_errors.append(e)
         for fv, decl, prog in new_functions:
             Compiler(self, prog.filename, prog.source).compile_function(fv, decl)
         compiler = Compiler(self, program.filename, program.source)
@@ -127,6 +142,8 @@ class Interpreter(ProgramLogic):
                 loaded.benches.append((item.name, body, info))
         if len(self.top_frame) < self.top_info.nslots:
             self.top_frame.extend([UNSET] * (self.top_info.nslots - len(self.top_frame)))
+        if self.type_errors and not self.collect_errors:
+            raise self.type_errors[0]
         return loaded
 
     def _compile_block_function(self, compiler: Compiler, name: str, body: ast.Block):
@@ -140,7 +157,7 @@ class Interpreter(ProgramLogic):
         for item in program.items:
             if not isinstance(item, ast.Import):
                 continue
-            path = os.path.normpath(os.path.join(base, item.path))
+            path = _import_path(base, item.path)
             span = SourceSpan(program.filename, item.line, item.column,
                               _line_of(program.source, item.line))
             key = _file_key(path)
@@ -169,6 +186,10 @@ class Interpreter(ProgramLogic):
                 st = self.structs.get(item.name) or StructType(
                     item.name, tuple(f.name for f in item.fields), tuple(f.type for f in item.fields), item.generics)
                 self.structs[item.name] = st
+        for item in prog.items:
+            if isinstance(item, ast.StructDecl):
+                for f in item.fields:
+                    compiler.check_declared_type(f.type, item.generics)
         for item in prog.items:
             if isinstance(item, ast.FnDecl):
                 fv = self.functions.get(item.name)
@@ -311,7 +332,7 @@ def _logic_nodes(items) -> list:
             stack.extend(x.body.stmts)
         elif isinstance(x, ast.Block):
             stack.extend(x.stmts)
-        elif isinstance(x, (ast.While, ast.Loop, ast.For)):
+        elif isinstance(x, (ast.While, ast.Loop, ast.For, ast.BlockStmt)):
             stack.extend(x.body.stmts)
         elif isinstance(x, ast.IfStmt):
             for _, b in x.branches:
@@ -330,3 +351,14 @@ def _file_key(path: str) -> str:
 def _line_of(source: str, line: int) -> str:
     lines = source.split("\n")
     return lines[line - 1] if 1 <= line <= len(lines) else ""
+
+
+STDLIB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stdlib")
+
+
+def _import_path(base: str, name: str) -> str:
+    """`import "std/x.tl"` names the standard library shipped in the package (from anywhere); any
+    other path is relative to the importing file."""
+    if name.startswith("std/"):
+        return os.path.join(STDLIB_DIR, name[len("std/"):])
+    return os.path.normpath(os.path.join(base, name))

@@ -31,8 +31,10 @@ class LogicCompiler:
         makers = []
         for arg in atom.args:
             pos = self.span(arg)
-            if isinstance(arg, ast.Name):
+            if isinstance(arg, ast.Name) and not self._is_bound(arg, scope):
                 makers.append(lambda f, n=arg.id, p=pos: self.interp.logic_terms().Name(n, p))
+            elif self._mentions_logic_variable(arg, scope):
+                makers.append(self._arith_maker(arg, scope))
             else:
                 ev = self.compile_expr(arg, scope)
 
@@ -48,6 +50,80 @@ class LogicCompiler:
                     return self.interp.logic_terms().Const(v, p)
                 makers.append(make)
         return makers
+
+    def _mentions_logic_variable(self, expr, scope: Scope) -> bool:
+        """Does an arithmetic expression use an unbound capitalised name (a logic variable)?"""
+        if isinstance(expr, ast.Name):
+            return (expr.id[:1].isupper() or expr.id[:1] == "_") and not self._is_bound(expr, scope) \
+                and expr.id not in self.interp.functions and expr.id not in registry.BUILTINS
+        if isinstance(expr, ast.BinOp):
+            return self._mentions_logic_variable(expr.left, scope) or self._mentions_logic_variable(expr.right, scope)
+        if isinstance(expr, ast.UnaryOp):
+            return self._mentions_logic_variable(expr.operand, scope)
+        return False
+
+    def _arith_maker(self, expr, scope: Scope):
+        """A closure building the engine's Arith term for `N + 1`-style arguments of rules."""
+        pos = self.span(expr)
+        if isinstance(expr, ast.Name) and not self._is_bound(expr, scope):
+            return lambda f, n=expr.id: logic.Name(n, pos)
+        if not self._mentions_logic_variable(expr, scope):
+            value = self.compile_expr(expr, scope)
+
+            def make_const(f):
+                v = value(f)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+                    raise self.error(f"arithmetic in a rule works on integers, got {type_name(v)}", expr)
+                return logic.Const(int(v), pos)
+            return make_const
+        if isinstance(expr, ast.UnaryOp) and expr.op == "-":
+            operand = self._arith_maker(expr.operand, scope)
+            return lambda f: logic.Arith("neg", operand(f), None, pos)
+        if isinstance(expr, ast.BinOp) and expr.op in logic.ARITH_OPS:
+            left, right = self._arith_maker(expr.left, scope), self._arith_maker(expr.right, scope)
+            op = expr.op
+            return lambda f: logic.Arith(op, left(f), right(f), pos)
+        raise self.error("arithmetic in a rule uses + - * % on integers and logic variables", expr, CompileError)
+
+    def _is_bound(self, node: ast.Name, scope: Scope) -> bool:
+        """Is `name` in an atom a program variable (its value is the term)? A bound variable means
+        its value; an unbound name is a logic variable (capitalised) or a constant. A capitalised
+        name that is also a program variable could mean either: that is an error, not a guess."""
+        name = node.id
+        if scope.lookup(name) is None and name not in self.interp.global_names:
+            return False
+        if name[:1].isupper() or name[:1] == "_":
+            raise self.error(f"'{name}' is a program variable, but a capitalised name in a fact, rule "
+                             f"or query reads as a logic variable: rename one of them", node,
+                             CompileError)
+        return True
+
+    def _static_rule(self, stmt: ast.Rule, scope: Scope):
+        """The rule as the engine's terms without running anything (for `tl check`): a name is a
+        logic Name, any other argument an opaque constant."""
+        terms = self.interp.logic_terms()
+
+        def term(arg):
+            if isinstance(arg, ast.Name) and scope.lookup(arg.id) is None \
+                    and arg.id not in self.interp.global_names:
+                return terms.Name(arg.id, self.span(arg))
+            if isinstance(arg, ast.BinOp) and arg.op in terms.ARITH_OPS:
+                return terms.Arith(arg.op, term(arg.left), term(arg.right), self.span(arg))
+            if isinstance(arg, ast.UnaryOp) and arg.op == "-":
+                return terms.Arith("neg", term(arg.operand), None, self.span(arg))
+            return terms.Const(f"<{type(arg).__name__}>", self.span(arg))
+
+        def atom(a: ast.Atom, negated=False):
+            return terms.Atom(a.relation, tuple(term(x) for x in a.args), negated, self.span(a))
+
+        body = []
+        for lit in stmt.body:
+            if lit.atom is not None:
+                body.append(atom(lit.atom, lit.negated))
+            elif isinstance(lit.expr, ast.BinOp):
+                body.append(terms.Comparison(lit.expr.op, term(lit.expr.left), term(lit.expr.right),
+                                             self.span(lit.expr)))
+        return terms.Rule(atom(stmt.head), tuple(body), None, self.span(stmt))
 
     def _atom_builder(self, atom: ast.Atom, scope: Scope, negated: bool = False):
         makers = self._terms(atom, scope)
@@ -114,6 +190,7 @@ class LogicCompiler:
             temperature = self.compile_expr(ann.args[0], scope)
         interp = self.interp
         pos = self.span(stmt)
+        interp.static_rules.append(self._static_rule(stmt, scope))
 
         def ex_rule(f):
             t = None
@@ -123,7 +200,8 @@ class LogicCompiler:
                     raise self.error(f"@temperature takes a number, got {type_name(tv)}", stmt)
                 t = float(tv)
             rule = interp.logic_terms().Rule(head(f), tuple(b(f) for b in body), t, pos)
-            interp.logic_engine(pos, flush=False)
+            engine = interp.logic_engine(pos, flush=False)
+            self._logic_call(stmt, lambda: engine.check_rule(rule, interp.pending_rules))
             interp.pending_rules.append(rule)  # added before the next query (facts may come later)
         return ex_rule
 
@@ -142,7 +220,7 @@ class LogicCompiler:
         return ev_query
 
     def stmt_TensorEquation(self, stmt: ast.TensorEquation, scope: Scope):
-        store = self._store(stmt.name, scope, stmt, declare=False)
+        store = self._store(stmt.name, scope, stmt, declare=False, warn_undeclared=False)
         interp = self.interp
         readers: dict[str, Callable] = {}
         for name in _indexed_names(stmt.value):

@@ -15,6 +15,7 @@ class FunctionScopeInfo:
         self.name = name
         self.nslots = 0
         self.loop_depth = 0
+        self.generics: tuple[str, ...] = ()  # type parameters in scope (`fn f<T>`, `impl Box<T>`)
         self.maybe_unset: set[int] = set()  # slots declared by assignment (may be read before set)
 
     def new_slot(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..builtins import operators, registry
 from ..builtins.convert import type_name
 from ..lang import ast
+from ..lang.errors import TLWarning
 from .control import BREAK, CONTINUE, CompileError, Ret, Val
 from .scope import Scope
 from .type_check import type_checker
@@ -25,7 +26,12 @@ class StatementCompiler:
         closures = []
         for i, stmt in enumerate(stmts):
             is_tail = tail and i == len(stmts) - 1
-            closures.append(self.compile_stmt(stmt, inner, is_tail))
+            try:
+                closures.append(self.compile_stmt(stmt, inner, is_tail))
+            except CompileError as e:
+                if not self.interp.collect_errors:
+                    raise
+                self.interp.static_errors.append(e)  # `tl check`: note it and check the rest
         return self._block_runner(closures, inner.declared if new_scope else [])
 
     @staticmethod
@@ -60,12 +66,13 @@ class StatementCompiler:
         method = getattr(self, "stmt_" + type(stmt).__name__, None)
         if method is None:
             raise self.error(f"{type(stmt).__name__} is not allowed here", stmt, CompileError)
-        if tail and isinstance(stmt, (ast.ExprStmt, ast.IfStmt)):
+        if tail and isinstance(stmt, (ast.ExprStmt, ast.IfStmt, ast.BlockStmt)):
             return method(stmt, scope, tail=True)
         return method(stmt, scope)
 
-    def _store(self, name: str, scope: Scope, node, declare: bool):
-        """A closure `store(frame, value)` binding `name` (a `let` when declare=True)."""
+    def _store(self, name: str, scope: Scope, node, declare: bool, warn_undeclared: bool = True):
+        """A closure `store(frame, value)` binding `name` (a `let` when declare=True). `x = e` on a
+        name no `let` declared declares it (as the earlier TL did); `tl check` warns about it."""
         interp = self.interp
         if declare:
             if scope.is_global:
@@ -78,6 +85,10 @@ class StatementCompiler:
             slot = scope.declare(name)
         else:
             slot = scope.lookup(name)
+            if slot is None and name not in interp.global_names and warn_undeclared:
+                interp.warnings.append(TLWarning(
+                    f"'{name} = ...' assigns a name that no 'let' declared, which declares it here (a typo "
+                    f"of another name?); write 'let {name} = ...' to declare it", self.span(node)))
             if slot is None:
                 if scope.reaches_global() and scope.function_root().is_global or name in interp.global_names:
                     g = interp.globals
@@ -99,6 +110,7 @@ class StatementCompiler:
     def stmt_Let(self, stmt: ast.Let, scope: Scope):
         value = self.compile_rhs(stmt.value, scope)
         if stmt.type is not None:
+            self.check_declared_type(stmt.type, scope.fn.generics)
             value = self._checked(value, stmt.type, f"let {stmt.name}", stmt)
         store = self._store(stmt.name, scope, stmt, declare=True)
         slot = getattr(store, "slot", None)
@@ -128,7 +140,28 @@ class StatementCompiler:
             return self.expr_IfExpr(expr, scope)
         return self.compile_expr(expr, scope)
 
+    def _one_factor_equation(self, stmt: ast.Assign, scope: Scope):
+        """`T[j, i] = A[i, j]` (a transpose) or `S[i] = A[i, j]` (a sum) as a tensor equation: when
+        T is not a variable yet and every index on both sides is a name that is not a variable."""
+        target, value = stmt.target, stmt.value
+        if stmt.op is not None or not isinstance(target, ast.Index) or not isinstance(target.obj, ast.Name):
+            return None
+        if not isinstance(value, ast.Index) or not isinstance(value.obj, ast.Name):
+            return None
+
+        def free(name: str) -> bool:
+            return scope.lookup(name) is None and name not in self.interp.global_names
+
+        indices = list(target.indices) + list(value.indices)
+        if not free(target.obj.id) or not all(isinstance(i, ast.Name) and free(i.id) for i in indices):
+            return None
+        return ast.TensorEquation(stmt.line, stmt.column, target.obj.id, tuple(i.id for i in target.indices),
+                                  value)
+
     def stmt_Assign(self, stmt: ast.Assign, scope: Scope):
+        equation = self._one_factor_equation(stmt, scope)
+        if equation is not None:
+            return self.stmt_TensorEquation(equation, scope)
         target = stmt.target
         value = self.compile_rhs(stmt.value, scope)
         if stmt.op is not None:
@@ -322,6 +355,9 @@ class StatementCompiler:
                 f[slot] = UNSET
         return ex_for
 
+    def stmt_BlockStmt(self, stmt: ast.BlockStmt, scope: Scope, tail: bool = False):
+        return self.compile_block(stmt.body, scope, tail=tail)
+
     def stmt_Break(self, stmt, scope: Scope):
         if scope.fn.loop_depth == 0:
             raise self.error("'break' outside a loop", stmt, CompileError)
@@ -343,6 +379,7 @@ class StatementCompiler:
 
     def stmt_TensorDecl(self, stmt: ast.TensorDecl, scope: Scope):
         from ..builtins.tensor_decl import declare_tensor
+        self.check_declared_type(stmt.type, scope.fn.generics)
         value = self.compile_rhs(stmt.value, scope) if stmt.value is not None else None
         store = self._store(stmt.name, scope, stmt, declare=True)
         typ = stmt.type

@@ -3,9 +3,13 @@
 Invariant: a check either returns the value (converted where TL converts silently: 2.0 to an int
 slot, a numeric list to a tensor slot, an int to a float slot) or raises TLRuntimeError naming what
 was declared and what came; named dims (`n`) must agree across the arguments of one call.
-Unknown type names (generic parameters, host types) are not checked.
+Every type name must be known (`unknown_type` says why not, at compile time): a scalar or tensor
+element type, a struct of the program, a generic parameter in scope, or a host type (HOST_TYPES:
+values the builtins make, checked no further).
 """
 from __future__ import annotations
+
+import difflib
 
 from ..builtins import dtypes, operators
 from ..builtins.convert import Tensor, to_int, type_name
@@ -100,3 +104,33 @@ def _type_text(typ: ast.TypeRef) -> str:
     dims = ", ".join("?" if d is None else str(d) for d in typ.dims)
     return f"{typ.name}[{dims}]"
 
+
+
+TENSOR_ELEMENT_TYPES = set(dtypes.DTYPES) | {"Tensor", "tensor"}
+HOST_TYPES = {"Model", "Tokenizer", "KVCache", "Sampler", "Config", "Record", "TextStream", "Map", "Dict",
+              "Array", "Vec", "List", "Any", "any", "array", "list", "map", "dict", "Fn", "Function", "Option"}
+_SCALAR_TYPES = (dtypes.INT_NAMES | dtypes.FLOAT_NAMES | dtypes.STRING_NAMES
+                 | {"bool", "Tensor", "tensor"})
+
+
+def unknown_type(typ: ast.TypeRef, structs: dict, generics=()) -> str | None:
+    """Why a declared type names nothing TL knows (with a suggestion), or None when it is fine."""
+    name = typ.name
+    if typ.dims is not None:
+        if name not in TENSOR_ELEMENT_TYPES:
+            close = difflib.get_close_matches(name, sorted(TENSOR_ELEMENT_TYPES), n=1)
+            return (f"unknown tensor element type '{name}' ({dtypes.explain(name)})"
+                    + (f"; did you mean '{close[0]}'?" if close else ""))
+    elif name not in _SCALAR_TYPES and name not in HOST_TYPES and name not in structs and name not in generics:
+        return _unknown(f"unknown type '{name}'", name, _SCALAR_TYPES | HOST_TYPES | set(structs),
+                        "int, float, bool, string, a tensor type like float32[?, ?], or a struct")
+    for arg in typ.args:
+        why = unknown_type(arg, structs, generics)
+        if why is not None:
+            return why
+    return None
+
+
+def _unknown(message: str, name: str, known, hint: str) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return message + (f" (did you mean '{close[0]}'?)" if close else f" (use {hint})")

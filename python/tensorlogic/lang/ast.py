@@ -213,6 +213,12 @@ class Loop(Stmt):
 
 
 @dataclass(frozen=True)
+class BlockStmt(Stmt):
+    """`{ ... }` standing as a statement: a scope of its own."""
+    body: Block
+
+
+@dataclass(frozen=True)
 class For(Stmt):
     var: str
     iterable: Expr

@@ -114,3 +114,9 @@ class TLInternalError(TLError):
 
 class TLImportError(TLError):
     """An import could not be resolved (missing file, cycle)."""
+
+
+class TLWarning(TLError):
+    """Not an error: something `tl check` points out that runs but is likely a mistake."""
+
+    kind = "warning"

@@ -2,7 +2,7 @@
 
 Invariants: `parse` either returns a Program or raises TLSyntaxError — every other exception
 (lark's, RecursionError, a bad escape) is turned into one, so no input crashes the caller. The
-token filter below is the only place tokens are retyped; grammar.lark documents the three rules.
+token filter below is the only place tokens are retyped; grammar.lark documents its rules.
 The lark parser is built once per process (and cached on disk by lark between processes).
 """
 from __future__ import annotations
@@ -96,6 +96,11 @@ class _TokenFilter(lark.lark.PostLex):
                 # At statement level a `[` that starts a line begins an array literal, never an
                 # index into the previous line's value: `let h = 1` NEWLINE `[h, 2]` is two statements.
                 tok = Token.new_borrow_pos("_ARRAY_LSQB", tok.value, tok)
+            elif (ttype == "MINUS" and prev is not None and prev.end_line < tok.line
+                  and (not self.open_brackets or self.open_brackets[-1].type in _BRACES)):
+                # At statement level a `-` that starts a line begins a new statement (a negation),
+                # never a subtraction from the previous line: `let a = 5` NEWLINE `-3` leaves a = 5.
+                tok = Token.new_borrow_pos("LINE_MINUS", tok.value, tok)
             elif ttype == "ANNOTATION" and prev is not None and prev.end_line == tok.line:
                 at = Token("AT", "@", tok.start_pos, tok.line, tok.column, tok.line, tok.column + 1,
                            tok.start_pos + 1)
@@ -136,10 +141,10 @@ def _lark_parser() -> lark.Lark:
 _TERMINAL_WORDS = {
     "NAME": "a name", "JUXT_NAME": "a name", "INT": "an integer", "FLOAT": "a number",
     "STRING": "a string", "ANNOTATION": "an annotation like @temperature",
-    "STRUCT_LBRACE": "'{'", "_ARRAY_LSQB": "'['", "$END": "end of file", "EQ_OP": "'==' or '!='", "CMP_OP": "'<=' or '>='",
+    "STRUCT_LBRACE": "'{'", "_ARRAY_LSQB": "'['", "LINE_MINUS": "'-'", "$END": "end of file", "EQ_OP": "'==' or '!='", "CMP_OP": "'<=' or '>='",
     "AUG_ASSIGN": "'+=', '-=', '*=' or '/='",
 }
-_EXPR_START = {"NAME", "INT", "FLOAT", "STRING", "_LPAR", "_LSQB", "_ARRAY_LSQB", "MINUS", "BANG", "TRUE", "FALSE"}
+_EXPR_START = {"NAME", "INT", "FLOAT", "STRING", "_LPAR", "_LSQB", "_ARRAY_LSQB", "MINUS", "LINE_MINUS", "BANG", "TRUE", "FALSE"}
 _STMT_START = {"_LET", "_IF", "_WHILE", "_FOR", "_LOOP", "_RETURN", "_BREAK", "_CONTINUE", "_TENSOR"}
 _DECL_START = {"_FN", "_STRUCT", "_IMPL", "_IMPORT", "_MAIN", "_TEST", "_BENCH", "_RELATION", "ENTITY"}
 _BINARY_OPS = {"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT", "ODOT", "STARSTAR", "EQ_OP", "CMP_OP",
@@ -498,6 +503,9 @@ class _ToAst:
     def block(self, meta, ch):
         return ast.Block(*_pos(meta), tuple(ch))
 
+    def block_stmt(self, meta, ch):
+        return ast.BlockStmt(*_pos(meta), ch[0])
+
     def let_stmt(self, meta, ch):
         ch = [c for c in ch if not (isinstance(c, Token) and c.type == "MUT")]
         name = ch[0].value
@@ -608,8 +616,8 @@ class _ToAst:
 
     # ---- expressions
     def binop(self, meta, ch):
-        left, op, right = ch
-        return ast.BinOp(*_pos(meta), op.value, left, right)
+        left, op, right = ch  # positioned at the operator: an error in `a + b` points at the `+`
+        return ast.BinOp(op.line, op.column, op.value, left, right)
 
     def unary(self, meta, ch):
         op, operand = ch
@@ -622,7 +630,7 @@ class _ToAst:
         """`x as int + 1`: the cast applies to x (as in Rust), though `a + b as int` casts the sum."""
         operand, type_tok, op, right = ch
         line, col = _pos(meta)
-        return ast.BinOp(line, col, op.value, ast.Cast(line, col, operand, type_tok.value), right)
+        return ast.BinOp(op.line, op.column, op.value, ast.Cast(line, col, operand, type_tok.value), right)
 
     def juxt(self, meta, ch):
         left, right = ch

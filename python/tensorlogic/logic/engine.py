@@ -23,7 +23,13 @@ interpreter wants back on a LogicError it raises, e.g. the AST node's (line, col
     engine.has_relation("Parent")        # lets the interpreter tell a relation call from a function call
 
 Rule bodies may also hold `Comparison(op, left, right, pos)` (op in == != < <= > >=, e.g. `X != Y`):
-constants compare numbers numerically and names alphabetically.
+constants compare numbers numerically and names alphabetically. Integer arithmetic terms
+(`Arith`, + - * % and negation: `Next(N + 1) <- Num(N), N < 5`, `A + B > C`) may stand in a head or
+in a comparison: such a rule is split into an ordinary rule that binds its variables into a hidden
+relation and a step that computes the head from that relation's rows; a stratum whose arithmetic
+rules derive new tuples runs again with them (new numbers join the domain), at most
+ARITH_ROUND_LIMIT times. Safety and stratification are also checked when a rule is defined
+(`check_rule`, safety.py); a variable that occurs only in one negated atom is existential, like `_`.
 Terms: `Name(text)` for a bare identifier (the engine decides variable vs constant: see terms.py),
 `Const(value)` for a string or integer literal, `Var(name)` to force a variable; `not` atoms have
 `negated=True`. Every error is a LogicError subclass (errors.py) with `.message` and `.pos`.
@@ -43,14 +49,98 @@ from .errors import (ArityError, LogicError, LogicTypeError, UnknownRelationErro
                      UnsafeRuleError)
 from .query import QueryResult
 from .relation_table import RelationTable, check_key_space, encode, key_space, sorted_unique
+from .safety import check_safety, check_stratified, existential_variables
 from .sparse_eval import SparseStratum, scan
 from .stratify import stratify
-from .terms import Atom, Comparison, Const, Name, Rule, Var
+from .terms import Arith, Atom, Comparison, Const, Name, Rule, Var
 
 DEFAULT_ENTITY_TYPE = "entity"
 DEFAULT_DENSE_LIMIT = 1 << 16  # a stratum whose relations all have at most this many cells runs dense
 DENSE_JOIN_LIMIT = 1 << 24  # ... and each of its rules has at most this many variable assignments
 DENSE_TENSOR_LIMIT = 1 << 26  # relation_tensor refuses to materialize more cells than this
+
+
+ARITH_ROUND_LIMIT = 5_000  # re-runs of a stratum whose arithmetic rules derive new tuples (a chain N -> N + 1 takes one each)
+ARITH_DOMAIN_LIMIT = 1 << 20  # constants an entity type may reach through arithmetic
+
+
+@dataclass
+class _ArithRule:
+    """A rule with arithmetic terms, split in two: `body_rule` (an ordinary rule) binds the variables
+    into a hidden relation; the head and the arithmetic comparisons are computed from its rows."""
+    rule: Rule
+    head: Atom
+    body_rule: Rule
+    variables: tuple  # names, the hidden relation's arguments in order
+    comparisons: tuple  # Comparison with an Arith side
+
+
+class _DependencyEdge:
+    """A stratification edge without a compiled rule: `head` depends on `on` (positively)."""
+
+    def __init__(self, head: str, on: str, source: Rule):
+        self.head = Atom(head, ())
+        self.body = (Atom(on, ()),)
+        self.source = source
+
+
+def _split_arithmetic(rule: Rule, index: int) -> _ArithRule | None:
+    """None for a rule without arithmetic terms; else its two halves (see _ArithRule)."""
+    arith_comparisons = tuple(b for b in rule.body if isinstance(b, Comparison)
+                              and (isinstance(b.left, Arith) or isinstance(b.right, Arith)))
+    if not arith_comparisons and not any(isinstance(t, Arith) for t in rule.head.args):
+        for atom in rule.body:
+            if isinstance(atom, Atom) and any(isinstance(t, Arith) for t in atom.args):
+                break
+        else:
+            return None
+    for atom in rule.body:
+        if isinstance(atom, Atom) and any(isinstance(t, Arith) for t in atom.args):
+            raise LogicError(f"arithmetic in the body atom `{atom}` of rule `{rule}`: bind a variable and "
+                             f"compare it, like `Edge(X, Y), Y == X + 1`", atom.pos or rule.pos)
+    names: list[str] = []
+    for term in list(rule.head.args) + [side for c in arith_comparisons for side in (c.left, c.right)]:
+        leaves = term.variables() if isinstance(term, Arith) else (
+            [term.name] if isinstance(term, Var) else [term.text] if isinstance(term, Name) else [])
+        for name in leaves:
+            if name not in names and name != "_" and (name[:1].isupper() or name[:1] == "_"):
+                names.append(name)
+    hidden = Atom(f"${rule.head.relation}#{index}", tuple(Name(n) for n in names), False, rule.head.pos)
+    body = tuple(b for b in rule.body if b not in arith_comparisons)
+    return _ArithRule(rule, rule.head, Rule(hidden, body, None, rule.pos), tuple(names), arith_comparisons)
+
+
+_COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+            ">=": np.greater_equal}
+
+
+def _evaluate(term, values: dict, rows: int, known: set, rule: Rule, numeric: bool = True) -> np.ndarray:
+    """A term's value for every row: an int64 array when numeric (arithmetic needs integers), else
+    the constants as they are."""
+    if isinstance(term, Arith):
+        left = _evaluate(term.left, values, rows, known, rule)
+        if term.op == "neg":
+            return -left
+        right = _evaluate(term.right, values, rows, known, rule)
+        if term.op == "%":
+            if np.any(right == 0):
+                raise LogicError(f"rule `{rule}` divides by zero in `{term}`", term.pos or rule.pos)
+            return np.mod(left, right)
+        return {"+": np.add, "-": np.subtract, "*": np.multiply}[term.op](left, right)
+    if isinstance(term, Const):
+        column = np.full(rows, term.value, dtype=object)
+    else:
+        name = term.name if isinstance(term, Var) else term.text
+        if name in values:
+            column = values[name]
+        else:
+            column = np.full(rows, name, dtype=object)
+    if not numeric:
+        return column
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in column.tolist()):
+        bad = next(v for v in column.tolist() if not isinstance(v, (int, np.integer)))
+        raise LogicError(f"rule `{rule}` computes with {bad!r}, which is not an integer", rule.pos)
+    return column.astype(np.int64)
 
 
 @dataclass
@@ -123,7 +213,9 @@ class LogicEngine:
         self.domains: dict[str, EntityDomain] = {}
         self.relations: dict[str, RelationInfo] = {}
         self.facts: dict[str, dict] = {}  # relation -> {index tuple: weight}
-        self.rules: list[Rule] = []
+        self.rules: list[Rule] = []  # what _compile sees: an arithmetic rule's body rule in its place
+        self.source_rules: list[Rule] = []  # the rules as written (stratification is checked on these)
+        self._arith: list[_ArithRule] = []
         self.last_stats: list[StratumStats] = []
         self._dense_evaluator = dense_evaluator
         self._tables: dict[str, RelationTable] | None = None  # the fixpoint, None: recompute
@@ -221,8 +313,25 @@ class LogicEngine:
         if known is None:
             self.relations[head.relation] = RelationInfo(head.relation, len(head.args), None, False,
                                                          head.pos or rule.pos)
+        self.source_rules.append(rule)
+        arith = _split_arithmetic(rule, len(self._arith))
+        if arith is not None:
+            if rule.temperature:
+                raise LogicError(f"rule `{rule}` computes with arithmetic terms and cannot be soft "
+                                 f"(@temperature)", rule.pos)
+            self._arith.append(arith)
+            self.relations[arith.body_rule.head.relation] = RelationInfo(
+                arith.body_rule.head.relation, len(arith.variables), None, False, rule.pos)
+            rule = arith.body_rule
         self.rules.append(rule)
         self._changed()
+
+    def check_rule(self, rule: Rule, defined: Iterable[Rule] = ()) -> None:
+        """Safety of `rule` and stratification of `defined` + this engine's rules + `rule`, checked
+        when the rule is defined (needs no facts; raises UnsafeRuleError or StratificationError)."""
+        known = self._known_constants()
+        check_safety(rule, lambda t: isinstance(self._resolve(t, known), Var))
+        check_stratified(list(self.source_rules) + list(defined) + [rule])
 
     def has_relation(self, name: str) -> bool:
         return name in self.relations
@@ -231,46 +340,126 @@ class LogicEngine:
     def check(self) -> None:
         """Raise the first error the rules have (unknown relation, arity, safety, types,
         stratification) without evaluating anything."""
-        stratify(sorted(self.relations), self._compile())
+        stratify(sorted(self.relations), self._compile() + self._arith_edges())
 
     def infer(self) -> list[StratumStats]:
         """Run every stratum to its fixpoint (no-op when nothing changed since the last run)."""
         if self._tables is not None and not self._pending:
             return self.last_stats
-        if self._tables is not None and self._infer_incremental():
+        if self._tables is not None and not self._arith and self._infer_incremental():
             return self.last_stats
         self._tables = None
         self._pending = {}
+        derived: dict[str, set] = {}  # head relation -> index tuples computed by arithmetic rules
         compiled = self._compile()
         tables = {name: self._fact_table(name) for name in self.relations}
         stats = []
-        for component in stratify(sorted(self.relations), compiled):
-            rules = [r for r in compiled if r.head.relation in component]
-            if not rules:
-                continue
-            stratum = set(component)
-            soft = any(r.temperature > 0 for r in rules)
-            touched = stratum | {a.relation for r in rules for a in r.body}
-            dense = (all(key_space(tables[name].sizes) <= self.dense_limit and 0 not in tables[name].sizes
-                         for name in touched)
-                     and all(key_space(r.var_sizes) <= max(self.dense_limit, DENSE_JOIN_LIMIT)
-                             for r in rules))
-            started = time.perf_counter()
-            if dense and self._dense_evaluator is not None:
-                from .dense_eval import DenseStratum
-                runner = DenseStratum(rules, stratum, tables, soft, self.tolerance,
-                                      self.max_soft_iterations, self._dense_evaluator)
-            else:
-                runner = SparseStratum(rules, stratum, tables, soft, self.tolerance,
-                                       self.max_soft_iterations)
-                dense = False
-            runner.run()
-            backend = runner.ops.name if dense else "numpy"
-            stats.append(StratumStats(tuple(component), "dense" if dense else "sparse", backend, soft,
-                                      runner.iterations, time.perf_counter() - started))
+        rounds = 0
+        for component in stratify(sorted(self.relations), compiled + self._arith_edges()):
+            while True:
+                rules = [r for r in compiled if r.head.relation in component]
+                if rules:
+                    stats.append(self._run_stratum(component, rules, tables))
+                if not (self._arith and self._derive_arithmetic(component, tables, derived)):
+                    break
+                # New tuples from arithmetic rules (the strata before are complete, so they are
+                # sound): domains may have grown, so recompile, re-encode, and run this stratum again.
+                rounds += 1
+                biggest = max((len(d) for d in self.domains.values()), default=0)
+                if rounds > ARITH_ROUND_LIMIT or biggest > ARITH_DOMAIN_LIMIT:
+                    raise LogicError(f"arithmetic rules keep deriving new numbers ({biggest:,} constants "
+                                     f"after {rounds:,} rounds): bound them with a comparison like N < 100",
+                                     self._arith[0].rule.pos)
+                compiled = self._compile()
+                tables = self._reencoded(tables, derived)
         self._tables = tables
         self.last_stats = stats
         return stats
+
+    def _run_stratum(self, component, rules: list, tables: dict) -> StratumStats:
+        stratum = {r.head.relation for r in rules}  # (an arithmetic rule's head is an input here)
+        soft = any(r.temperature > 0 for r in rules)
+        touched = stratum | {a.relation for r in rules for a in r.body}
+        dense = (all(key_space(tables[name].sizes) <= self.dense_limit and 0 not in tables[name].sizes
+                     for name in touched)
+                 and all(key_space(r.var_sizes) <= max(self.dense_limit, DENSE_JOIN_LIMIT)
+                         for r in rules))
+        started = time.perf_counter()
+        if dense and self._dense_evaluator is not None:
+            from .dense_eval import DenseStratum
+            runner = DenseStratum(rules, stratum, tables, soft, self.tolerance,
+                                  self.max_soft_iterations, self._dense_evaluator)
+        else:
+            runner = SparseStratum(rules, stratum, tables, soft, self.tolerance,
+                                   self.max_soft_iterations)
+            dense = False
+        runner.run()
+        backend = runner.ops.name if dense else "numpy"
+        return StratumStats(tuple(component), "dense" if dense else "sparse", backend, soft,
+                            runner.iterations, time.perf_counter() - started)
+
+    def _reencoded(self, tables: dict, derived: dict) -> dict:
+        """The tables at the current domain sizes (domains only grow and keep their indices, so the
+        keys stay sorted), with the tuples arithmetic rules derived added."""
+        out = {}
+        for name in self.relations:
+            sizes = tuple(len(self._domain(t)) for t in self._types_of(name))
+            check_key_space(sizes, f"relation {name}")
+            old = tables.get(name)
+            table = RelationTable.empty(sizes) if old is None else (
+                old if old.sizes == sizes else RelationTable(sizes, encode(old.columns(), sizes, len(old)),
+                                                             old.values))
+            rows = derived.get(name)
+            if rows:
+                coords = np.array(sorted(rows), dtype=np.int64).reshape(len(rows), len(sizes))
+                keys = encode([coords[:, i] for i in range(len(sizes))], sizes, len(rows))
+                table = table.union_max(RelationTable.from_unsorted(sizes, keys, None))
+            out[name] = table
+        return out
+
+    def _arith_edges(self) -> list:
+        """For stratification: each arithmetic rule's head depends on its body rule's relation."""
+        return [_DependencyEdge(a.head.relation, a.body_rule.head.relation, a.rule) for a in self._arith]
+
+    def _derive_arithmetic(self, component, tables: dict, derived: dict) -> bool:
+        """Compute the heads of the arithmetic rules whose body relation is in `component` (just
+        completed) from its rows; add the new head tuples to `derived`. True if there were any."""
+        grew = False
+        known = self._known_constants()
+        for arith in self._arith:
+            if arith.body_rule.head.relation not in component:
+                continue
+            body_name = arith.body_rule.head.relation
+            table = tables[body_name]
+            if not len(table):
+                continue
+            columns = table.columns()
+            values = {}
+            for i, var in enumerate(arith.variables):
+                domain = self._domain(self._types_of(body_name)[i])
+                values[var] = np.array([domain.values[j] for j in columns[i].tolist()], dtype=object)
+            rows = len(table)
+            keep = np.ones(rows, bool)
+            for comparison in arith.comparisons:
+                left = _evaluate(comparison.left, values, rows, known, arith.rule)
+                right = _evaluate(comparison.right, values, rows, known, arith.rule)
+                keep &= _COMPARE[comparison.op](left, right)
+            if not keep.any():
+                continue
+            head_columns = []
+            for term in arith.head.args:
+                column = _evaluate(term, values, rows, known, arith.rule, numeric=isinstance(term, Arith))
+                head_columns.append(column[keep])
+            head_types = self._types_of(arith.head.relation)
+            have = derived.setdefault(arith.head.relation, set())
+            facts = self.facts.get(arith.head.relation, {})
+            for row in zip(*[c.tolist() for c in head_columns]):
+                key = tuple(self._domain(t).add(self._const_value(v), arith.rule.pos)
+                            for t, v in zip(head_types, row))
+                if key not in have and facts.get(key) != 1.0:
+                    have.add(key)
+                    grew = True
+        return grew
 
     def _infer_incremental(self) -> bool:
         """Continue the last fixpoint with the facts added since, when that is sound: every table
@@ -481,9 +670,13 @@ class LogicEngine:
             return Var(text, term.pos)
         return Const(text, term.pos)
 
-    def _fact_table(self, name: str) -> RelationTable:
+    def _fact_table(self, name: str, derived: set | None = None) -> RelationTable:
         sizes = tuple(len(self._domain(t)) for t in self._types_of(name))
         facts = self.facts.get(name)
+        if derived:
+            facts = dict(facts or {})
+            for key in derived:
+                facts[key] = 1.0
         if not facts:
             return RelationTable.empty(sizes)
         check_key_space(sizes, f"relation {name}")
@@ -575,9 +768,10 @@ class LogicEngine:
         var_ids: dict[str, int] = {}
         var_names: list[str] = []
         atoms = []
+        existential = existential_variables(rule, lambda t: isinstance(self._resolve(t, known), Var))
 
         def var_id(name: str) -> int:
-            if name == "_":
+            if name == "_" or name in existential:
                 var_names.append(f"_#{len(var_names)}")
                 return len(var_names) - 1
             if name not in var_ids:

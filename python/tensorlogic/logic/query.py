@@ -36,9 +36,13 @@ class QueryResult:
 
     @property
     def value(self):
-        """What the query returns as a TL value: a bool for a ground query, else the rows."""
+        """What the query returns as a TL value, the same answer the `?` statement prints: for a
+        ground query a bool, or its truth value (a float) when the relation is weighted; else the
+        rows, each with its truth value appended when the relation is weighted."""
         if self.is_ground:
-            return bool(self.rows)
+            return self.truth if self.weights is not None else bool(self.rows)
+        if self.weights is not None:
+            return [tuple(row) + (float(w),) for row, w in zip(self.rows, self.weights)]
         return list(self.rows)
 
     def text(self) -> str:

@@ -38,7 +38,41 @@ class Name:
         return self.text
 
 
-Term = Union[Var, Const, Name]
+ARITH_OPS = ("+", "-", "*", "%")
+
+
+@dataclass(frozen=True)
+class Arith:
+    """An arithmetic term over integers, `N + 1` (op in + - * %; `neg` negates `left`): in a rule's
+    head or in a comparison of its body, computed from the body's bindings."""
+    op: str
+    left: Any
+    right: Any = None
+    pos: Any = field(default=None, compare=False, repr=False)
+
+    def variables(self) -> list[str]:
+        """Names of the Name/Var leaves (whether each is a variable is the engine's reading)."""
+        out: list[str] = []
+        for side in (self.left, self.right):
+            if isinstance(side, Arith):
+                out += side.variables()
+            elif isinstance(side, Var):
+                out.append(side.name)
+            elif isinstance(side, Name):
+                out.append(side.text)
+        return out
+
+    def __str__(self) -> str:
+        if self.op == "neg":
+            return f"-{_operand_text(self.left)}"
+        return f"{_operand_text(self.left)} {self.op} {_operand_text(self.right)}"
+
+
+def _operand_text(term) -> str:
+    return f"({term})" if isinstance(term, Arith) and term.op != "neg" else str(term)
+
+
+Term = Union[Var, Const, Name, Arith]
 
 
 @dataclass(frozen=True)
