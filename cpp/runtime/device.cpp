@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "errors.h"
+#include "recording.h"
 #include "tensor.h"
 
 namespace tl {
@@ -74,12 +75,18 @@ std::shared_ptr<Buffer> Device::allocate(const std::vector<int64_t>& shape, DTyp
   }
   raw->block = block;
   raw->device = shared_from_this();
-  return std::shared_ptr<Buffer>(raw, [](Buffer* b) {
+  std::shared_ptr<Buffer> buffer(raw, [](Buffer* b) {
     std::shared_ptr<Device> keep = std::move(b->device);
     keep->pool().release(b->block);
     delete b;
     // `keep` may be the last reference: the device is destroyed here, after the release.
   });
+  if (recording_) recording_->own(buffer);
+  return buffer;
+}
+
+void Device::abandon_recording(const std::string& reason) {
+  if (recording_) recording_->abandon(reason);
 }
 
 namespace {

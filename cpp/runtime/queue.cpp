@@ -75,6 +75,32 @@ void Queue::encode(Command cmd, const std::vector<Buffer*>& reads,
     commit_locked();
 }
 
+void Queue::submit_recorded(std::vector<Command> cmds, const std::vector<Buffer*>& reads,
+                            const std::vector<Buffer*>& writes,
+                            std::vector<std::shared_ptr<Buffer>> retained) {
+  std::lock_guard<std::mutex> lock(mu_);
+  commit_locked();
+  uint32_t delay = debug_.delay_us.load();
+  if (delay > 0) {
+    open_cmds_.reserve(cmds.size() * 2);
+    for (Command& c : cmds) {
+      uint32_t us = random_delay(delay);
+      open_cmds_.push_back([us](Kernels& k) { k.delay(us); });
+      open_cmds_.push_back(std::move(c));
+    }
+  } else {
+    open_cmds_ = std::move(cmds);
+  }
+  for (Buffer* b : reads) b->last_reader_seq.store(open_seq_);
+  for (Buffer* b : writes) {
+    if (b->last_writer_seq.load() == 0 && b->last_reader_seq.load() == 0)
+      open_new_bytes_ += static_cast<int64_t>(b->bytes());
+    b->last_writer_seq.store(open_seq_);
+  }
+  open_retained_ = std::move(retained);
+  commit_locked();
+}
+
 void Queue::commit() {
   std::lock_guard<std::mutex> lock(mu_);
   commit_locked();

@@ -41,6 +41,11 @@ class Queue {
               std::initializer_list<Buffer*> writes);
   void encode(Command cmd, const std::vector<Buffer*>& reads, const std::vector<Buffer*>& writes);
   void commit();
+  // Submits a replayed recording as one command buffer of its own (after the open one): stamps
+  // reads/writes like encode() and retains `retained` until it completes.
+  void submit_recorded(std::vector<Command> cmds, const std::vector<Buffer*>& reads,
+                       const std::vector<Buffer*>& writes,
+                       std::vector<std::shared_ptr<Buffer>> retained);
   // Commits if `seq` is still open, waits until it completed, then raises any recorded error.
   void wait_seq(uint64_t seq);
   void wait_for_writer(const Buffer& b) { wait_seq(b.last_writer_seq.load()); }

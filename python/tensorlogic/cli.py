@@ -124,6 +124,9 @@ def cmd_run(args) -> int:
         return EXIT_USAGE
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     interp = Interpreter(seed=args.seed)
+    if args.debug:
+        from .interp import compiled
+        compiled.set_debug(True)
     status = EXIT_OK
     try:
         try:

@@ -20,7 +20,9 @@ import numpy as np
 
 from ..models.errors import ModelError
 from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_str, type_name
+from . import symbolic
 from .registry import TLObject, builtin
+from .symbolic import Symbolic
 
 # Files at least this large show a progress bar while uploading (when stderr is a terminal).
 PROGRESS_MIN_BYTES = 256 << 20
@@ -578,6 +580,9 @@ class KVCacheValue(TLObject):
     and, if it ever runs out of room, moves to a buffer twice the size (rare, amortized)."""
 
     tl_type_name = "KVCache"
+    # compiled functions (interp/compiled.py) may call these; they record their host-side effects
+    tl_recordable_methods = frozenset({"write", "keys", "values", "get_k", "get_v"})
+    tl_volatile_fields = frozenset({"length"})
 
     def __init__(self, n_layers: int, capacity: int | None = None, n_kv_heads: int | None = None,
                  head_dim: int | None = None, dtype: str = "f32"):
@@ -608,14 +613,13 @@ class KVCacheValue(TLObject):
 
     def write(self, layer: Any, pos: Any, k: Any, v: Any) -> None:
         i = self._layer(layer)
-        p = to_int(pos, "position")
+        dynamic = pos.__class__ is Symbolic and pos.live
+        p = pos.value if dynamic else to_int(pos, "position")
         if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.ndim != 3 or tuple(k.shape) != tuple(v.shape):
             raise BuiltinArgError(f"KVCache expects K and V of one shape [seq, kv_heads, head_dim], got "
                                   f"{type_name(k)} and {type_name(v)}")
         s, heads, dim = k.shape
-        if p < 0 or p > self.lengths[i]:
-            raise BuiltinArgError(f"KVCache write at position {p} would leave a gap "
-                                  f"(layer {i} holds {self.lengths[i]} positions)")
+        self._check_write(i, p, s)
         buf = self.k[i]
         if buf is not None and tuple(buf.shape[1:]) != (heads, dim):
             raise BuiltinArgError(f"KVCache layer {i} holds [?, {buf.shape[1]}, {buf.shape[2]}], got K {list(k.shape)}")
@@ -623,8 +627,26 @@ class KVCacheValue(TLObject):
             self._grow(i, p + s, heads, dim)
         if k.dtype != self.dtype:
             k, v = k.astype(self.dtype), v.astype(self.dtype)
-        self.k[i][p:p + s] = k
-        self.v[i][p:p + s] = v
+        if dynamic:
+            # inside a compiled function: the write position is recomputed at each replay, and the
+            # hook keeps the lengths (host state) and the eager checks
+            core.copy_(core.slice(self.k[i], 0, pos, pos + s, 1), k)
+            core.copy_(core.slice(self.v[i], 0, pos, pos + s, 1), v)
+            symbolic.add_hook(lambda scalars, i=i, pos=pos, s=s: self._replayed_write(i, symbolic.evaluate(pos, scalars), s))
+        else:
+            self.k[i][p:p + s] = k
+            self.v[i][p:p + s] = v
+        self.lengths[i] = p + s
+
+    def _check_write(self, i: int, p: int, s: int) -> None:
+        if p < 0 or p > self.lengths[i]:
+            raise BuiltinArgError(f"KVCache write at position {p} would leave a gap "
+                                  f"(layer {i} holds {self.lengths[i]} positions)")
+
+    def _replayed_write(self, i: int, p: int, s: int) -> None:
+        self._check_write(i, p, s)
+        if self.k[i] is None or p + s > self.k[i].shape[0]:
+            raise BuiltinArgError(f"KVCache is full: {p + s} positions needed, capacity {self.k[i].shape[0] if self.k[i] is not None else 0}")
         self.lengths[i] = p + s
 
     def _grow(self, layer: int, needed: int, heads: int, dim: int) -> None:
@@ -648,12 +670,21 @@ class KVCacheValue(TLObject):
         return self._view(self.v, i, n)
 
     def _view(self, bufs: list, i: int, n: Any | None) -> Any:
-        count = self.lengths[i] if n is None else to_int(n, "length")
+        if n is None:
+            symbolic.abandon("it reads a KV cache's current length (pass the length explicitly)")
+        dynamic = n.__class__ is Symbolic and n.live
+        count = self.lengths[i] if n is None else (n.value if dynamic else to_int(n, "length"))
+        self._check_view(bufs, i, count)
+        if dynamic:
+            symbolic.add_hook(lambda scalars, bufs=bufs, i=i, n=n: self._check_view(bufs, i, symbolic.evaluate(n, scalars)))
+            return core.slice(bufs[i], 0, 0, n, 1)
+        return bufs[i][0:count]
+
+    def _check_view(self, bufs: list, i: int, count: int) -> None:
         if bufs[i] is None or count <= 0:
             raise BuiltinArgError(f"KVCache layer {i} is empty")
         if count > self.lengths[i]:
             raise BuiltinArgError(f"KVCache layer {i} holds {self.lengths[i]} positions, {count} requested")
-        return bufs[i][0:count]
 
     def reset(self) -> None:
         self.lengths = [0] * self.n_layers
@@ -721,7 +752,8 @@ def _causal_attention(q, k, v, pos_offset=0):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.ndim != 3:
             raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim], got {type_name(t)}")
-    return core.attention(q, k, v, causal=True, pos_offset=to_int(pos_offset, "pos_offset"))
+    pos = pos_offset if pos_offset.__class__ is Symbolic else to_int(pos_offset, "pos_offset")
+    return core.attention(q, k, v, causal=True, pos_offset=pos)
 
 
 # ---------------------------------------------------------------------------------- sampling

@@ -15,12 +15,14 @@ import math
 import operator
 from typing import Any, Callable
 
-from ..builtins import registry
+from ..builtins import registry, symbolic
 from ..builtins.convert import BuiltinArgError, Tensor, core, dtype_of, is_numeric_list, list_to_numpy
 from ..builtins.convert import to_bool, to_int, type_name
 from ..builtins.formatting import format_value
+from ..builtins.symbolic import Symbolic
 from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLRuntimeError
+from .compiled import CompiledFunction
 from .scope import FunctionScopeInfo, Scope
 from .values import UNSET, BoundMethod, BuiltinValue, FunctionValue, RelationRef, StructValue
 
@@ -363,6 +365,8 @@ class Compiler:
                 container = obj(f)
                 key = [k(f) for k in keys]
                 v = value(f)
+                if symbolic.CURRENT is not None and not isinstance(container, Tensor):
+                    symbolic.abandon("it assigns into an array (host state a replay would not update)")
                 try:
                     self._setitem(container, key, v)
                 except Exception as e:
@@ -375,6 +379,8 @@ class Compiler:
             def ex_setfield(f):
                 o = obj(f)
                 v = value(f)
+                if symbolic.CURRENT is not None:
+                    symbolic.abandon(f"it assigns the field '{name}' (host state a replay would not update)")
                 if o.__class__ is StructValue:
                     if name not in o.fields:
                         raise self.error(f"struct {o.type.name} has no field '{name}'", target)
@@ -766,6 +772,9 @@ class Compiler:
 
         def ev_global(f):
             v = g.get(name, UNSET)
+            trace = symbolic.CURRENT
+            if trace is not None and v is not UNSET:
+                trace.global_reads[name] = v
             if v is UNSET:
                 if fallback is not None:
                     return fallback
@@ -956,6 +965,8 @@ class Compiler:
                     return o.fields[name]
                 except KeyError:
                     raise self.error(f"struct {o.type.name} has no field '{name}'", e) from None
+            if symbolic.CURRENT is not None and name in getattr(o, "tl_volatile_fields", ()):
+                symbolic.abandon(f"it reads {type_name(o)}.{name}, which changes between calls")
             try:
                 return _get_field(o, name)
             except AttributeError:
@@ -1256,6 +1267,8 @@ class Compiler:
                 return self._invoke(m, argv, e, caller)
             call_method = getattr(r, "tl_call_method", None)
             if call_method is not None:
+                if symbolic.CURRENT is not None and name not in getattr(r, "tl_recordable_methods", ()):
+                    symbolic.abandon(f"it calls {type_name(r)}.{name}, which a recording cannot replay")
                 try:
                     return call_method(name, argv)
                 except AttributeError:
@@ -1304,6 +1317,8 @@ class Compiler:
             def check_int(v, named):
                 if v.__class__ is int:
                     return v
+                if v.__class__ is Symbolic and isinstance(v.value, int):
+                    return v
                 if isinstance(v, float) and v == int(v) or isinstance(v, Tensor) and v.numel == 1:
                     return to_int(v)
                 if isinstance(v, bool):
@@ -1314,6 +1329,8 @@ class Compiler:
             def check_float(v, named):
                 if v.__class__ is float or isinstance(v, Tensor):
                     return v
+                if v.__class__ is Symbolic:
+                    return v if isinstance(v.value, float) else v * 1.0
                 if isinstance(v, int) and not isinstance(v, bool):
                     return float(v)
                 raise TLRuntimeError(f"{what} expects a float, got {type_name(v)}")
@@ -1395,6 +1412,8 @@ class Compiler:
                 return sig.value
             return None
         fv.impl = impl
+        if any(a.name == "compile" for a in decl.annotations):
+            fv.impl = CompiledFunction(qname, impl, self.interp)
 
 
 def _truth_at(v, compiler: Compiler, node) -> bool:
