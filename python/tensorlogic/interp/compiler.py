@@ -403,6 +403,9 @@ class Compiler:
             k = tuple(_index_key(x) for x in key)
             if isinstance(v, list):
                 v = core.from_numpy(list_to_numpy(v))
+            elif v.__class__ is Symbolic:  # a compiled function's scalar: a recorded fill
+                core.fill_(container[k if len(k) != 1 else k[0]], v)
+                return
             elif not isinstance(v, (Tensor, int, float)):
                 raise BuiltinArgError(f"cannot store {type_name(v)} into a tensor")
             container[k if len(k) != 1 else k[0]] = v
