@@ -676,7 +676,11 @@ class KVCacheValue(TLObject):
         count = self.lengths[i] if n is None else (n.value if dynamic else to_int(n, "length"))
         self._check_view(bufs, i, count)
         if dynamic:
-            symbolic.add_hook(lambda scalars, bufs=bufs, i=i, n=n: self._check_view(bufs, i, symbolic.evaluate(n, scalars)))
+            # the hook names the store ("k" or "v"), never holds its list: a replay must not keep
+            # buffers alive that the cache released (it is refused instead)
+            which = "k" if bufs is self.k else "v"
+            symbolic.add_hook(lambda scalars, which=which, i=i, n=n:
+                              self._check_view(getattr(self, which), i, symbolic.evaluate(n, scalars)))
             return core.slice(bufs[i], 0, 0, n, 1)
         return bufs[i][0:count]
 
