@@ -3,6 +3,7 @@
 // length, rope offset, scalar operand); it is refused once a buffer it uses was released; the
 // memory it owns is freed when it is dropped; an abandoned recording never replays.
 #include <cmath>
+#include <cstring>
 
 #include "runtime/recording.h"
 #include "test_util.h"
