@@ -51,9 +51,9 @@ int main() {
   rec->begin();
   Tensor slot_x = rec->bind_input(x0);
   Tensor out = step(cache, slot_x, DynInt(0, slot(0)), DynScalar(0.5, slot(1)));
+  slot_x = Tensor();  // a slot still held here would count as escaping
   std::vector<Tensor> outs = rec->finish({out});
   out = Tensor();
-  slot_x = Tensor();
   CHECK(rec->ready());
   CHECK(rec->reason().empty());
   CHECK(rec->n_dynamic() >= 4);
