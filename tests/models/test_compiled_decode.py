@@ -16,7 +16,7 @@ core = pytest.importorskip("tensorlogic._core")
 
 import tensorlogic  # noqa: E402
 from tensorlogic.builtins.models import KVCacheValue  # noqa: E402
-from tensorlogic.models.llm_session import LlmSession  # noqa: E402
+from tensorlogic.apps.llm_session import LlmSession  # noqa: E402
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
 
@@ -26,7 +26,7 @@ SCRIPT = r"""
 import json, sys
 import numpy as np
 from tensorlogic.builtins.models import KVCacheValue
-from tensorlogic.models.llm_session import LlmSession
+from tensorlogic.apps.llm_session import LlmSession
 
 path, prompt, steps = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 with LlmSession(path, context=128) as s:

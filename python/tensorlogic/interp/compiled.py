@@ -18,8 +18,7 @@ import os
 import sys
 from typing import Any
 
-from ..builtins import symbolic
-from ..builtins.convert import Tensor, core
+from ..builtins import recording, symbolic
 from ..builtins.symbolic import Symbolic, Trace
 from .values import StructValue
 
@@ -68,8 +67,8 @@ def _flatten(v: Any, key: list, tensors: list, scalars: list, pinned: list) -> N
         scalars.append(v)
     elif cls is bool or cls is str or v is None:
         key.append(("c", v))
-    elif isinstance(v, Tensor):
-        key.append(("T", tuple(v.shape), v.dtype))
+    elif recording.is_tensor(v):
+        key.append(("T",) + recording.tensor_key(v))
         tensors.append(v)
     elif cls is list:
         key.append(("L", len(v)))
@@ -93,7 +92,7 @@ def _substitute(v: Any, slots: list, syms: list) -> Any:
         return syms.pop()
     if cls is bool or cls is str or v is None:
         return v
-    if isinstance(v, Tensor):
+    if recording.is_tensor(v):
         return slots.pop()
     if cls is list:
         return [_substitute(x, slots, syms) for x in v]
@@ -106,7 +105,7 @@ def _result_spec(v: Any, outs: list, trace: Trace, args_by_id: set) -> Any:
     """A description of the result: ("T", i) the i-th output tensor, ("Y", symbolic), ("C", value),
     ("L", [...]), ("S", type, {...}). Abandons for values a replay could not reproduce."""
     cls = v.__class__
-    if isinstance(v, Tensor):
+    if recording.is_tensor(v):
         outs.append(v)
         return ("T", len(outs) - 1)
     if cls is Symbolic:
@@ -177,7 +176,7 @@ class CompiledFunction:
             hook(fscalars)
         try:
             outs = entry.recording.replay(fscalars, tensors)
-        except core.ReplayRefused as e:
+        except recording.ReplayRefused as e:
             _note(f"{self.name}: {e}; recording again")
             del self.entries[k]
             return self._record(k, argv, tensors, scalars, pinned)
@@ -187,7 +186,7 @@ class CompiledFunction:
     def _record(self, key: tuple, argv: list, tensors: list, scalars: list, pinned: list) -> Any:
         if len(self.entries) >= MAX_RECORDINGS_PER_FUNCTION:
             del self.entries[next(iter(self.entries))]
-        rec = core.Recording(len(scalars))
+        rec = recording.new_recording(len(scalars))
         trace = Trace(rec, self.name)
         symbolic.CURRENT = trace
         try:
