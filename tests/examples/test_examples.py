@@ -12,7 +12,8 @@ import tensorlogic
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXPECTED = os.path.join(os.path.dirname(__file__), "expected")
-EXAMPLES = ["hello", "tensors", "functions_structs", "control_flow", "transformer_block", "memory"]
+EXAMPLES = ["hello", "tensors", "functions_structs", "control_flow", "transformer_block", "memory",
+            "compiled_step"]
 
 
 # the subprocess imports the same tensorlogic as this process (the source tree or the installed one)
