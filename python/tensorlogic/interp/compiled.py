@@ -57,9 +57,14 @@ class _Replayable:
         self.pinned = pinned  # the identity-keyed arguments, kept alive so their ids stay theirs
 
 
+_EXACT_INT = 2 ** 53  # scalar inputs travel as doubles: larger ints are constants of the signature
+
+
 def _flatten(v: Any, key: list, tensors: list, scalars: list, pinned: list) -> None:
     cls = v.__class__
-    if cls is int:
+    if cls is int and abs(v) > _EXACT_INT:
+        key.append(("c", v))
+    elif cls is int:
         key.append("i")
         scalars.append(v)
     elif cls is float:
@@ -88,6 +93,8 @@ def _substitute(v: Any, slots: list, syms: list) -> Any:
     """`v` with its tensors replaced by the recording's slots and its numbers by Symbolics, walked
     in _flatten's order."""
     cls = v.__class__
+    if cls is int and abs(v) > _EXACT_INT:
+        return v
     if cls is int or cls is float:
         return syms.pop()
     if cls is bool or cls is str or v is None:
