@@ -23,8 +23,8 @@ CHILD = """
 import json, sys
 from tensorlogic.apps.llm_session import LlmSession
 model, backend, n_prompt, n_new, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-prompt = [3 + (i * 37) % 4000 for i in range(n_prompt)]
 with LlmSession(model, backend=backend, context=n_prompt + n_new + 8) as s:
+    prompt = [3 + (i * 37) % (s.config.vocab_size - 3) for i in range(n_prompt)]
     rates, ids = [], None
     for i in range(repeat + 1):
         s.cached_ids = []
