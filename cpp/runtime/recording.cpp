@@ -138,18 +138,17 @@ Tensor Recording::bind_input(const Tensor& arg) {
   in.slot = slot;
   in.arg = arg;
   inputs_.push_back(in);
-  slot_index_.emplace(slot.buf(), i);
   if (slot.numel() > 0) {
     View sv = arg.view(), dv = slot.view();
     // Record-time copy through the queue; the recorded entry copies each replay's input instead.
     device_->queue().encode([sv, dv](Kernels& k) { k.copy(sv, dv); }, {arg.buf()}, {slot.buf()});
-    for (Buffer* b : {slot.buf()}) note(b, true);
-    inputs_[i].written = false;  // the input copy itself is not a write by the body
+    note(slot.buf(), true);  // before slot_index_ knows it: the input copy is not a write by the body
     entries_.push_back(Entry{nullptr, [i, dv](const ReplayContext& ctx) -> Command {
                                View src = ctx.inputs[i].view();
                                return [src, dv](Kernels& k) { k.copy(src, dv); };
                              }});
   }
+  slot_index_.emplace(slot.buf(), i);
   return slot;
 }
 
