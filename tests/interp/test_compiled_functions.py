@@ -190,7 +190,7 @@ fn f(x) { x * w }
 
 
 def test_a_replay_after_its_buffers_were_released_is_refused_and_recorded_anew():
-    from tensorlogic.builtins.models import KVCacheValue
+    from tensorlogic.builtins.kvcache import KVCache
 
     src = """
 @compile
@@ -201,7 +201,7 @@ fn f(cache, x, pos: int) {
 }
 """
     interp = _load(src)
-    cache = KVCacheValue(1, 8, 1, 4)
+    cache = KVCache(1, 8, 1, 4)
     xs = [core.from_numpy(np.full((1, 1, 4), i + 1, np.float32)) for i in range(4)]
     for p in range(2):
         _call(interp, "f", cache, xs[p], p)
@@ -225,7 +225,7 @@ fn f(cache, x, pos: int) {
 
 def test_kv_cache_bookkeeping_and_bounds_hold_in_replays():
     from tensorlogic.builtins.convert import BuiltinArgError
-    from tensorlogic.builtins.models import KVCacheValue
+    from tensorlogic.builtins.kvcache import KVCache
 
     src = """
 @compile
@@ -239,7 +239,7 @@ fn g(cache, x, pos: int) {
 }
 """
     interp = _load(src)
-    c1, c2 = KVCacheValue(1, 4, 2, 4), KVCacheValue(1, 4, 2, 4)
+    c1, c2 = KVCache(1, 4, 2, 4), KVCache(1, 4, 2, 4)
     rng = np.random.default_rng(0)
     for p in range(4):
         x = core.from_numpy(rng.standard_normal((1, 2, 4)).astype(np.float32))

@@ -15,7 +15,7 @@ import pytest
 core = pytest.importorskip("tensorlogic._core")
 
 import tensorlogic  # noqa: E402
-from tensorlogic.builtins.models import KVCacheValue  # noqa: E402
+from tensorlogic.builtins.kvcache import KVCache  # noqa: E402
 from tensorlogic.apps.llm_session import LlmSession  # noqa: E402
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
@@ -25,14 +25,14 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__f
 SCRIPT = r"""
 import json, sys
 import numpy as np
-from tensorlogic.builtins.models import KVCacheValue
+from tensorlogic.builtins.kvcache import KVCache
 from tensorlogic.apps.llm_session import LlmSession
 
 path, prompt, steps = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 with LlmSession(path, context=128) as s:
     cfg = s.config
     fns = s.interp.functions
-    caches = [KVCacheValue(cfg.n_layers, 128, cfg.n_kv_heads, cfg.head_dim, "f32") for _ in range(2)]
+    caches = [KVCache(cfg.n_layers, 128, cfg.n_kv_heads, cfg.head_dim, "f32") for _ in range(2)]
     call = s.interp.call_value
     logits = [call(fns["llama_last_logits"], [s.model, call(fns["llama_forward"], [s.model, c, prompt, 0])])
               for c in caches]
@@ -101,7 +101,7 @@ def test_replay_is_refused_after_the_kv_cache_is_reallocated(smollm2_path, refer
         cfg = s.config
         s.cache.release()
         for i in range(cfg.n_layers):  # the same cache object on new buffers
-            s.cache._allocate(i, 64, cfg.n_kv_heads, cfg.head_dim)
+            s.cache._allocate(i, 64, (cfg.n_kv_heads, cfg.head_dim))
         with pytest.raises(core.ReplayRefused, match="released"):
             rec.replay([float(first.ids[-1]), float(len(p["prompt_ids"]))], [])
         s.cached_ids = []
@@ -123,4 +123,4 @@ def test_replay_is_refused_after_the_model_is_closed(smollm2_path, reference):
     s.close()
     s.interp.close()
     core.synchronize()
-    assert isinstance(cache, KVCacheValue)
+    assert isinstance(cache, KVCache)
