@@ -44,3 +44,12 @@ def test_hello_through_the_tl_command_with_memory_check():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Hello, TensorLogic!\n")
     assert "memory check passed: 0 live bytes" in proc.stdout
+
+
+def test_compiled_step_leaves_no_device_memory_with_memory_check():
+    # the recording of `step` owns buffers while the program runs; teardown must free them all
+    proc = subprocess.run([sys.executable, "-m", "tensorlogic", "run", "--memory-check",
+                           os.path.join(ROOT, "examples", "compiled_step.tl")], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "memory check passed: 0 live bytes" in proc.stdout
