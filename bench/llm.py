@@ -157,7 +157,13 @@ def _worker_hf(args) -> dict:
             "decode_tok_s": args.decode_tokens / _median([r[1] for r in runs])}
 
 
-WORKERS = {"tl": _worker_tl, "llama.cpp": _worker_llamacpp, "hf": _worker_hf}
+def _worker_tl_eager(args) -> dict:
+    """TL with compiled functions off (TL_COMPILE=0): every decode step interpreted op by op."""
+    os.environ["TL_COMPILE"] = "0"
+    return _worker_tl(args)
+
+
+WORKERS = {"tl": _worker_tl, "tl-eager": _worker_tl_eager, "llama.cpp": _worker_llamacpp, "hf": _worker_hf}
 
 
 def worker_main(args) -> int:
@@ -247,6 +253,9 @@ def ratios(rows: list[dict]) -> list[str]:
     for peer in rows:
         if peer["engine"] == "tl" or "error" in peer:
             continue
+        if peer["engine"] == "tl-eager":
+            out.append(f"TL compiled/eager: decode {tl['decode_tok_s'] / peer['decode_tok_s']:.2f}x")
+            continue
         out.append(
             f"TL/{peer['engine']}: decode {tl['decode_tok_s'] / peer['decode_tok_s']:.2f}x, "
             f"prompt {tl['prompt_tok_s'] / peer['prompt_tok_s']:.2f}x, "
@@ -265,6 +274,8 @@ def main(argv=None) -> int:
     p.add_argument("--peers", default="llama.cpp,hf", help="comma list of llama.cpp, hf; or none")
     p.add_argument("--peers-venv", default=str(Path.home() / ".cache" / "tensorlogic" / "bench-peers"))
     p.add_argument("--json", dest="json_out", help="write the results as JSON here")
+    p.add_argument("--eager", action="store_true",
+                   help="also run TL with compiled functions off (TL_COMPILE=0), to compare in the same run")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--prompt-ids-json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -284,8 +295,8 @@ def main(argv=None) -> int:
     peer_python = str(ensure_peer_venv(Path(args.peers_venv), peers)) if peers else None
 
     rows = []
-    for engine in ["tl"] + peers:
-        python = sys.executable if engine == "tl" else peer_python
+    for engine in ["tl"] + (["tl-eager"] if args.eager else []) + peers:
+        python = sys.executable if engine.startswith("tl") else peer_python
         print(f"bench: running {engine} ({args.threads} threads)...", file=sys.stderr, flush=True)
         r = run_worker(python, engine, args, prompt_ids)
         r.update(engine=engine, threads=args.threads)

@@ -18,6 +18,11 @@ std::optional<DType> parse_optional_dtype(py::handle obj, const char* op);
 Shape parse_shape(py::handle obj, const char* op);
 int64_t parse_int(py::handle obj, const char* what);  // int, or a float with an integral value
 bool is_scalar(py::handle obj);  // bool, int or float (not a Tensor)
+// A compiled function's symbolic scalar (python/tensorlogic/runtime/symbolic.py): an object whose
+// `_tl_affine` is None outside a recording, else (value, constant, [(slot, coef), ...], is_float).
+bool is_symbolic(py::handle obj);
+DynInt parse_dyn_int(py::handle obj, const char* what);  // ints as parse_int
+DynScalar parse_dyn_scalar(py::handle obj, const char* what, bool* is_float);
 // Tensor from a Tensor, NumPy array, nested list or Python scalar (`like` picks a scalar's dtype).
 Tensor as_tensor(py::handle obj, const char* op, const Tensor* like = nullptr);
 Tensor from_numpy(py::handle arr, std::optional<DType> dtype);
@@ -27,5 +32,6 @@ py::object item(const Tensor& t);
 void bind_tensor(py::module_& m);
 void bind_ops(py::module_& m);
 void bind_memory(py::module_& m);
+void bind_recording(py::module_& m);
 
 }  // namespace tl::py_bind

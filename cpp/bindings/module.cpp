@@ -2,6 +2,7 @@
 // RuntimeError) and the translation of C++ runtime errors into them.
 #include "bindings.h"
 #include "runtime/errors.h"
+#include "runtime/recording.h"
 
 namespace tl::py_bind {
 namespace {
@@ -34,9 +35,15 @@ PYBIND11_MODULE(_core, m) {
   static PyObject* unavailable = make_exception(m, "BackendUnavailable", base,
                                                 "The requested backend is not built or has no device.");
 
+  static PyObject* replay_refused = make_exception(
+      m, "ReplayRefused", base,
+      "A compiled function's recording cannot be replayed (a tensor it uses was released, or it was abandoned).");
+
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const tl::ReplayRefused& e) {
+      PyErr_SetString(replay_refused, e.what());
     } catch (const tl::ShapeError& e) {
       PyErr_SetString(shape_error, e.what());
     } catch (const tl::DTypeError& e) {
@@ -59,6 +66,7 @@ PYBIND11_MODULE(_core, m) {
   bind_tensor(m);
   bind_ops(m);
   bind_memory(m);
+  bind_recording(m);
 
   // Drain the queue and free device memory at interpreter exit (R6), before static destructors.
   py::module_::import("atexit").attr("register")(m.attr("shutdown"));

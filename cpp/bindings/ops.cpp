@@ -14,6 +14,16 @@ Tensor binary_any(BinaryOp op, py::handle a, py::handle b, const char* name) {
     double v = py::isinstance<py::bool_>(a) ? (a.cast<bool>() ? 1.0 : 0.0) : a.cast<double>();
     return binary_scalar(op, tb, v, py::isinstance<py::float_>(a), true);
   }
+  if (!at && is_symbolic(a) && bt) {
+    bool f = false;
+    DynScalar v = parse_dyn_scalar(a, name, &f);
+    return binary_scalar(op, b.cast<const Tensor&>(), v, f, true);
+  }
+  if (at && is_symbolic(b)) {
+    bool f = false;
+    DynScalar v = parse_dyn_scalar(b, name, &f);
+    return binary_scalar(op, a.cast<const Tensor&>(), v, f, false);
+  }
   Tensor ta = as_tensor(a, name);
   if (!bt && is_scalar(b)) {
     double v = py::isinstance<py::bool_>(b) ? (b.cast<bool>() ? 1.0 : 0.0) : b.cast<double>();
@@ -231,7 +241,7 @@ void bind_ops(py::module_& m) {
         }, py::arg("x"), py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("eps") = 1e-5,
         "Layer normalisation over the last dim, then * w + b.");
   m.def("rope", [](py::handle x, py::handle pos, double base, bool neox) {
-          return rope(as_tensor(x, "rope"), parse_int(pos, "rope pos_offset"), base, neox);
+          return rope(as_tensor(x, "rope"), parse_dyn_int(pos, "rope pos_offset"), base, neox);
         }, py::arg("x"), py::arg("pos_offset") = 0, py::arg("base") = 10000.0, py::arg("neox") = false,
         "Rotary position embedding of x [..., S, H, D]: adjacent pairs (default) or NeoX halves.");
   m.def("causal_mask", [](py::handle n, py::handle mm, py::handle offset) {
@@ -243,7 +253,7 @@ void bind_ops(py::module_& m) {
   m.def("attention", [](const Tensor& q, const Tensor& k, const Tensor& v, py::handle mask,
                         std::optional<double> scale, bool causal, py::handle pos) {
           return attention(q, k, v, opt_tensor(mask, "attention"), scale, causal,
-                           parse_int(pos, "attention pos_offset"));
+                           parse_dyn_int(pos, "attention pos_offset"));
         }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none(),
         py::arg("scale") = py::none(), py::arg("causal") = false, py::arg("pos_offset") = 0,
         "Scaled dot-product attention; q [Sq, Hq, D], k/v [Sk, Hkv, D] (grouped-query heads).");
@@ -264,6 +274,10 @@ void bind_ops(py::module_& m) {
   m.def("flatten", [](py::handle x, int64_t start, int64_t end) { return flatten(as_tensor(x, "flatten"), start, end); },
         py::arg("x"), py::arg("start") = 0, py::arg("end") = -1, "Merge dims start..end.");
   m.def("slice", [](py::handle x, py::handle dim, py::handle start, py::handle stop, py::handle step) {
+          if ((is_symbolic(start) || is_symbolic(stop)) && !start.is_none() && !stop.is_none() &&
+              parse_int(step, "step") == 1)
+            return slice_dynamic(as_tensor(x, "slice"), parse_int(dim, "dim"), parse_dyn_int(start, "start"),
+                                 parse_dyn_int(stop, "stop"));
           return slice(as_tensor(x, "slice"), parse_int(dim, "dim"), opt_int(start, "start"),
                        opt_int(stop, "stop"), parse_int(step, "step"));
         }, py::arg("x"), py::arg("dim"), py::arg("start") = py::none(), py::arg("stop") = py::none(),
@@ -290,6 +304,13 @@ void bind_ops(py::module_& m) {
           return dst;
         }, py::arg("dst"), py::arg("src"),
         "Write src (broadcast to dst's shape) into the view dst, in place; returns dst.");
+  m.def("fill_", [](const Tensor& dst, py::handle value) {
+          bool is_float = false;
+          fill_into(dst, parse_dyn_scalar(value, "fill_ value", &is_float));
+          return dst;
+        }, py::arg("dst"), py::arg("value"),
+        "Set every element of the view dst to value, in place (value may be a compiled function's "
+        "symbolic scalar); returns dst.");
 }
 
 }  // namespace tl::py_bind

@@ -134,6 +134,49 @@ void require_fits_integer(const py::array& arr, char kind, DType target) {
                      " is out of the range of " + dtype_name(target));
 }
 
+bool is_symbolic(py::handle obj) {
+  if (!obj || obj.is_none() || py::isinstance<Tensor>(obj) || is_scalar(obj)) return false;
+  return py::hasattr(obj, "_tl_affine");
+}
+
+namespace {
+// (value, form or null, is_float) of a symbolic scalar; form is null outside a recording.
+std::tuple<double, AffinePtr, bool> symbolic_parts(py::handle obj) {
+  py::object a = obj.attr("_tl_affine");
+  py::object value = obj.attr("value");
+  bool is_float = py::isinstance<py::float_>(value);
+  double v = value.cast<double>();
+  if (a.is_none()) return {v, nullptr, is_float};
+  py::tuple t = a.cast<py::tuple>();
+  auto form = std::make_shared<Affine>();
+  form->constant = t[1].cast<double>();
+  for (py::handle term : t[2]) {
+    py::tuple pair = term.cast<py::tuple>();
+    form->terms.emplace_back(pair[0].cast<int>(), pair[1].cast<double>());
+  }
+  return {v, form, is_float};
+}
+}  // namespace
+
+DynInt parse_dyn_int(py::handle obj, const char* what) {
+  if (!is_symbolic(obj)) return DynInt(parse_int(obj, what));
+  auto [v, form, is_float] = symbolic_parts(obj);
+  if (is_float) return DynInt(parse_int(obj, what));  // __index__ of a float symbol abandons
+  return DynInt(static_cast<int64_t>(v), form);
+}
+
+DynScalar parse_dyn_scalar(py::handle obj, const char* what, bool* is_float) {
+  if (!is_symbolic(obj)) {
+    *is_float = py::isinstance<py::float_>(obj);
+    if (py::isinstance<py::bool_>(obj)) return DynScalar(obj.cast<bool>() ? 1.0 : 0.0);
+    if (!is_scalar(obj)) throw py::type_error(std::string(what) + " must be a number");
+    return DynScalar(obj.cast<double>());
+  }
+  auto [v, form, f] = symbolic_parts(obj);
+  *is_float = f;
+  return DynScalar(v, form);
+}
+
 Tensor from_numpy(py::handle obj, std::optional<DType> dtype) {
   py::array arr = numpy().attr("asarray")(obj);
   char kind = arr.dtype().kind();
@@ -292,13 +335,18 @@ Tensor binop(BinaryOp op, const Tensor& a, py::handle b, bool reflected) {
     double v = py::isinstance<py::bool_>(b) ? (b.cast<bool>() ? 1.0 : 0.0) : b.cast<double>();
     return binary_scalar(op, a, v, py::isinstance<py::float_>(b), reflected);
   }
+  if (is_symbolic(b)) {
+    bool f = false;
+    DynScalar v = parse_dyn_scalar(b, "operator", &f);
+    return binary_scalar(op, a, v, f, reflected);
+  }
   Tensor t = as_tensor(b, "operator");
   return reflected ? binary(op, t, a) : binary(op, a, t);
 }
 
 py::object op_or_notimpl(BinaryOp op, const Tensor& a, py::handle b, bool reflected) {
   if (!py::isinstance<Tensor>(b) && !is_scalar(b) && !py::isinstance<py::array>(b) &&
-      !py::isinstance<py::list>(b))
+      !py::isinstance<py::list>(b) && !is_symbolic(b))
     return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   return py::cast(binop(op, a, b, reflected));
 }
@@ -310,7 +358,11 @@ void bind_tensor(py::module_& m) {
 A handle to device memory: (buffer, offset, shape, strides, dtype). Ops on tensors are
 asynchronous; reading values (numpy(), item(), str()) waits for the writer. Views share memory.)doc");
 
-  cls.def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape)); },
+  cls.def_property_readonly("shape", [](const Tensor& t) {
+        if (t.dyn && t.buffer)
+          t.device().abandon_recording("it reads the shape of a view whose length depends on a scalar argument");
+        return py::tuple(py::cast(t.shape));
+      },
                             "The shape as a tuple of ints.")
       .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype)); },
                              "The element type: f32, f16, bf16, i32, i64, bool or a quantized type.")

@@ -33,18 +33,10 @@ std::string mib(int64_t bytes) {
 BufferPool::BufferPool(Backend& backend, DebugConfig& debug) : backend_(backend), debug_(debug) {
   bool is_cpu = backend.memory_is_host_ram();
   size_t phys = physical_memory_bytes();
-<<<<<<< HEAD
   int64_t max_mb = env_max_alloc_mb();
   max_allocation_ = max_mb > 0 ? static_cast<size_t>(max_mb) << 20
                                : (is_cpu ? phys : (size_t(1) << 40));
   int64_t limit_mb = env_cache_limit_mb();
-=======
-  // Both limits in MiB, up to 2^40 MiB (1 EiB) so that the shift to bytes cannot overflow.
-  int64_t max_mb = env_int("TL_MAX_ALLOC_MB", 0, 0, int64_t(1) << 40);
-  max_allocation_ = max_mb > 0 ? static_cast<size_t>(max_mb) << 20
-                               : (is_cpu ? phys : (size_t(1) << 40));
-  int64_t limit_mb = env_int("TL_CACHE_LIMIT_MB", -1, 0, int64_t(1) << 40);
->>>>>>> faults
   size_t default_limit = std::min<size_t>(phys / 4, size_t(4) << 30);
   st_.cache_limit_bytes = limit_mb >= 0 ? (limit_mb << 20) : static_cast<int64_t>(default_limit);
 }

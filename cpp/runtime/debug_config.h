@@ -28,16 +28,12 @@ struct DebugConfig {
   void load_env();  // overwrite every field from the environment
 };
 
-<<<<<<< HEAD
 namespace env_detail {
 
-inline int64_t env_int(const char* name, int64_t fallback) {
-=======
 // An integer environment variable in [lo, hi], `fallback` when unset or empty. Anything else (not
 // a whole decimal number, out of range, overflowing) throws TLError with one line naming it, so
 // that a typo never turns into a silently wrapped limit.
 inline int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
->>>>>>> faults
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   std::string s(v);
@@ -69,13 +65,20 @@ inline std::string env_backend_name() {
   const char* v = std::getenv("TL_BACKEND");
   return (v && *v) ? std::string(v) : std::string("cpu");
 }
-inline int env_threads() { return static_cast<int>(env_detail::env_int("TL_THREADS", 0)); }
+// Integer variables must be whole numbers in their range; MiB values go up to 2^40 MiB (1 EiB) so
+// that the shift to bytes cannot overflow.
+constexpr int64_t kMaxEnvMiB = int64_t(1) << 40;
+inline int env_threads() { return static_cast<int>(env_detail::env_int("TL_THREADS", 0, 0, 4096)); }
 inline int64_t env_max_command_buffers_in_flight() {
-  return env_detail::env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8);
+  return env_detail::env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8, 1, 1000000);
 }
-inline int64_t env_max_mb_in_flight(int64_t fallback) { return env_detail::env_int("TL_MAX_MB_IN_FLIGHT", fallback); }
-inline int64_t env_cache_limit_mb() { return env_detail::env_int("TL_CACHE_LIMIT_MB", -1); }  // -1: default
-inline int64_t env_max_alloc_mb() { return env_detail::env_int("TL_MAX_ALLOC_MB", 0); }       // 0: default
+inline int64_t env_max_mb_in_flight(int64_t fallback) {
+  return env_detail::env_int("TL_MAX_MB_IN_FLIGHT", fallback, 1, kMaxEnvMiB);
+}
+// -1 (unset): the pool's default
+inline int64_t env_cache_limit_mb() { return env_detail::env_int("TL_CACHE_LIMIT_MB", -1, 0, kMaxEnvMiB); }
+// 0 (unset): the pool's default
+inline int64_t env_max_alloc_mb() { return env_detail::env_int("TL_MAX_ALLOC_MB", 0, 0, kMaxEnvMiB); }
 inline bool env_cpu_no_simd() { return env_detail::env_flag("TL_CPU_NO_SIMD"); }
 inline bool env_cuda_launch_stats() { return env_detail::env_flag("TL_CUDA_LAUNCH_STATS"); }
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it

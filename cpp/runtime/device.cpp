@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "errors.h"
+#include "recording.h"
 #include "tensor.h"
 
 namespace tl {
@@ -75,12 +76,18 @@ std::shared_ptr<Buffer> Device::allocate(const std::vector<int64_t>& shape, DTyp
   }
   raw->block = block;
   raw->device = shared_from_this();
-  return std::shared_ptr<Buffer>(raw, [](Buffer* b) {
+  std::shared_ptr<Buffer> buffer(raw, [](Buffer* b) {
     std::shared_ptr<Device> keep = std::move(b->device);
     keep->pool().release(b->block);
     delete b;
     // `keep` may be the last reference: the device is destroyed here, after the release.
   });
+  if (recording_) recording_->own(buffer);
+  return buffer;
+}
+
+void Device::abandon_recording(const std::string& reason) {
+  if (recording_) recording_->abandon(reason);
 }
 
 namespace {
@@ -95,11 +102,7 @@ std::shared_ptr<Device>* g_device = new std::shared_ptr<Device>();
 std::shared_ptr<Device> current_device() {
   std::lock_guard<std::mutex> lock(g_device_mu);
   if (!*g_device) {
-<<<<<<< HEAD
     *g_device = Device::create(env_backend_name(), env_threads());
-=======
-    *g_device = Device::create(default_backend_name(), static_cast<int>(env_int("TL_THREADS", 0, 0, 4096)));
->>>>>>> faults
   }
   return *g_device;
 }
@@ -110,10 +113,7 @@ bool has_current_device() {
 }
 
 void init_device(const std::string& backend, int threads) {
-<<<<<<< HEAD
   std::string name = backend.empty() ? env_backend_name() : backend;
-=======
-  std::string name = backend.empty() ? default_backend_name() : backend;
   // A name that cannot work is the error to report, whatever else is alive.
   if (name != "cpu" && name != "cuda" && name != "metal")
     throw BackendUnavailable("unknown backend '" + name + "' (expected cpu, cuda or metal)");
@@ -121,7 +121,6 @@ void init_device(const std::string& backend, int threads) {
   if (std::find(built.begin(), built.end(), name) == built.end())
     throw BackendUnavailable(name + ": this build of TensorLogic has no " +
                              (name == "cuda" ? std::string("CUDA") : std::string("Metal")) + " backend");
->>>>>>> faults
   std::shared_ptr<Device> old;
   {
     std::lock_guard<std::mutex> lock(g_device_mu);
@@ -139,7 +138,7 @@ void init_device(const std::string& backend, int threads) {
                                name + "'");
     }
   }
-  if (threads <= 0) threads = static_cast<int>(env_int("TL_THREADS", 0, 0, 4096));
+  if (threads <= 0) threads = static_cast<int>(env_threads();
   std::shared_ptr<Device> fresh = Device::create(name, threads);
   std::lock_guard<std::mutex> lock(g_device_mu);
   if (*g_device) (*g_device)->mark_shut_down();

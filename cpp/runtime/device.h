@@ -16,6 +16,8 @@
 
 namespace tl {
 
+class Recording;
+
 class Device : public std::enable_shared_from_this<Device> {
  public:
   // backend: "cpu", "cuda" or "metal"; threads <= 0: all cores. Throws BackendUnavailable.
@@ -40,6 +42,10 @@ class Device : public std::enable_shared_from_this<Device> {
   void drain() { queue_.drain(); pool_.collect(); }
   void clear_cache() { queue_.drain(); pool_.clear_cache(); }
   bool shut_down() const { return shut_down_; }
+  // The recording ops append to while a compiled function records (recording.h); null otherwise.
+  Recording* recording() const { return recording_; }
+  void set_recording(Recording* r) { recording_ = r; }
+  void abandon_recording(const std::string& reason);  // no-op when nothing records
   void mark_shut_down() { shut_down_ = true; }
 
  private:
@@ -51,6 +57,7 @@ class Device : public std::enable_shared_from_this<Device> {
   BufferPool pool_;
   Queue queue_;
   bool shut_down_ = false;
+  Recording* recording_ = nullptr;
 };
 
 // The current device, created on first use from TL_BACKEND / TL_THREADS.

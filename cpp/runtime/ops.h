@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device.h"
+#include "recording.h"
 #include "kernels.h"
 #include "tensor.h"
 
@@ -38,12 +39,15 @@ void write_from_host(const Tensor& dst, const void* src);  // dst contiguous; wa
 
 // Elementwise.
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
-Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool s_is_float, bool scalar_first);
+// s may depend on a compiled function's scalar inputs (a learning rate): recorded as dynamic.
+Tensor binary_scalar(BinaryOp op, const Tensor& a, DynScalar s, bool s_is_float, bool scalar_first);
 Tensor unary(UnaryOp op, const Tensor& x);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor astype(const Tensor& x, DType dtype);
 Tensor contiguous(const Tensor& x);
 void copy_into(const Tensor& dst, const Tensor& src);  // dst may be a strided view
+// Every element of dst (a view, any strides) = value; value may be dynamic.
+void fill_into(const Tensor& dst, DynScalar value);
 
 // Reductions.
 Tensor reduce(ReduceOp op, const Tensor& x, std::optional<int64_t> dim, bool keepdim);
@@ -58,10 +62,11 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& ids);
 Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& w, double eps);
 Tensor layer_norm(const Tensor& x, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
                   double eps);
-Tensor rope(const Tensor& x, int64_t pos_offset, double base, bool neox);
+// pos_offset may be dynamic; attention's k and v may be dynamic-length views (KV-cache prefixes).
+Tensor rope(const Tensor& x, DynInt pos_offset, double base, bool neox);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::optional<Tensor>& mask, std::optional<double> scale, bool causal,
-                 int64_t pos_offset);
+                 DynInt pos_offset);
 
 // Shape ops (views when possible).
 Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed
@@ -74,6 +79,10 @@ Tensor flatten(const Tensor& x, int64_t start, int64_t end);
 Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
              std::optional<int64_t> stop, int64_t step);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
+// x[start:stop] along dim (step 1) where a bound depends on a compiled function's scalar inputs:
+// the view carries Tensor::dyn while recording (0 <= start <= stop <= len required; otherwise, or
+// outside a recording, it is slice()).
+Tensor slice_dynamic(const Tensor& x, int64_t dim, DynInt start, DynInt stop);
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
 std::vector<Tensor> split_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);

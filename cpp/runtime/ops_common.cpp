@@ -50,6 +50,16 @@ int normalize_dim(int64_t dim, int ndim, const char* op) {
 namespace detail {
 
 std::shared_ptr<Device> op_device(std::initializer_list<const Tensor*> inputs, const char* op) {
+  std::shared_ptr<Device> d = op_device_dyn(inputs, op);
+  if (d->recording()) {
+    for (const Tensor* t : inputs)
+      if (t && t->dyn)
+        d->abandon_recording(std::string(op) + " uses a view whose length depends on a scalar argument");
+  }
+  return d;
+}
+
+std::shared_ptr<Device> op_device_dyn(std::initializer_list<const Tensor*> inputs, const char* op) {
   std::shared_ptr<Device> d = current_device();
   for (const Tensor* t : inputs) {
     if (!t) continue;
@@ -74,6 +84,7 @@ Tensor new_tensor(Device& d, const Shape& shape, DType dtype, const char* op) {
 }
 
 Tensor make_view(const Tensor& x, Shape shape, std::vector<int64_t> strides, int64_t byte_offset) {
+  if (x.dyn && x.buffer) x.device().abandon_recording("a view of a view whose length depends on a scalar argument");
   Tensor t;
   t.buffer = x.buffer;
   t.byte_offset = byte_offset;

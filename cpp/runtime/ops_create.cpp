@@ -44,6 +44,7 @@ Tensor arange(double start, double stop, double step, DType dtype) {
 }
 
 Tensor rand_uniform(const Shape& shape, uint64_t seed) {
+  current_device()->abandon_recording("it draws random numbers (a replay would repeat them)");
   int64_t n = checked_numel(shape, "rand");
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(0.0f, 1.0f);
@@ -53,6 +54,7 @@ Tensor rand_uniform(const Shape& shape, uint64_t seed) {
 }
 
 Tensor rand_normal(const Shape& shape, uint64_t seed) {
+  current_device()->abandon_recording("it draws random numbers (a replay would repeat them)");
   int64_t n = checked_numel(shape, "randn");
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -84,6 +86,8 @@ Tensor from_quantized(const void* raw, size_t raw_bytes, DType dtype, const Shap
 
 void to_host(const Tensor& t, void* dst) {
   Device& dev = t.device();
+  dev.abandon_recording("it reads a tensor on the host (print, item, numpy, sampling, or a branch "
+                        "on a tensor's value)");
   Tensor c = t;
   if (!t.is_contiguous()) {
     // On t's own device (it may have been shut down): one copy kernel, then wait for it.
@@ -100,6 +104,7 @@ void write_from_host(const Tensor& dst, const void* src) {
   if (!dst.is_contiguous())
     throw ShapeError("write: the destination " + shape_str(dst.shape) + " is not contiguous");
   Device& dev = dst.device();
+  dev.abandon_recording("it writes host data into an existing tensor");
   dev.queue().wait_for_access(*dst.buf());
   size_t bytes = dst.nbytes();
   if (bytes) dev.backend().copy_to_device(static_cast<char*>(dst.buffer->data()) + dst.byte_offset, src, bytes);

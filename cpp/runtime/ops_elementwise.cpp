@@ -9,6 +9,7 @@ using detail::describe;
 using detail::encode;
 using detail::new_tensor;
 using detail::op_device;
+using detail::op_device_dyn;
 using detail::require_plain;
 
 namespace {
@@ -72,7 +73,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool s_is_float, bool scalar_first) {
+Tensor binary_scalar(BinaryOp op, const Tensor& a, DynScalar dyn_s, bool s_is_float, bool scalar_first) {
+  double s = dyn_s.value;
   const char* name = binary_name(op);
   auto dev = op_device({&a}, name);
   require_plain(a, name);
@@ -91,8 +93,19 @@ Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool s_is_float, bo
   Tensor out = new_tensor(*dev, a.shape, out_t, name);
   if (out.numel() == 0) return out;
   View av = a.view(), ov = out.view();
-  encode(*dev, [op, av, s, scalar_first, ov](Kernels& k) { k.binary_scalar(op, av, s, scalar_first, ov); },
-         {&a}, {&out});
+  Command cmd = [op, av, s, scalar_first, ov](Kernels& k) { k.binary_scalar(op, av, s, scalar_first, ov); };
+  if (detail::recording_dynamic(*dev, dyn_s)) {
+    detail::encode_dynamic(*dev, std::move(cmd),
+                           [op, av, dyn_s, scalar_first, ov](const ReplayContext& ctx) -> Command {
+                             double v = dyn_s.at(ctx.scalars);
+                             return [op, av, v, scalar_first, ov](Kernels& k) {
+                               k.binary_scalar(op, av, v, scalar_first, ov);
+                             };
+                           },
+                           {&a}, {&out});
+  } else {
+    encode(*dev, std::move(cmd), {&a}, {&out});
+  }
   return out;
 }
 
@@ -205,7 +218,7 @@ Tensor contiguous(const Tensor& x) {
 }
 
 void copy_into(const Tensor& dst, const Tensor& src) {
-  auto dev = op_device({&dst, &src}, "copy_");
+  auto dev = op_device_dyn({&dst, &src}, "copy_");
   require_plain(dst, "copy_");
   require_plain(src, "copy_");
   Shape b = broadcast_shapes(src.shape, dst.shape, "copy_");
@@ -217,9 +230,52 @@ void copy_into(const Tensor& dst, const Tensor& src) {
     if (dst.strides[i] == 0 && dst.shape[i] > 1)
       throw ShapeError("copy_: the destination " + shape_str(dst.shape) +
                        " is a broadcast view (several elements share memory)");
-  View sv = expand_to(src, dst.shape).view(), dv = dst.view();
-  // dst is both written and (for ordering against earlier readers) retained.
-  encode(*dev, [sv, dv](Kernels& k) { k.copy(sv, dv); }, {&src}, {&dst});
+  bool dynamic = dev->recording() && (dst.dyn || src.dyn);
+  if (dynamic && src.shape != dst.shape) {
+    dev->abandon_recording("copy_ broadcasts into a view whose length depends on a scalar argument");
+    dynamic = false;
+  }
+  if (!dynamic) {
+    View sv = expand_to(src, dst.shape).view(), dv = dst.view();
+    // dst is both written and (for ordering against earlier readers) retained.
+    encode(*dev, [sv, dv](Kernels& k) { k.copy(sv, dv); }, {&src}, {&dst});
+    return;
+  }
+  // A KV-cache write at a dynamic position: both views are rebuilt at replay; lengths must agree.
+  View sv = src.view(), dv = dst.view();
+  std::shared_ptr<const DynSlice> sd = src.dyn, dd = dst.dyn;
+  detail::encode_dynamic(*dev, [sv, dv](Kernels& k) { k.copy(sv, dv); },
+                         [sv, dv, sd, dd](const ReplayContext& ctx) -> Command {
+                           View s2 = sd ? sd->rebuild(sv, ctx.scalars, "copy_") : sv;
+                           View d2 = dd ? dd->rebuild(dv, ctx.scalars, "copy_") : dv;
+                           for (int i = 0; i < s2.ndim; ++i)
+                             if (s2.shape[i] != d2.shape[i])
+                               throw ShapeError("copy_: replayed source and destination lengths differ");
+                           return [s2, d2](Kernels& k) { k.copy(s2, d2); };
+                         },
+                         {&src}, {&dst});
+}
+
+void fill_into(const Tensor& dst, DynScalar value) {
+  auto dev = op_device({&dst}, "fill_");
+  require_plain(dst, "fill_");
+  if (dst.numel() == 0) return;
+  for (size_t i = 0; i < dst.shape.size(); ++i)
+    if (dst.strides[i] == 0 && dst.shape[i] > 1)
+      throw ShapeError("fill_: the destination " + shape_str(dst.shape) + " is a broadcast view");
+  View dv = dst.view();
+  double v = value.value;
+  Command cmd = [dv, v](Kernels& k) { k.fill(dv, v); };
+  if (detail::recording_dynamic(*dev, value)) {
+    detail::encode_dynamic(*dev, std::move(cmd),
+                           [dv, value](const ReplayContext& ctx) -> Command {
+                             double x = value.at(ctx.scalars);
+                             return [dv, x](Kernels& k) { k.fill(dv, x); };
+                           },
+                           {}, {&dst});
+  } else {
+    encode(*dev, std::move(cmd), {}, {&dst});
+  }
 }
 
 namespace {

@@ -8,16 +8,22 @@
 
 #include "errors.h"
 #include "ops.h"
+#include "recording.h"
 
 namespace tl::detail {
 
+// Also abandons the device's recording when an input is a dynamic-length view (Tensor::dyn): only
+// ops that rebuild such views at replay (copy_into, attention) use op_device_dyn instead.
 std::shared_ptr<Device> op_device(std::initializer_list<const Tensor*> inputs, const char* op);
+std::shared_ptr<Device> op_device_dyn(std::initializer_list<const Tensor*> inputs, const char* op);
 Tensor new_tensor(Device& d, const Shape& shape, DType dtype, const char* op);
 // A view of x with new geometry (shares the buffer).
 Tensor make_view(const Tensor& x, Shape shape, std::vector<int64_t> strides, int64_t byte_offset);
 void require_plain(const Tensor& x, const char* op);  // not quantized
 std::string describe(const Tensor& x);                // "[2, 3] f32"
 
+// The one encode call of every op; while a compiled function records, the command is also
+// appended to the recording.
 inline void encode(Device& d, Command cmd, std::initializer_list<const Tensor*> reads,
                    std::initializer_list<const Tensor*> writes) {
   std::vector<Buffer*> r, w;
@@ -27,7 +33,26 @@ inline void encode(Device& d, Command cmd, std::initializer_list<const Tensor*> 
     if (t && t->buffer) r.push_back(t->buf());
   for (const Tensor* t : writes)
     if (t && t->buffer) w.push_back(t->buf());
+  if (Recording* rec = d.recording()) rec->add(cmd, r, w);
   d.queue().encode(std::move(cmd), r, w);
 }
+
+// An op with parameters that depend on the scalar inputs of a compiled function: `cmd` runs now,
+// `make` builds the command of each replay. Outside a recording this is encode().
+inline void encode_dynamic(Device& d, Command cmd, DynamicCommand make,
+                           std::initializer_list<const Tensor*> reads,
+                           std::initializer_list<const Tensor*> writes) {
+  std::vector<Buffer*> r, w;
+  for (const Tensor* t : reads)
+    if (t && t->buffer) r.push_back(t->buf());
+  for (const Tensor* t : writes)
+    if (t && t->buffer) w.push_back(t->buf());
+  if (Recording* rec = d.recording()) rec->add_dynamic(std::move(make), r, w);
+  d.queue().encode(std::move(cmd), r, w);
+}
+
+// True when `v` must be recorded as a dynamic parameter (a form, and a recording to serve).
+inline bool recording_dynamic(const Device& d, const DynInt& v) { return v.form && d.recording(); }
+inline bool recording_dynamic(const Device& d, const DynScalar& v) { return v.form && d.recording(); }
 
 }  // namespace tl::detail

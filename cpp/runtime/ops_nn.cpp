@@ -11,6 +11,7 @@ using detail::encode;
 using detail::make_view;
 using detail::new_tensor;
 using detail::op_device;
+using detail::op_device_dyn;
 using detail::require_plain;
 
 namespace {
@@ -251,7 +252,8 @@ Tensor layer_norm(const Tensor& x0, const std::optional<Tensor>& w0,
   return out;
 }
 
-Tensor rope(const Tensor& x0, int64_t pos_offset, double base, bool neox) {
+Tensor rope(const Tensor& x0, DynInt dyn_pos, double base, bool neox) {
+  int64_t pos_offset = dyn_pos.value;
   auto dev = op_device({&x0}, "rope");
   require_plain(x0, "rope");
   if (x0.ndim() < 3)
@@ -265,8 +267,18 @@ Tensor rope(const Tensor& x0, int64_t pos_offset, double base, bool neox) {
   if (out.numel() == 0) return out;
   View xv = reshape(x, {outer, S, H, D}).view(), ov = reshape(out, {outer, S, H, D}).view();
   float b = static_cast<float>(base);
-  encode(*dev, [xv, pos_offset, b, neox, ov](Kernels& k) { k.rope(xv, pos_offset, b, neox, ov); },
-         {&x}, {&out});
+  Command cmd = [xv, pos_offset, b, neox, ov](Kernels& k) { k.rope(xv, pos_offset, b, neox, ov); };
+  if (detail::recording_dynamic(*dev, dyn_pos)) {
+    detail::encode_dynamic(*dev, std::move(cmd),
+                           [xv, dyn_pos, b, neox, ov](const ReplayContext& ctx) -> Command {
+                             int64_t p = dyn_pos.at(ctx.scalars, "rope");
+                             if (p < 0) throw ShapeError("rope: replayed position offset is negative");
+                             return [xv, p, b, neox, ov](Kernels& k) { k.rope(xv, p, b, neox, ov); };
+                           },
+                           {&x}, {&out});
+  } else {
+    encode(*dev, std::move(cmd), {&x}, {&out});
+  }
   return out;
 }
 
@@ -281,8 +293,11 @@ Tensor causal_mask(int64_t n, int64_t m, int64_t offset) {
 
 Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,
                  const std::optional<Tensor>& mask0, std::optional<double> scale, bool causal,
-                 int64_t pos_offset) {
-  auto dev = op_device({&q0, &k0, &v0, mask0 ? &*mask0 : nullptr}, "attention");
+                 DynInt dyn_pos) {
+  int64_t pos_offset = dyn_pos.value;
+  auto dev = op_device_dyn({&q0, &k0, &v0, mask0 ? &*mask0 : nullptr}, "attention");
+  if (dev->recording() && (q0.dyn || (mask0 && mask0->dyn)))
+    dev->abandon_recording("attention's query or mask is a view whose length depends on a scalar argument");
   require_plain(q0, "attention");
   require_plain(k0, "attention");
   require_plain(v0, "attention");
@@ -310,11 +325,35 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,
   if (out.numel() == 0) return out;
   View qv = q.view(), kv = k.view(), vv = v.view(), ov = out.view();
   View mv = mask ? mask->view() : View{};
-  encode(*dev,
-         [qv, kv, vv, mv, s, causal, pos_offset, ov](Kernels& kn) {
-           kn.attention(qv, kv, vv, mv, s, causal, pos_offset, ov);
-         },
-         {&q, &k, &v, mask ? &*mask : nullptr}, {&out});
+  Command cmd = [qv, kv, vv, mv, s, causal, pos_offset, ov](Kernels& kn) {
+    kn.attention(qv, kv, vv, mv, s, causal, pos_offset, ov);
+  };
+  std::shared_ptr<const DynSlice> kd = k.dyn, vd = v.dyn;
+  bool dynamic = dev->recording() && (dyn_pos.form || kd || vd);
+  if (dynamic && mask && (kd || vd)) {
+    dev->abandon_recording("attention with a mask over keys whose length depends on a scalar argument");
+    dynamic = false;
+  }
+  if (!dynamic) {
+    encode(*dev, std::move(cmd), {&q, &k, &v, mask ? &*mask : nullptr}, {&out});
+    return out;
+  }
+  // Decode attention over a KV-cache prefix: the key/value length and the query position are
+  // taken at replay.
+  detail::encode_dynamic(
+      *dev, std::move(cmd),
+      [qv, kv, vv, mv, s, causal, dyn_pos, kd, vd, ov](const ReplayContext& ctx) -> Command {
+        View k2 = kd ? kd->rebuild(kv, ctx.scalars, "attention") : kv;
+        View v2 = vd ? vd->rebuild(vv, ctx.scalars, "attention") : vv;
+        if (k2.shape[0] != v2.shape[0])
+          throw ShapeError("attention: replayed keys and values have different lengths");
+        int64_t p = dyn_pos.at(ctx.scalars, "attention");
+        if (p < 0) throw ShapeError("attention: replayed pos_offset is negative");
+        return [qv, k2, v2, mv, s, causal, p, ov](Kernels& kn) {
+          kn.attention(qv, k2, v2, mv, s, causal, p, ov);
+        };
+      },
+      {&q, &k, &v, mask ? &*mask : nullptr}, {&out});
   return out;
 }
 

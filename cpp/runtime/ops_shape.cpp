@@ -192,6 +192,33 @@ Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start_in,
   return make_view(x, shape, strides, off);
 }
 
+Tensor slice_dynamic(const Tensor& x, int64_t dim, DynInt start, DynInt stop) {
+  auto dev = op_device({&x}, "slice");
+  bool dynamic = dev->recording() && (start.form || stop.form);
+  if (!dynamic) return slice(x, dim, start.value, stop.value, 1);
+  if (x.ndim() == 0) throw ShapeError("slice: cannot slice a 0-d tensor");
+  int d = normalize_dim(dim, x.ndim(), "slice");
+  int64_t len = x.shape[d];
+  if (is_quantized(x.dtype) || start.value < 0 || stop.value < start.value || stop.value > len) {
+    dev->abandon_recording("a slice with a bound that depends on a scalar argument is empty, "
+                           "negative or clamped");
+    return slice(x, dim, start.value, stop.value, 1);
+  }
+  Tensor out = slice(x, dim, start.value, stop.value, 1);
+  auto dyn = std::make_shared<DynSlice>();
+  dyn->dim = d;
+  dyn->base_len = len;
+  dyn->stride_bytes = x.strides[d] * static_cast<int64_t>(block_bytes(x.dtype));
+  dyn->start = start;
+  dyn->stop = stop;
+  if (out.numel() == 0) {
+    dev->abandon_recording("a slice with a bound that depends on a scalar argument is empty");
+    return out;
+  }
+  out.dyn = std::move(dyn);
+  return out;
+}
+
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   op_device({&x}, "select");
   require_plain(x, "select");

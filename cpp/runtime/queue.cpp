@@ -10,21 +10,12 @@
 namespace tl {
 
 Queue::Queue(Backend& backend, DebugConfig& debug) : backend_(backend), debug_(debug) {
-<<<<<<< HEAD
   int64_t n = env_max_command_buffers_in_flight();
   max_in_flight_ = static_cast<int>(std::max<int64_t>(1, n));
   // On the CPU device memory is host memory (RSS), and kernels are slow next to encoding; a GPU
   // keeps the old 1 GiB bound so that its queue stays full.
   bool is_cpu = backend.memory_is_host_ram();
   int64_t mb = env_max_mb_in_flight(is_cpu ? 16 : 1024);
-=======
-  int64_t n = env_int("TL_MAX_COMMAND_BUFFERS_IN_FLIGHT", 8, 1, 1000000);
-  max_in_flight_ = static_cast<int>(std::max<int64_t>(1, n));
-  // On the CPU device memory is host memory (RSS), and kernels are slow next to encoding; a GPU
-  // keeps the old 1 GiB bound so that its queue stays full.
-  bool is_cpu = std::strcmp(backend.name(), "cpu") == 0;
-  int64_t mb = env_int("TL_MAX_MB_IN_FLIGHT", is_cpu ? 16 : 1024, 1, int64_t(1) << 40);
->>>>>>> faults
   max_in_flight_bytes_ = std::max<int64_t>(1, mb) << 20;
   open_bytes_limit_ = std::max<int64_t>(max_in_flight_bytes_ / 4, 1);
 }
@@ -144,6 +135,32 @@ void Queue::encode(Command cmd, const std::vector<Buffer*>& reads,
   }
   if (++open_ops_ >= debug_.ops_per_command_buffer.load() || open_new_bytes_ >= open_bytes_limit_)
     commit_locked();
+}
+
+void Queue::submit_recorded(std::vector<Command> cmds, const std::vector<Buffer*>& reads,
+                            const std::vector<Buffer*>& writes,
+                            std::vector<std::shared_ptr<Buffer>> retained) {
+  std::lock_guard<std::mutex> lock(mu_);
+  commit_locked();
+  uint32_t delay = debug_.delay_us.load();
+  if (delay > 0) {
+    open_cmds_.reserve(cmds.size() * 2);
+    for (Command& c : cmds) {
+      uint32_t us = random_delay(delay);
+      open_cmds_.push_back([us](Kernels& k) { k.delay(us); });
+      open_cmds_.push_back(std::move(c));
+    }
+  } else {
+    open_cmds_ = std::move(cmds);
+  }
+  for (Buffer* b : reads) b->last_reader_seq.store(open_seq_);
+  for (Buffer* b : writes) {
+    if (b->last_writer_seq.load() == 0 && b->last_reader_seq.load() == 0)
+      open_new_bytes_ += static_cast<int64_t>(b->bytes());
+    b->last_writer_seq.store(open_seq_);
+  }
+  open_retained_ = std::move(retained);
+  commit_locked();
 }
 
 void Queue::commit() {

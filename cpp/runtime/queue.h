@@ -8,7 +8,6 @@
 //    completion callback, after which completed_seq covers it.
 //  - The first error a command buffer reports is kept and raised (KernelFailure) at the next wait.
 //  - Completion callbacks never throw, never block and never take the GIL.
-<<<<<<< HEAD
 //  - Lifetime: a completion callback drops its retained buffers *before* it calls complete(), and
 //    every Buffer owns a reference to its Device, which owns this Queue. So a callback must never
 //    hold the last reference to the Device, or complete() would run on a destroyed Queue. Three
@@ -18,12 +17,10 @@
 //    callback is pending then; (3) afterwards ops refuse its tensors (op_device), so nothing is
 //    committed on it again, except to_host's copy of a strided view, which waits for its own
 //    command buffer while the caller still holds the tensor.
-=======
 //  - R2 for writers that never ran: every buffer a command writes records the commands its
 //    contents depend on (its own and, transitively, its inputs'). Once one of them is known to
 //    have failed or been skipped, encoding a command that reads the buffer and reading it from
 //    the host raise KernelFailure naming the op that failed, instead of handing out garbage.
->>>>>>> faults
 #include <condition_variable>
 #include <cstdint>
 #include <initializer_list>
@@ -57,6 +54,11 @@ class Queue {
               std::initializer_list<Buffer*> writes);
   void encode(Command cmd, const std::vector<Buffer*>& reads, const std::vector<Buffer*>& writes);
   void commit();
+  // Submits a replayed recording as one command buffer of its own (after the open one): stamps
+  // reads/writes like encode() and retains `retained` until it completes.
+  void submit_recorded(std::vector<Command> cmds, const std::vector<Buffer*>& reads,
+                       const std::vector<Buffer*>& writes,
+                       std::vector<std::shared_ptr<Buffer>> retained);
   // Commits if `seq` is still open, waits until it completed, then raises any recorded error.
   void wait_seq(uint64_t seq);
   // Waits for b's writer, then raises if b's contents depend on a command that failed.

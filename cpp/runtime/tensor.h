@@ -31,6 +31,8 @@ class LiveTensorToken {
   }
 };
 
+struct DynSlice;
+
 class Tensor {
  public:
   std::shared_ptr<Buffer> buffer;
@@ -38,6 +40,8 @@ class Tensor {
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;  // elements
   DType dtype = DType::F32;
+  // Set only on a slice with a bound that depends on a compiled function's scalar inputs (recording.h).
+  std::shared_ptr<const DynSlice> dyn;
 
   int ndim() const { return static_cast<int>(shape.size()); }
   int64_t numel() const;

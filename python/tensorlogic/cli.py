@@ -136,6 +136,9 @@ def cmd_run(args) -> int:
         return EXIT_USAGE
     interp = Interpreter(seed=args.seed)
     interp.ctx.args = list(args.args)
+    if args.debug:
+        from .interp import compiled
+        compiled.set_debug(True)
     status = EXIT_OK
     try:
         try:
@@ -244,10 +247,24 @@ def cmd_repl(args) -> int:
     return run_repl(seed=args.seed)
 
 
+COMPILE_HELP = """\
+@compile fn NAME(...) { ... }
+    Record the first call per signature (tensor shapes and dtypes, which arguments are ints or
+    floats, other values by identity) and replay later calls natively as one command buffer.
+    int/float arguments are inputs of the recording, not constants: rope positions, KV-cache write
+    positions and attended lengths, and tensor-scalar arithmetic follow them at every replay.
+    What a replay could not reproduce (host reads, printing, `if` on a scalar argument, random
+    numbers, state outside tensors) makes that signature run normally; `tl run --debug` says why.
+    TL_COMPILE=0 turns compilation off. Details: docs/compiled-functions.md"""
+
+
 def cmd_help(args) -> int:
     from . import builtins as _builtins  # noqa: F401 - registers the table
     from .builtins.registry import BUILTINS
     topic = args.topic
+    if topic == "compile":
+        print(COMPILE_HELP)
+        return EXIT_OK
     if topic in (None, "builtins"):
         by_category: dict[str, list] = {}
         for b in BUILTINS.values():

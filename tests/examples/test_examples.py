@@ -12,7 +12,8 @@ import tensorlogic
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXPECTED = os.path.join(os.path.dirname(__file__), "expected")
-EXAMPLES = ["hello", "tensors", "functions_structs", "control_flow", "transformer_block", "memory"]
+EXAMPLES = ["hello", "tensors", "functions_structs", "control_flow", "transformer_block", "memory",
+            "compiled_step"]
 
 
 # the subprocess imports the same tensorlogic as this process (the source tree or the installed one)
@@ -42,4 +43,13 @@ def test_hello_through_the_tl_command_with_memory_check():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Hello, TensorLogic!\n")
+    assert "memory check passed: 0 live bytes" in proc.stdout
+
+
+def test_compiled_step_leaves_no_device_memory_with_memory_check():
+    # the recording of `step` owns buffers while the program runs; teardown must free them all
+    proc = subprocess.run([sys.executable, "-m", "tensorlogic", "run", "--memory-check",
+                           os.path.join(ROOT, "examples", "compiled_step.tl")], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr
     assert "memory check passed: 0 live bytes" in proc.stdout

@@ -352,6 +352,58 @@ def test_attention_gqa_causal_mask_and_kv_cache_views():
     compare_all(cases)
 
 
+# --------------------------------------------------------------------------- recordings (compiled functions)
+
+class _Sym:
+    """What a compiled function's symbolic scalar shows the bindings (builtins/symbolic.py):
+    its value and its affine form over the recording's scalar inputs."""
+
+    def __init__(self, value, constant, terms):
+        self.value, self.constant, self.terms = value, constant, terms
+
+    @property
+    def _tl_affine(self):
+        return (self.value, self.constant, self.terms, isinstance(self.value, float))
+
+
+def _recorded_decode_steps():
+    """Records one decode-like step (scale by a scalar input, rope at pos, write the KV cache at
+    pos, attend over 0..pos, project) and replays it for positions 1..7; every replay must be
+    exactly one command buffer (on Metal: one MTLCommandBuffer)."""
+    rng = np.random.default_rng(3)
+    w = T(rng.standard_normal((16, 8)).astype(np.float32))
+    xs = [T(rng.standard_normal((1, 2, 4)).astype(np.float32)) for _ in range(8)]
+    cache = _core.zeros([8, 2, 4], "f32")
+
+    def step(x, pos, scale):
+        q = _core.rope(x * scale, pos, 10000.0)
+        end = _Sym(pos.value + 1, pos.constant + 1.0, pos.terms)
+        _core.copy_(_core.slice(cache, 0, pos, end, 1), q)
+        k = _core.slice(cache, 0, 0, end, 1)
+        a = _core.attention(q, k, k, causal=True, pos_offset=pos)
+        return _core.linear(a.reshape([1, 8]), w)
+
+    rec = _core.Recording(2)
+    rec.begin()
+    slot = rec.bind_input(xs[0])
+    out = step(slot, _Sym(0, 0.0, [(0, 1.0)]), _Sym(0.5, 0.0, [(1, 1.0)]))
+    del slot
+    results = rec.finish([out])
+    del out
+    assert rec.ready, rec.reason
+    _core.synchronize()
+    committed = _core.memory_stats()["command_buffers_committed"]
+    for p in range(1, 8):
+        results += rec.replay([float(p), 0.5 + 0.25 * p], [xs[p]])
+    _core.synchronize()
+    assert _core.memory_stats()["command_buffers_committed"] - committed == 7
+    return results + [cache]
+
+
+def test_recorded_step_replays_like_the_cpu_backend():
+    compare_all([("recorded decode step, 7 replays", _recorded_decode_steps)])
+
+
 # --------------------------------------------------------------------------- runtime on the device
 
 def test_memory_returns_to_baseline_on_the_other_backend():

@@ -16,6 +16,7 @@ from ..lang.errors import TLError
 from ..logic.errors import LogicError
 from ..models.errors import ModelError
 from .core import Tensor, core  # noqa: F401 - re-exported for the builtin modules
+from .symbolic import Symbolic, active as _tracing
 
 
 class BuiltinArgError(Exception):
@@ -32,6 +33,8 @@ def is_program_error(exc: BaseException) -> bool:
 
 def type_name(v: Any) -> str:
     """The TL name of a value's type, for error messages."""
+    if v.__class__ is Symbolic:
+        return "float" if isinstance(v.value, float) else "int"
     if isinstance(v, bool):
         return "bool"
     if isinstance(v, int):
@@ -69,7 +72,7 @@ def is_numeric_list(v: Any) -> bool:
         for x in stack.pop():
             if isinstance(x, list):
                 stack.append(x)
-            elif not isinstance(x, (int, float)):
+            elif not isinstance(x, (int, float, Symbolic)):
                 return False
     return True
 
@@ -82,10 +85,28 @@ def list_depth(v: Any) -> int:
     return depth
 
 
+def _concrete_list(v: list) -> list:
+    return [x.concrete("an array element") if x.__class__ is Symbolic else
+            (_concrete_list(x) if x.__class__ is list else x) for x in v]
+
+
+def _symbolic_list_tensor(v: list) -> Any:
+    """A flat list holding a compiled function's symbolic scalars: the numbers upload as a constant
+    and each symbolic element is written with a recorded `fill_`, recomputed at every replay."""
+    arr = list_to_numpy([x.value if x.__class__ is Symbolic else x for x in v])
+    t = core.from_numpy(arr)
+    for i, x in enumerate(v):
+        if x.__class__ is Symbolic:
+            core.fill_(core.slice(t, 0, i, i + 1, 1), x)
+    return t
+
+
 def list_to_numpy(v: list) -> np.ndarray:
     depth = list_depth(v)
     if depth > MAX_TENSOR_RANK:
         raise BuiltinArgError(f"nested {depth} levels deep (a tensor has at most {MAX_TENSOR_RANK} dimensions)")
+    if any(x.__class__ is Symbolic or x.__class__ is list for x in v):
+        v = _concrete_list(v)
     try:
         arr = np.array(v)
     except ValueError:
@@ -108,6 +129,9 @@ def to_tensor(v: Any, what: str = "argument", *, float_default: bool = True) -> 
             return core.from_numpy(np.zeros((0,), dtype=np.float32))
         if all(isinstance(x, Tensor) for x in v):
             return core.stack(v, 0)
+        if _tracing() is not None and any(x.__class__ is Symbolic for x in v) and \
+                all(x.__class__ is not list for x in v):
+            return _symbolic_list_tensor(v)
         arr = list_to_numpy(v)
         return core.from_numpy(arr)
     if isinstance(v, bool):
@@ -116,12 +140,16 @@ def to_tensor(v: Any, what: str = "argument", *, float_default: bool = True) -> 
         return core.from_numpy(np.array(v, dtype=np.float32 if float_default else np.int64))
     if isinstance(v, float):
         return core.from_numpy(np.array(v, dtype=np.float32))
+    if v.__class__ is Symbolic:
+        if _tracing() is not None:
+            return _symbolic_list_tensor([v]).reshape([])
+        return to_tensor(v.value, what, float_default=float_default)
     raise BuiltinArgError(f"{what} must be a tensor, got {type_name(v)}")
 
 
 def tensor_or_scalar(v: Any) -> Any:
     """For elementwise ops: tensors and Python numbers pass; lists become tensors."""
-    if isinstance(v, (Tensor, int, float)):
+    if isinstance(v, (Tensor, int, float, Symbolic)):
         return v
     if isinstance(v, list):
         return to_tensor(v)
@@ -129,6 +157,8 @@ def tensor_or_scalar(v: Any) -> Any:
 
 
 def to_int(v: Any, what: str = "argument") -> int:
+    if v.__class__ is Symbolic:
+        return to_int(v.concrete(what), what)
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, int):
@@ -144,6 +174,8 @@ def to_int(v: Any, what: str = "argument") -> int:
 
 
 def to_float(v: Any, what: str = "argument") -> float:
+    if v.__class__ is Symbolic:
+        return float(v.concrete(what))
     if isinstance(v, (int, float)):
         return float(v)
     if isinstance(v, Tensor) and v.numel == 1:
@@ -152,6 +184,8 @@ def to_float(v: Any, what: str = "argument") -> float:
 
 
 def to_bool(v: Any, what: str = "condition") -> bool:
+    if v.__class__ is Symbolic:
+        return v.concrete(what) != 0
     if isinstance(v, bool):
         return v
     if isinstance(v, (int, float)):

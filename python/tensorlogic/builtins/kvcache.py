@@ -20,11 +20,17 @@ from typing import Any
 from .convert import BuiltinArgError, Tensor, core, to_int, to_tensor, type_name
 from .dtypes import dtype_of
 from .memory import track_open
+from . import symbolic
 from .registry import TLObject, builtin
+from .symbolic import Symbolic
 
 
 class KVCache(TLObject):
     tl_type_name = "KVCache"
+    # compiled functions (interp/compiled.py) may call these: with a symbolic position or length
+    # they record the write/view with dynamic bounds and register a replay hook for the lengths
+    tl_recordable_methods = frozenset({"write", "keys", "values", "get_k", "get_v"})
+    tl_volatile_fields = frozenset({"len", "length"})
 
     def __init__(self, n_layers: int, capacity: int | None = None, n_kv_heads: int | None = None,
                  head_dim: int | None = None, dtype: str = "f32"):
@@ -59,7 +65,8 @@ class KVCache(TLObject):
     # ------------------------------------------------------------------ position style
     def write(self, layer: Any, pos: Any, k: Any, v: Any) -> None:
         i = self._layer(layer)
-        p = to_int(pos, "position")
+        dynamic = pos.__class__ is Symbolic and pos.live
+        p = pos.value if dynamic else to_int(pos, "position")
         k, v = to_tensor(k, "K"), to_tensor(v, "V")
         if k.ndim == 0 or tuple(k.shape) != tuple(v.shape):
             raise BuiltinArgError(f"KVCache expects K and V of one shape [seq, kv_heads, head_dim], got "
@@ -78,8 +85,25 @@ class KVCache(TLObject):
             self._grow(i, p, s, tail)
         if k.dtype != self.dtype:
             k, v = k.astype(self.dtype), v.astype(self.dtype)
-        self.k[i][p:p + s] = k
-        self.v[i][p:p + s] = v
+        if dynamic:
+            # inside a compiled function: the write position is recomputed at each replay, and the
+            # hook keeps the lengths (host state) and the eager checks
+            core.copy_(core.slice(self.k[i], 0, pos, pos + s, 1), k)
+            core.copy_(core.slice(self.v[i], 0, pos, pos + s, 1), v)
+            symbolic.add_hook(lambda scalars, i=i, pos=pos, s=s:
+                              self._replayed_write(i, symbolic.evaluate(pos, scalars), s))
+        else:
+            self.k[i][p:p + s] = k
+            self.v[i][p:p + s] = v
+        self.lengths[i] = p + s
+
+    def _replayed_write(self, i: int, p: int, s: int) -> None:
+        if p < 0 or p > self.lengths[i]:
+            raise BuiltinArgError(f"KVCache write at position {p} would leave a gap "
+                                  f"(layer {i} holds {self.lengths[i]} positions)")
+        rows = self.k[i].shape[0] if self.k[i] is not None else 0
+        if p + s > rows:
+            raise BuiltinArgError(f"KV cache is full: layer {i} holds {p} of {rows} positions, cannot add {s}")
         self.lengths[i] = p + s
 
     def _grow(self, layer: int, pos: int, added: int, tail: tuple) -> None:
@@ -103,12 +127,25 @@ class KVCache(TLObject):
         return self._view(self.v, self._layer(layer), n)
 
     def _view(self, bufs: list, i: int, n: Any | None) -> Any:
-        count = self.lengths[i] if n is None else to_int(n, "length")
+        if n is None:
+            symbolic.abandon("it reads a KV cache's current length (pass the length explicitly)")
+        dynamic = n.__class__ is Symbolic and n.live
+        count = self.lengths[i] if n is None else (n.value if dynamic else to_int(n, "length"))
+        self._check_view(bufs, i, count)
+        if dynamic:
+            # the hook names the store ("k" or "v"), never holds its list: a replay must not keep
+            # buffers alive that the cache released (it is refused instead)
+            which = "k" if bufs is self.k else "v"
+            symbolic.add_hook(lambda scalars, which=which, i=i, n=n:
+                              self._check_view(getattr(self, which), i, symbolic.evaluate(n, scalars)))
+            return core.slice(bufs[i], 0, 0, n, 1)
+        return bufs[i][0:count]
+
+    def _check_view(self, bufs: list, i: int, count: int) -> None:
         if bufs[i] is None or count <= 0:
             raise BuiltinArgError(f"KVCache layer {i} is empty")
         if count > self.lengths[i]:
             raise BuiltinArgError(f"KVCache layer {i} holds {self.lengths[i]} positions, {count} requested")
-        return bufs[i][0:count]
 
     # ------------------------------------------------------------------ sequence style
     def set(self, layer: Any, k: Any, v: Any) -> None:

@@ -22,6 +22,7 @@ from .kvcache import KVCache
 from .memory import track_open
 from .dtypes import dtype_of
 from .registry import TLObject, builtin
+from .symbolic import Symbolic
 
 # Files at least this large show a progress bar while uploading (when stderr is a terminal).
 PROGRESS_MIN_BYTES = 256 << 20
@@ -579,4 +580,5 @@ def _causal_attention(q, k, v, pos_offset=0):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.ndim != 3:
             raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim], got {type_name(t)}")
-    return core.attention(q, k, v, causal=True, pos_offset=to_int(pos_offset, "pos_offset"))
+    pos = pos_offset if pos_offset.__class__ is Symbolic else to_int(pos_offset, "pos_offset")
+    return core.attention(q, k, v, causal=True, pos_offset=pos)

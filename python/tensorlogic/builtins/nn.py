@@ -10,6 +10,8 @@ import math
 import numpy as np
 
 from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_tensor
+from . import symbolic
+from .symbolic import Symbolic
 from .registry import builtin
 
 C = "nn"
@@ -47,7 +49,14 @@ def embedding(table, ids):
     if isinstance(ids, Tensor):
         ids_t = ids if ids.dtype in ("i32", "i64") else ids.astype("i64")
         return core.embedding(table, ids_t)  # the kernel reports out-of-range ids
-    id_list = [to_int(i, "id") for i in (ids if isinstance(ids, list) else [ids])]
+    raw = ids if isinstance(ids, list) else [ids]
+    if symbolic.active() is not None and any(i.__class__ is Symbolic for i in raw):
+        # a compiled function's token argument: recorded as a fill, range-checked by the kernel
+        for i in raw:
+            if i.__class__ is not Symbolic and not 0 <= to_int(i, "id") < rows:
+                raise BuiltinArgError(f"token id {i} is out of range for a table of {rows} rows")
+        return core.embedding(table, to_tensor(raw, "ids", float_default=False))
+    id_list = [to_int(i, "id") for i in raw]
     for i in id_list:
         if not 0 <= i < rows:
             raise BuiltinArgError(f"token id {i} is out of range for a table of {rows} rows")
@@ -59,7 +68,8 @@ def embedding(table, ids):
          min_args=1, max_args=4, category=C)
 def rope(x, pos_offset=0, base=10000.0, neox=False):
     x = to_tensor(x, "x")  # the runtime checks x is [..., seq, heads, head_dim] with an even head_dim
-    return core.rope(x, to_int(pos_offset, "position_offset"), to_float(base, "base"), to_bool(neox, "neox"))
+    pos = pos_offset if pos_offset.__class__ is Symbolic else to_int(pos_offset, "position_offset")
+    return core.rope(x, pos, to_float(base, "base"), to_bool(neox, "neox"))
 
 
 @builtin("causal_mask", "causal_mask(n, [m], [offset])", "[n, m] f32 mask: 0 where key <= query + offset, else -inf",

@@ -19,6 +19,7 @@ from .convert import BuiltinArgError, Tensor, core, is_numeric_list, list_to_num
 from .convert import type_name
 from .formatting import format_value
 from .math_ops import scalar_div, scalar_mod, scalar_pow
+from .symbolic import Symbolic
 
 
 def tensor_from_list(v: list):
@@ -209,12 +210,19 @@ def get_item(o, keys: tuple):
     raise BuiltinArgError(f"cannot index {type_name(o)}")
 
 
+def is_tensor(v) -> bool:
+    return isinstance(v, Tensor)
+
+
 def set_item(container, key: list, v) -> None:
     """`container[k0, k1, ...] = v`."""
     if isinstance(container, Tensor):
         k = tuple(index_key(x) for x in key)
         if isinstance(v, list):
             v = tensor_from_list(v)
+        elif v.__class__ is Symbolic:  # a compiled function's scalar: a recorded fill
+            core.fill_(container[k if len(k) != 1 else k[0]], v)
+            return
         elif not isinstance(v, (Tensor, int, float)):
             raise BuiltinArgError(f"cannot store {type_name(v)} into a tensor")
         try:

@@ -25,6 +25,30 @@ class Builtin:
 
 BUILTINS: dict[str, Builtin] = {}
 
+# Builtins that act outside device tensors (output, input, host state, random draws, loading, the
+# memory ledger): a compiled function calling one is not recorded and runs eagerly (compiled.py).
+HOST_EFFECT_BUILTINS = frozenset({
+    "print", "println", "input", "env", "seed", "random", "multinomial", "temperature_sample", "top_k",
+    "top_p", "rand", "randn", "buffer_reserve", "buffer_reserve_learnable", "buffer_stats", "memory_stats",
+    "clear_cache", "reset_peak_memory", "synchronize", "load_model", "load_model_f32", "load_model_f16",
+    "load_tokenizer", "text_stream", "token_sampler", "llama_kv_cache", "KVCache::new_f32",
+    "KVCache::new_f16", "KVCache::with_capacity", "relation_tensor", "infer", "entities", "push", "pop",
+    "item", "to_list",
+})
+
+
+def _effect_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    from . import symbolic
+
+    def guarded(*args):
+        if symbolic.CURRENT is not None:
+            symbolic.abandon(f"it calls {name}, which acts outside tensors")
+        return fn(*args)
+
+    guarded.__name__ = getattr(fn, "__name__", name)
+    guarded.__doc__ = fn.__doc__
+    return guarded
+
 
 def builtin(name: str, signature: str, doc: str, *, min_args: int, max_args: int | None,
             needs_ctx: bool = False, category: str = "misc"):
@@ -33,7 +57,8 @@ def builtin(name: str, signature: str, doc: str, *, min_args: int, max_args: int
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in BUILTINS:
             raise ValueError(f"builtin {name!r} registered twice")
-        BUILTINS[name] = Builtin(name, fn, signature, doc, min_args, max_args, needs_ctx, category)
+        impl = _effect_guard(name, fn) if name in HOST_EFFECT_BUILTINS else fn
+        BUILTINS[name] = Builtin(name, impl, signature, doc, min_args, max_args, needs_ctx, category)
         return fn
 
     return register

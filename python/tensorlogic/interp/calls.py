@@ -7,7 +7,7 @@ arity is checked when the call site compiles (a static error `tl check` reports)
 """
 from __future__ import annotations
 
-from ..builtins import operators, registry
+from ..builtins import operators, registry, symbolic
 from ..builtins.convert import type_name
 from ..lang import ast
 from ..lang.errors import TLError, TLRuntimeError
@@ -257,6 +257,8 @@ class CallCompiler:
                 return self._invoke(m, argv, e, caller)
             call_method = getattr(r, "tl_call_method", None)
             if call_method is not None:
+                if symbolic.CURRENT is not None and name not in getattr(r, "tl_recordable_methods", ()):
+                    symbolic.abandon(f"it calls {type_name(r)}.{name}, which a recording cannot replay")
                 try:
                     return call_method(name, argv)
                 except AttributeError as exc:
@@ -317,6 +319,10 @@ class CallCompiler:
                 result = returns(result, {})
             return result
         fv.impl = impl
+        if any(a.name == "compile" for a in decl.annotations):
+            from .compiled import CompiledFunction
+
+            fv.impl = CompiledFunction(qname, impl, self.interp)
 
 
 

@@ -7,7 +7,7 @@ closures and turns failures into TLErrors pointing at the expression.
 """
 from __future__ import annotations
 
-from ..builtins import dtypes, operators, registry
+from ..builtins import dtypes, operators, registry, symbolic
 from ..builtins.convert import type_name
 from ..lang import ast
 from ..lang.errors import TLError
@@ -64,6 +64,9 @@ class ExpressionCompiler:
 
         def ev_global(f):
             v = g.get(name, UNSET)
+            trace = symbolic.CURRENT
+            if trace is not None and v is not UNSET:
+                trace.global_reads[name] = v  # a compiled function's replay checks it is still v
             if v is UNSET:
                 if fallback is not None:
                     return fallback
@@ -251,6 +254,8 @@ class ExpressionCompiler:
                     return o.fields[name]
                 except KeyError:
                     raise self.error(f"struct {o.type.name} has no field '{name}'", e) from None
+            if symbolic.CURRENT is not None and name in getattr(o, "tl_volatile_fields", ()):
+                symbolic.abandon(f"it reads {type_name(o)}.{name}, which changes between calls")
             try:
                 return operators.get_field(o, name)
             except AttributeError as exc:

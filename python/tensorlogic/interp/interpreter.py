@@ -49,6 +49,7 @@ class Interpreter(ProgramLogic):
         self.globals: dict[str, Any] = {}
         self.global_names: set[str] = set()
         self.functions: dict[str, FunctionValue] = {}
+        self.compiled_functions: list = []  # CompiledFunction of each `@compile fn` (their recordings)
         self.structs: dict[str, StructType] = {}
         self.relations: set[str] = set()
         self.learnable: set[str] = set()
@@ -295,6 +296,9 @@ class Interpreter(ProgramLogic):
 
     def close(self) -> None:
         """Drop every value the program created (R6): globals, frames, functions, logic engine."""
+        for cf in self.compiled_functions:
+            cf.clear()
+        self.compiled_functions.clear()
         self.globals.clear()
         self.top_frame.clear()
         self.functions.clear()

@@ -7,7 +7,7 @@ semantics of builtins/operators.py.
 """
 from __future__ import annotations
 
-from ..builtins import operators, registry
+from ..builtins import operators, registry, symbolic
 from ..builtins.convert import type_name
 from ..lang import ast
 from ..lang.errors import TLWarning
@@ -199,6 +199,8 @@ class StatementCompiler:
                 container = obj(f)
                 key = [k(f) for k in keys]
                 v = value(f)
+                if symbolic.CURRENT is not None and not operators.is_tensor(container):
+                    symbolic.abandon("it assigns into an array (host state a replay would not update)")
                 try:
                     operators.set_item(container, key, v)
                 except Exception as e:
@@ -211,6 +213,8 @@ class StatementCompiler:
             def ex_setfield(f):
                 o = obj(f)
                 v = value(f)
+                if symbolic.CURRENT is not None:
+                    symbolic.abandon(f"it assigns the field '{name}' (host state a replay would not update)")
                 if o.__class__ is StructValue:
                     if name not in o.fields:
                         raise self.error(f"struct {o.type.name} has no field '{name}'", target)

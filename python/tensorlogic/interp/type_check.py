@@ -13,6 +13,7 @@ import difflib
 
 from ..builtins import dtypes, operators
 from ..builtins.convert import Tensor, to_int, type_name
+from ..builtins.symbolic import Symbolic
 from ..lang import ast
 from ..lang.errors import TLRuntimeError
 from .values import StructValue
@@ -52,6 +53,8 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
         def check_int(v, named):
             if v.__class__ is int:
                 return v
+            if v.__class__ is Symbolic and isinstance(v.value, int):  # a compiled function's argument
+                return v
             if isinstance(v, float) and v == int(v) or isinstance(v, Tensor) and v.numel == 1:
                 return to_int(v)
             if isinstance(v, bool):
@@ -62,6 +65,8 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
         def check_float(v, named):
             if v.__class__ is float or isinstance(v, Tensor):
                 return v
+            if v.__class__ is Symbolic:
+                return v if isinstance(v.value, float) else v * 1.0
             if isinstance(v, int) and not isinstance(v, bool):
                 return float(v)
             raise TLRuntimeError(f"{what} expects a float, got {type_name(v)}")

@@ -299,6 +299,7 @@ class FnDecl(Node):
     params: tuple[Param, ...]
     return_type: Optional[TypeRef]
     body: Block
+    annotations: tuple["Annotation", ...] = ()  # `@compile`
 
 
 @dataclass(frozen=True)

@@ -403,6 +403,12 @@ class _ToAst:
         return tuple(items)
 
     def fn_decl(self, meta, ch):
+        annotations = tuple(c for c in ch if isinstance(c, ast.Annotation))
+        ch = [c for c in ch if not isinstance(c, ast.Annotation)]
+        for a in annotations:
+            if a.name != "compile" or a.args:
+                raise _AstError(f"unknown function annotation @{a.name}"
+                                f"{'(...)' if a.args else ''} (functions take @compile)", a.line, a.column)
         name = ch[0].value
         generics: tuple[str, ...] = ()
         params: tuple[ast.Param, ...] = ()
@@ -414,7 +420,7 @@ class _ToAst:
                 params = c.items
             elif isinstance(c, ast.TypeRef):
                 ret = c
-        return ast.FnDecl(*_pos(meta), name, generics, params, ret, ch[-1])
+        return ast.FnDecl(*_pos(meta), name, generics, params, ret, ch[-1], annotations)
 
     def params(self, meta, ch):
         return _Params(tuple(ch))

@@ -1,0 +1,231 @@
+"""Symbolic scalars and the active trace of a compiled function (`@compile fn`, see
+docs/compiled-functions.md and interp/compiled.py).
+
+While a compiled function records, its int and float arguments are `Symbolic`: the value of this
+call plus an affine form over the call's scalar inputs (slot i = the i-th scalar argument). Adding,
+subtracting and multiplying by numbers keeps the form, and the dynamic-aware runtime ops (rope and
+attention positions, slices with a dynamic bound, `fill_`, tensor-scalar arithmetic) record it, so a
+replay recomputes them from the new arguments.
+Invariant: any other use of a Symbolic as a number (int(), a comparison, `if`, printing, a shape, a
+list index) abandons the trace and yields the plain value: the call goes on eagerly and correctly,
+and that signature is never replayed. Outside an active trace a Symbolic is just its value.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+class Trace:
+    """One recording in progress: the native Recording, replay hooks and guards."""
+
+    def __init__(self, recording: Any, name: str):
+        self.recording = recording
+        self.name = name
+        self.reason: str | None = None
+        # run in order before each replay with the scalar inputs: host-side effects and checks of
+        # the builtins the function called (a KV cache's lengths), raising on what eager would reject
+        self.hooks: list[Callable[[list[float]], None]] = []
+        self.global_reads: dict[str, Any] = {}  # globals the body read, checked by identity at replay
+
+    def abandon(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.recording.abandon(reason)
+
+    @property
+    def live(self) -> bool:
+        return self.reason is None
+
+
+CURRENT: Trace | None = None  # the trace recording now (compiled functions do not nest)
+
+
+def active() -> Trace | None:
+    """The trace that is recording and not abandoned, or None."""
+    t = CURRENT
+    return t if t is not None and t.reason is None else None
+
+
+def abandon(reason: str) -> None:
+    """Called by builtins and the interpreter for what a recording cannot express."""
+    t = CURRENT
+    if t is not None:
+        t.abandon(reason)
+
+
+def add_hook(hook: Callable[[list[float]], None]) -> None:
+    t = active()
+    if t is not None:
+        t.hooks.append(hook)
+
+
+def evaluate(v: Any, scalars: list[float]) -> Any:
+    """The value of `v` (a Symbolic or a plain value) for a replay's scalar inputs."""
+    if v.__class__ is not Symbolic:
+        return v
+    x = v.constant + sum(c * scalars[s] for s, c in v.terms)
+    return int(round(x)) if isinstance(v.value, int) else float(x)
+
+
+def _number(o: Any) -> bool:
+    return (o.__class__ is int or o.__class__ is float) and o.__class__ is not bool
+
+
+class Symbolic:
+    """A scalar argument of a compiled function while it records (see the module docstring)."""
+
+    __slots__ = ("value", "constant", "terms", "trace")
+
+    def __init__(self, value: int | float, constant: float, terms: tuple, trace: Trace):
+        self.value = value
+        self.constant = constant
+        self.terms = terms  # ((slot, coef), ...)
+        self.trace = trace
+
+    @property
+    def live(self) -> bool:
+        t = self.trace
+        return t is CURRENT and t.reason is None
+
+    @property
+    def _tl_affine(self):
+        """What the runtime bindings read: None unless recording (cpp/bindings/bindings.h)."""
+        if not self.live:
+            return None
+        return (self.value, self.constant, list(self.terms), isinstance(self.value, float))
+
+    def concrete(self, why: str) -> int | float:
+        if self.live:
+            self.trace.abandon(f"its scalar argument is used as a plain number ({why})")
+        return self.value
+
+    # ---- affine arithmetic
+    def _combine(self, other: Any, sign: float):
+        if other.__class__ is Symbolic:
+            if not (self.live and other.live):
+                return None
+            terms = dict(self.terms)
+            for s, c in other.terms:
+                terms[s] = terms.get(s, 0.0) + sign * c
+            return Symbolic(self.value + other.value if sign > 0 else self.value - other.value,
+                            self.constant + sign * other.constant,
+                            tuple((s, c) for s, c in sorted(terms.items()) if c != 0.0), self.trace)
+        if _number(other):
+            if not self.live:
+                return None
+            return Symbolic(self.value + other if sign > 0 else self.value - other,
+                            self.constant + sign * other, self.terms, self.trace)
+        return NotImplemented
+
+    def __add__(self, other):
+        r = self._combine(other, 1.0)
+        if r is None:
+            return self.concrete("+") + (other.concrete("+") if other.__class__ is Symbolic else other)
+        return r
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        r = self._combine(other, -1.0)
+        if r is None:
+            return self.concrete("-") - (other.concrete("-") if other.__class__ is Symbolic else other)
+        return r
+
+    def __rsub__(self, other):
+        neg = self.__mul__(-1)
+        if neg is NotImplemented:
+            return NotImplemented
+        return neg + other
+
+    def __mul__(self, other):
+        if _number(other):
+            if not self.live:
+                return self.value * other
+            return Symbolic(self.value * other, self.constant * other,
+                            tuple((s, c * other) for s, c in self.terms if c * other != 0.0), self.trace)
+        if other.__class__ is Symbolic:
+            return self.concrete("*") * other.concrete("*")
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return self.__mul__(-1)
+
+    def __pos__(self):
+        return self
+
+    # ---- everything else is a concrete use
+    def __truediv__(self, o):
+        return self.concrete("/") / (o.concrete("/") if o.__class__ is Symbolic else o)
+
+    def __rtruediv__(self, o):
+        return o / self.concrete("/")
+
+    def __floordiv__(self, o):
+        return self.concrete("//") // (o.concrete("//") if o.__class__ is Symbolic else o)
+
+    def __mod__(self, o):
+        return self.concrete("%") % (o.concrete("%") if o.__class__ is Symbolic else o)
+
+    def __rmod__(self, o):
+        return o % self.concrete("%")
+
+    def __pow__(self, o):
+        return self.concrete("**") ** (o.concrete("**") if o.__class__ is Symbolic else o)
+
+    def __rpow__(self, o):
+        return o ** self.concrete("**")
+
+    def __abs__(self):
+        return abs(self.concrete("abs"))
+
+    def _cmp(self, o, op):
+        a = self.concrete("a comparison")
+        b = o.concrete("a comparison") if o.__class__ is Symbolic else o
+        return op(a, b)
+
+    def __eq__(self, o):
+        return self._cmp(o, lambda a, b: a == b)
+
+    def __ne__(self, o):
+        return self._cmp(o, lambda a, b: a != b)
+
+    def __lt__(self, o):
+        return self._cmp(o, lambda a, b: a < b)
+
+    def __le__(self, o):
+        return self._cmp(o, lambda a, b: a <= b)
+
+    def __gt__(self, o):
+        return self._cmp(o, lambda a, b: a > b)
+
+    def __ge__(self, o):
+        return self._cmp(o, lambda a, b: a >= b)
+
+    def __hash__(self):
+        return hash(self.concrete("a hash"))
+
+    def __bool__(self):
+        return bool(self.concrete("a condition"))
+
+    def __int__(self):
+        return int(self.concrete("an int"))
+
+    def __index__(self):
+        return int(self.concrete("an index or size"))
+
+    def __float__(self):
+        return float(self.concrete("a float"))
+
+    def __round__(self, n=None):
+        return round(self.concrete("round"), n)
+
+    def __str__(self):
+        return str(self.concrete("text"))
+
+    def __repr__(self):
+        return repr(self.concrete("text"))
+
+    def __format__(self, spec):
+        return format(self.concrete("text"), spec)

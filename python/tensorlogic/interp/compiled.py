@@ -1,0 +1,232 @@
+"""Compiled TL functions: `@compile fn step(...)` records its first call per signature and replays
+later calls natively, as one command buffer with no Python per op (docs/compiled-functions.md).
+
+Signature: the arguments flattened -- a tensor is an input (its shape and dtype are in the key), an
+int or float is a scalar input (its kind is in the key, not its value), lists and structs are walked,
+bools and strings are part of the key by value, any other value (a model, a KV cache) by identity.
+Recording: the body runs eagerly on private copies of the tensor inputs (slots) with its scalars as
+`Symbolic` (builtins/symbolic.py) while the runtime appends every op to a `_core.Recording`.
+Replay: the globals the body read must be the same objects, the builtins' replay hooks run (a KV
+cache's length bookkeeping and checks), then the recording runs with the new scalars and tensors.
+Invariants: a replay computes what an eager call would (bitwise on the CPU backend); whatever a
+recording cannot express abandons it and that signature runs eagerly from then on (a one-line note
+under --debug); a refused replay (a tensor it used was released) records anew.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from ..builtins import recording, symbolic
+from ..builtins.symbolic import Symbolic, Trace
+from .values import StructValue
+
+MAX_RECORDINGS_PER_FUNCTION = 8
+DEBUG = False  # `tl run --debug`: one stderr line per recording, abandonment and refusal
+ENABLED = os.environ.get("TL_COMPILE", "1") != "0"  # TL_COMPILE=0: every call runs eagerly
+
+
+def set_debug(on: bool) -> None:
+    global DEBUG
+    DEBUG = on
+
+
+def _note(text: str) -> None:
+    if DEBUG:
+        print(f"tl: compile: {text}", file=sys.stderr)
+
+
+class _Eager:
+    """A signature that runs eagerly (its recording was abandoned)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+class _Replayable:
+    __slots__ = ("recording", "result", "hooks", "global_reads", "pinned")
+
+    def __init__(self, recording, result, hooks, global_reads, pinned):
+        self.recording = recording
+        self.result = result  # the result's shape: see _result_spec
+        self.hooks = hooks
+        self.global_reads = global_reads
+        self.pinned = pinned  # the identity-keyed arguments, kept alive so their ids stay theirs
+
+
+_EXACT_INT = 2 ** 53  # scalar inputs travel as doubles: larger ints are constants of the signature
+
+
+def _flatten(v: Any, key: list, tensors: list, scalars: list, pinned: list) -> None:
+    cls = v.__class__
+    if cls is int and abs(v) > _EXACT_INT:
+        key.append(("c", v))
+    elif cls is int:
+        key.append("i")
+        scalars.append(v)
+    elif cls is float:
+        key.append("f")
+        scalars.append(v)
+    elif cls is bool or cls is str or v is None:
+        key.append(("c", v))
+    elif recording.is_tensor(v):
+        key.append(("T",) + recording.tensor_key(v))
+        tensors.append(v)
+    elif cls is list:
+        key.append(("L", len(v)))
+        for x in v:
+            _flatten(x, key, tensors, scalars, pinned)
+    elif cls is StructValue:
+        key.append(("S", id(v.type), tuple(v.fields)))
+        pinned.append(v.type)
+        for x in v.fields.values():
+            _flatten(x, key, tensors, scalars, pinned)
+    else:
+        key.append(("O", id(v)))
+        pinned.append(v)
+
+
+def _substitute(v: Any, slots: list, syms: list) -> Any:
+    """`v` with its tensors replaced by the recording's slots and its numbers by Symbolics, walked
+    in _flatten's order."""
+    cls = v.__class__
+    if cls is int and abs(v) > _EXACT_INT:
+        return v
+    if cls is int or cls is float:
+        return syms.pop()
+    if cls is bool or cls is str or v is None:
+        return v
+    if recording.is_tensor(v):
+        return slots.pop()
+    if cls is list:
+        return [_substitute(x, slots, syms) for x in v]
+    if cls is StructValue:
+        return StructValue(v.type, {k: _substitute(x, slots, syms) for k, x in v.fields.items()})
+    return v
+
+
+def _result_spec(v: Any, outs: list, trace: Trace, args_by_id: set) -> Any:
+    """A description of the result: ("T", i) the i-th output tensor, ("Y", symbolic), ("C", value),
+    ("L", [...]), ("S", type, {...}). Abandons for values a replay could not reproduce."""
+    cls = v.__class__
+    if recording.is_tensor(v):
+        outs.append(v)
+        return ("T", len(outs) - 1)
+    if cls is Symbolic:
+        return ("Y", v) if v.live else ("C", v.value)
+    if cls in (int, float, bool, str) or v is None:
+        return ("C", v)
+    if cls is list:
+        return ("L", [_result_spec(x, outs, trace, args_by_id) for x in v])
+    if cls is StructValue:
+        return ("S", v.type, {k: _result_spec(x, outs, trace, args_by_id) for k, x in v.fields.items()})
+    if id(v) not in args_by_id:
+        trace.abandon("the result holds a value other than tensors, numbers, lists and structs")
+    return ("C", v)
+
+
+def _build(spec: Any, outs: list, scalars: list) -> Any:
+    kind = spec[0]
+    if kind == "T":
+        return outs[spec[1]]
+    if kind == "C":
+        return spec[1]
+    if kind == "Y":
+        return symbolic.evaluate(spec[1], scalars)
+    if kind == "L":
+        return [_build(s, outs, scalars) for s in spec[1]]
+    return StructValue(spec[1], {k: _build(s, outs, scalars) for k, s in spec[2].items()})
+
+
+class CompiledFunction:
+    """The `impl` of a `@compile` function value: `impl(argv)` like any compiled TL function."""
+
+    def __init__(self, name: str, impl, interp):
+        self.name = name
+        self.impl = impl
+        self.interp = interp
+        self.entries: dict[tuple, Any] = {}
+        self.records = 0
+        self.replays = 0
+        interp.compiled_functions.append(self)
+
+    def clear(self) -> None:
+        """Drop every recording (their buffers return to the pool once no replay uses them)."""
+        self.entries.clear()
+
+    def __call__(self, argv: list) -> Any:
+        if symbolic.CURRENT is not None or not ENABLED:  # inside another recording: inlined
+            return self.impl(argv)
+        key: list = []
+        tensors: list = []
+        scalars: list = []
+        pinned: list = []
+        for a in argv:
+            _flatten(a, key, tensors, scalars, pinned)
+        k = tuple(key)
+        entry = self.entries.get(k)
+        if entry is None:
+            return self._record(k, argv, tensors, scalars, pinned)
+        if entry.__class__ is _Eager:
+            return self.impl(argv)
+        g = self.interp.globals
+        for name, value in entry.global_reads.items():
+            if g.get(name) is not value:
+                _note(f"{self.name}: global '{name}' changed since it was recorded; recording again")
+                del self.entries[k]
+                return self._record(k, argv, tensors, scalars, pinned)
+        fscalars = [float(s) for s in scalars]
+        for hook in entry.hooks:
+            hook(fscalars)
+        try:
+            outs = entry.recording.replay(fscalars, tensors)
+        except recording.ReplayRefused as e:
+            _note(f"{self.name}: {e}; recording again")
+            del self.entries[k]
+            return self._record(k, argv, tensors, scalars, pinned)
+        self.replays += 1
+        return _build(entry.result, outs, fscalars)
+
+    def _record(self, key: tuple, argv: list, tensors: list, scalars: list, pinned: list) -> Any:
+        if len(self.entries) >= MAX_RECORDINGS_PER_FUNCTION:
+            del self.entries[next(iter(self.entries))]
+        rec = recording.new_recording(len(scalars))
+        trace = Trace(rec, self.name)
+        symbolic.CURRENT = trace
+        try:
+            rec.begin()
+        except BaseException:
+            symbolic.CURRENT = None
+            raise
+        try:
+            slots = [rec.bind_input(t) for t in tensors]
+            syms = [Symbolic(v, 0.0, ((i, 1.0),), trace) for i, v in enumerate(scalars)]
+            slots.reverse()
+            syms.reverse()
+            body_args = [_substitute(a, slots, syms) for a in argv]
+            result = self.impl(body_args)
+            del body_args
+            outs: list = []
+            spec = _result_spec(result, outs, trace, {id(p) for p in pinned})
+            del result
+        except BaseException:
+            rec.cancel()
+            symbolic.CURRENT = None
+            raise
+        symbolic.CURRENT = None
+        fresh = rec.finish(outs)
+        del outs
+        fscalars = [float(s) for s in scalars]
+        value = _build(spec, fresh, fscalars)
+        self.records += 1
+        if rec.ready:
+            self.entries[key] = _Replayable(rec, spec, trace.hooks, trace.global_reads, pinned)
+            _note(f"{self.name}: recorded {rec.n_commands} ops ({rec.n_dynamic} with dynamic parameters, "
+                  f"{rec.owned_bytes} bytes owned)")
+        else:
+            self.entries[key] = _Eager(rec.reason)
+            _note(f"{self.name}: runs eagerly for this signature: {rec.reason}")
+        return value
