@@ -1,7 +1,8 @@
 #pragma once
 // Debug and tuning switches of the runtime, read once from the environment when a device starts
 // (TL_DEBUG_POISON, TL_DEBUG_DELAY_US, TL_NO_CACHE, TL_DEBUG_MEMORY, TL_OPS_PER_COMMAND_BUFFER,
-// TL_CACHE_LIMIT_MB, TL_THREADS, TL_BACKEND) and changeable at run time through set_debug().
+// TL_CACHE_LIMIT_MB, TL_THREADS, TL_BACKEND, TL_Q8_ACTIVATIONS) and changeable at run time through
+// set_debug() / set_q8_activations().
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +16,8 @@ struct DebugConfig {
   std::atomic<bool> no_cache{false};      // free buffers at once instead of caching them
   std::atomic<bool> trace{false};         // one stderr line per allocation, reuse and free
   std::atomic<int> ops_per_command_buffer{64};
+  // linear ops encoded while this is on quantize their activations to 8 bits (approximate, faster)
+  std::atomic<bool> q8_activations{false};
 
   void load_env();  // overwrite every field from the environment
 };
@@ -44,6 +47,7 @@ inline void DebugConfig::load_env() {
   c.trace = env_flag("TL_DEBUG_MEMORY");
   int64_t n = env_int("TL_OPS_PER_COMMAND_BUFFER", 64);
   c.ops_per_command_buffer = static_cast<int>(n < 1 ? 1 : (n > 1000000 ? 1000000 : n));
+  c.q8_activations = env_flag("TL_Q8_ACTIVATIONS");
 }
 
 }  // namespace tl

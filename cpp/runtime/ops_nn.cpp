@@ -134,6 +134,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const std::optional<Tensor>& b
     View xv = x.view(), wv = w.view(), ov = out.view();
     if (K == 0)
       encode(*dev, [ov](Kernels& k) { k.fill(ov, 0.0); }, {}, {&out});
+    else if (dev->debug().q8_activations.load(std::memory_order_relaxed) && is_quantized(w.dtype))
+      encode(*dev, [xv, wv, ov](Kernels& k) { k.linear_q8_activations(xv, wv, ov); }, {&x, &w}, {&out});
     else
       encode(*dev, [xv, wv, ov](Kernels& k) { k.linear(xv, wv, ov); }, {&x, &w}, {&out});
   }

@@ -496,6 +496,87 @@ void test_linear_and_gather(Kernels& k) {
   CHECK(threw, "gather_rows with id 8 of 8 rows must throw KernelError");
 }
 
+// Matrix-vector shapes around the 4-row groups of the decode kernels: N = 1..9 (every tail), a
+// single block (K = 32) and a long row, for the formats with hand-written AVX2 dots.
+void test_linear_row_groups(Kernels& k) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
+    for (int64_t K : {32, 96, 1536}) {
+      for (int64_t N = 1; N <= 9; ++N) {
+        std::vector<uint8_t> w = random_weights(t, N, K);
+        std::vector<double> wd = ref_dequant(t, w, N, K);
+        std::vector<float> x = randn(K), out(N);
+        k.linear(make_view(x.data(), DType::F32, {1, K}), make_view(w.data(), t, {N, K}),
+                 make_view(out.data(), DType::F32, {1, N}));
+        std::vector<double> want(N);
+        double scale = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t c = 0; c < K; ++c) {
+            want[n] += x[c] * wd[n * K + c];
+            scale = std::max(scale, std::fabs(x[c] * wd[n * K + c]));
+          }
+        }
+        std::string what = std::string("linear rows ") + dtype_name(t) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+        close_all(out.data(), want.data(), out.size(), 1e-5 * scale * std::sqrt(double(K)) + 1e-6, 1e-5, what.c_str());
+      }
+    }
+  }
+}
+
+// The 8-bit activation path, against a reference written from its definition: x quantized per
+// block of 32 to q = round_half_even(x * 127 / max|x|) with d = max|x| / 127, integer dot products
+// per block, scaled by the weight block's d (and its m for Q4_1 times d * sum(q)).
+void test_linear_q8_activations(Kernels& k) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    for (int64_t K : {32, 160, 576}) {
+      for (int64_t N : {1, 3, 4, 7, 37}) {
+        std::vector<uint8_t> w = random_weights(t, N, K);
+        std::vector<double> wd = ref_dequant(t, w, N, K);
+        std::vector<float> x = randn(K);
+        x[0] = 0.0f;                                                   // exact zeros quantize to 0
+        if (K >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block
+        std::vector<float> out(N), exact(N);
+        View vx = make_view(x.data(), DType::F32, {1, K}), vw = make_view(w.data(), t, {N, K});
+        k.linear_q8_activations(vx, vw, make_view(out.data(), DType::F32, {1, N}));
+        k.linear(vx, vw, make_view(exact.data(), DType::F32, {1, N}));
+        std::vector<double> xq(K);  // dequantized activations
+        for (int64_t b = 0; b < K / 32; ++b) {
+          float amax = 0;
+          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+          const float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+          for (int j = 0; j < 32; ++j) {
+            double q = std::nearbyint(x[b * 32 + j] * id);
+            xq[b * 32 + j] = std::min(127.0, std::max(-127.0, q)) * d;
+          }
+        }
+        std::vector<double> want(N);
+        double scale = 0, diff = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t c = 0; c < K; ++c) {
+            want[n] += xq[c] * wd[n * K + c];
+            scale = std::max(scale, std::fabs(xq[c] * wd[n * K + c]));
+          }
+          diff = std::max(diff, std::fabs(static_cast<double>(exact[n]) - want[n]));
+        }
+        std::string what = std::string("linear 8-bit activations ") + dtype_name(t) + " K=" + std::to_string(K) +
+                           " N=" + std::to_string(N);
+        close_all(out.data(), want.data(), out.size(), 1e-5 * scale * std::sqrt(double(K)) + 1e-6, 1e-5, what.c_str());
+        // The quantized path really ran: its result is not the exact one.
+        CHECK(diff > 1e-6 * scale, "%s: result equals the exact linear", what.c_str());
+      }
+    }
+  }
+  // Formats without an integer dot, and M > 1, compute linear exactly.
+  for (DType t : {DType::Q4_K, DType::F16, DType::Q4_1}) {
+    const int64_t K = 256, N = 5, M = t == DType::Q4_1 ? 3 : 1;
+    std::vector<uint8_t> w = random_weights(t, N, K);
+    std::vector<float> x = randn(M * K), a(M * N), b(M * N);
+    View vx = make_view(x.data(), DType::F32, {M, K}), vw = make_view(w.data(), t, {N, K});
+    k.linear_q8_activations(vx, vw, make_view(a.data(), DType::F32, {M, N}));
+    k.linear(vx, vw, make_view(b.data(), DType::F32, {M, N}));
+    CHECK(a == b, "linear_q8_activations %s M=%lld falls back to the exact linear", dtype_name(t), (long long)M);
+  }
+}
+
 // ------------------------------------------------------------------ nn
 
 void test_norms(Kernels& k) {
@@ -609,6 +690,8 @@ int main() {
     test_reduce_softmax(*k);
     test_matmul(*k);
     test_linear_and_gather(*k);
+    test_linear_row_groups(*k);
+    test_linear_q8_activations(*k);
     test_norms(*k);
     test_rope(*k);
     test_attention(*k);
