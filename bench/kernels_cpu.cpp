@@ -8,6 +8,7 @@
 //   g++ -O3 -std=c++17 -Icpp bench/kernels_cpu.cpp cpp/backends/cpu/{thread_pool,cpu_kernels,kernels_*}.cpp -lpthread
 // Run:   bench_kernels_cpu [seconds_per_case [--decode]]   (--decode: only Q4_1/Q8_0 at M = 1)
 //        bench_kernels_cpu --forward                          (only the kernel-only forward pass)
+//        bench_kernels_cpu --attention [seconds_per_case]     (decode attention at 128..4096 keys)
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -203,9 +204,64 @@ void bench_forward(std::mt19937& rng) {
   }
 }
 
+// Decode attention of one layer (1 query row, 9 query / 3 KV heads of 64) over `ctx` cached keys,
+// f32 and f16 caches: the part of a decode step that grows with the context.
+void bench_attention(double seconds) {
+  std::printf("%-6s %-6s %8s %12s %12s %12s\n", "kv", "thr", "context", "us/call", "cpu us/call", "fastest us");
+  std::mt19937 rng(5);
+  const int64_t hq = 9, hkv = 3, hd = 64;
+  for (int threads : {1, 2}) {
+    auto k = make_cpu_kernels(threads);
+    for (int64_t ctx : {128, 1024, 4096}) {
+      for (DType t : {DType::F32, DType::F16}) {
+        std::vector<float> q(hq * hd), out(hq * hd), kf(ctx * hkv * hd), vf(ctx * hkv * hd);
+        for (auto* vec : {&q, &kf, &vf})
+          for (auto& x : *vec) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+        std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+        for (size_t i = 0; i < kf.size(); ++i) {
+          kh[i] = tl::cpu::f32_to_f16(kf[i]);
+          vh[i] = tl::cpu::f32_to_f16(vf[i]);
+        }
+        void* kp = t == DType::F16 ? static_cast<void*>(kh.data()) : static_cast<void*>(kf.data());
+        void* vp = t == DType::F16 ? static_cast<void*>(vh.data()) : static_cast<void*>(vf.data());
+        auto call = [&] {
+          k->attention(KernelOnlyModel::view(q.data(), DType::F32, {1, hq, hd}), KernelOnlyModel::view(kp, t, {ctx, hkv, hd}),
+                       KernelOnlyModel::view(vp, t, {ctx, hkv, hd}), View{}, 0.125f, true, ctx - 1,
+                       KernelOnlyModel::view(out.data(), DType::F32, {1, hq, hd}));
+        };
+        call();
+        Timing best{1e30, 1e30, 1e30};
+        for (int round = 0; round < 5; ++round) {
+          int iters = 0;
+          auto t0 = std::chrono::steady_clock::now();
+          const double c0 = process_cpu_seconds();
+          double elapsed = 0;
+          do {
+            auto c1 = std::chrono::steady_clock::now();
+            call();
+            ++iters;
+            auto c2 = std::chrono::steady_clock::now();
+            best.fastest = std::min(best.fastest, std::chrono::duration<double>(c2 - c1).count());
+            elapsed = std::chrono::duration<double>(c2 - t0).count();
+          } while (elapsed < seconds / 5);
+          best.wall = std::min(best.wall, elapsed / iters);
+          best.cpu = std::min(best.cpu, (process_cpu_seconds() - c0) / iters);
+        }
+        std::printf("%-6s %-6d %8lld %12.1f %12.1f %12.1f\n", dtype_name(t), threads, (long long)ctx, best.wall * 1e6,
+                    best.cpu * 1e6, best.fastest * 1e6);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) {
+    bench_attention(argc > 2 ? std::atof(argv[2]) : 0.5);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--forward") == 0) {
     std::mt19937 rng(3);
     bench_forward(rng);

@@ -679,6 +679,67 @@ void test_attention(Kernels& k) {
   }
 }
 
+// Decode-shaped attention (few query rows, many keys), where the keys are split over tasks and the
+// partial softmaxes merged: f32 and f16 caches, head dims with and without a SIMD tail, causal
+// limits inside the cache, an additive mask with -inf entries and a query row that sees no key.
+void test_attention_long(Kernels& k) {
+  struct Case { int64_t Sq, Hq, Hkv, D, Sk, pos; bool causal, use_mask, f16; };
+  const Case cases[] = {
+      {1, 9, 3, 64, 4100, 4099, true, false, false}, {1, 9, 3, 64, 4100, 4099, true, false, true},
+      {1, 6, 2, 40, 1000, 700, true, true, true},    {2, 4, 4, 16, 300, 290, true, false, false},
+      {1, 2, 1, 64, 129, 0, false, true, false},     {3, 6, 3, 8, 2000, 1500, false, true, true},
+  };
+  for (const Case& c : cases) {
+    const int64_t Sq = c.Sq, Hq = c.Hq, Hkv = c.Hkv, D = c.D, Sk = c.Sk;
+    std::vector<float> q = randn(Sq * Hq * D), kf = randn(Sk * Hkv * D), vf = randn(Sk * Hkv * D);
+    std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) {
+      kh[i] = tl::cpu::f32_to_f16(kf[i]);
+      vh[i] = tl::cpu::f32_to_f16(vf[i]);
+      if (c.f16) {
+        kf[i] = tl::cpu::f16_to_f32(kh[i]);
+        vf[i] = tl::cpu::f16_to_f32(vh[i]);
+      }
+    }
+    std::vector<float> mask(Sq * Sk, 0.0f), out(Sq * Hq * D);
+    if (c.use_mask) {
+      mask = randn(Sq * Sk);
+      for (int64_t j = 0; j < Sk; j += 3) mask[j] = -INFINITY;
+      if (Sq > 1) std::fill(mask.begin() + Sk, mask.begin() + 2 * Sk, -INFINITY);  // row 1 sees nothing
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    View vk = c.f16 ? make_view(kh.data(), DType::F16, {Sk, Hkv, D}) : make_view(kf.data(), DType::F32, {Sk, Hkv, D});
+    View vv = c.f16 ? make_view(vh.data(), DType::F16, {Sk, Hkv, D}) : make_view(vf.data(), DType::F32, {Sk, Hkv, D});
+    k.attention(make_view(q.data(), DType::F32, {Sq, Hq, D}), vk, vv,
+                c.use_mask ? make_view(mask.data(), DType::F32, {Sq, Sk}) : View{}, scale, c.causal, c.pos,
+                make_view(out.data(), DType::F32, {Sq, Hq, D}));
+    std::vector<double> want(out.size(), 0.0);
+    for (int64_t i = 0; i < Sq; ++i)
+      for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t kvh = h / (Hq / Hkv);
+        const int64_t n = c.causal ? std::min(Sk, c.pos + i + 1) : Sk;
+        std::vector<double> sc(n);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          double d = 0;
+          for (int64_t e = 0; e < D; ++e) d += (double)q[(i * Hq + h) * D + e] * kf[(j * Hkv + kvh) * D + e];
+          sc[j] = d * scale + mask[i * Sk + j];
+          mx = std::max(mx, sc[j]);
+        }
+        if (mx == -INFINITY) continue;  // no visible key: zeros
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(sc[j] - mx);
+        for (int64_t j = 0; j < n; ++j) {
+          const double p = std::exp(sc[j] - mx) / sum;
+          for (int64_t e = 0; e < D; ++e) want[(i * Hq + h) * D + e] += p * vf[(j * Hkv + kvh) * D + e];
+        }
+      }
+    std::string what = "attention long Sq=" + std::to_string(Sq) + " D=" + std::to_string(D) + " Sk=" +
+                       std::to_string(Sk) + (c.f16 ? " f16" : " f32") + (c.use_mask ? " mask" : "");
+    close_all(out.data(), want.data(), out.size(), 2e-6, 1e-4, what.c_str());
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -695,6 +756,7 @@ int main() {
     test_norms(*k);
     test_rope(*k);
     test_attention(*k);
+    test_attention_long(*k);
   }
   test_half();
   test_thread_pool();
