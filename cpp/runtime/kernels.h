@@ -101,8 +101,9 @@ class Kernels {
   // out contiguous [M, N] f32. Quantized weights are dequantized block by block inside the dot
   // product, never into a full f32 copy. M == 1 is the decode (matrix-vector) case.
   virtual void linear(const View& x, const View& w, const View& out) = 0;
-  // linear with x quantized to 8-bit blocks first (llama.cpp's activation quantization) where the
-  // backend has an integer dot product for w's dtype: faster and approximate. The default (and
+  // linear with every row of x quantized to 8-bit blocks first (llama.cpp's activation
+  // quantization) where the backend has an integer dot product for w's dtype: faster matrix-vector
+  // products, approximate results. The default (and
   // any case without such a path) computes linear exactly. Chosen per op by the device's
   // q8_activations switch (TL_Q8_ACTIVATIONS, `tl generate --fast`).
   virtual void linear_q8_activations(const View& x, const View& w, const View& out) { linear(x, w, out); }

@@ -95,18 +95,25 @@ constexpr int64_t kChunk = 512;
 void dequantize_row(DType t, const void* src, int64_t n, float* dst);
 
 // ---- 8-bit activations (kernels_quant_q8.cpp) ----
-// x quantized to blocks of 32 int8: q[K], and per block the scale d and d * sum(q).
+// m rows of x quantized to blocks of 32 int8: q[m, K], and per block the scale d and d * sum(q).
 struct Q8Activations {
-  int64_t nb = 0;
+  int64_t m = 0, nb = 0;  // rows, blocks per row
   std::vector<int8_t> q;
   std::vector<float> d, dsum;
 };
+// One row of Q8Activations.
+struct Q8Row {
+  const int8_t* q;
+  const float* d;
+  const float* dsum;
+  int64_t nb;
+};
 // Whether weights of dtype t have an integer dot product with 8-bit activations.
 bool has_q8_matvec(DType t);
-// Quantizes x[k] (k a multiple of 32) into out, reusing its storage.
-void quantize_activations_q8(const float* x, int64_t k, Q8Activations& out);
-// out[n] = w_n . x for the N rows of w (wrow bytes apart) against quantized x, over the pool.
-void q8_matvec(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,
+// Quantizes x[m, k] (k a multiple of 32) into out, reusing its storage.
+void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out);
+// out[i, n] = w_n . x_i for the N rows of w (wrow bytes apart) and the m quantized rows of x.
+void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,
                float* out);
 
 // f32 dot product, vectorised (AVX2/FMA when the CPU has it).

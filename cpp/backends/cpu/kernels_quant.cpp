@@ -717,10 +717,10 @@ void for_row_groups(ThreadPool& pool, int64_t N, size_t wrow, F&& body) {
 void CpuKernels::linear_q8_activations(const View& x, const View& w, const View& out) {
   int64_t M, K, N;
   check_linear(x, w, out, &M, &K, &N);
-  if (M != 1 || N == 0 || !has_q8_matvec(w.dtype)) return linear(x, w, out);
+  if (M == 0 || N == 0 || !has_q8_matvec(w.dtype)) return linear(x, w, out);
   thread_local Q8Activations act;
-  quantize_activations_q8(static_cast<const float*>(x.data), K, act);
-  q8_matvec(pool(), w.dtype, static_cast<const uint8_t*>(w.data), row_bytes(w.dtype, K), N, act,
+  quantize_activations_q8(static_cast<const float*>(x.data), M, K, act);
+  q8_matmul(pool(), w.dtype, static_cast<const uint8_t*>(w.data), row_bytes(w.dtype, K), N, act,
             static_cast<float*>(out.data));
 }
 

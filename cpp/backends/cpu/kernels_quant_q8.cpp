@@ -1,5 +1,5 @@
-// Matrix-vector products with 8-bit activations: the opt-in fast path of linear (decode, M == 1),
-// as llama.cpp computes its quantized matmuls. x is quantized once per call to blocks of 32 int8
+// linear with 8-bit activations: the opt-in fast path, as llama.cpp computes its quantized
+// matmuls. Every row of x is quantized once per call to blocks of 32 int8
 // with an f32 scale d = max|x_b| / 127 (round to nearest even), and every weight block's dot
 // product is an integer one (AVX2: maddubs + madd), scaled by d_w * d_x. Only Q4_0, Q4_1 and
 // Q8_0 weights have this path; linear uses the exact one for every other dtype.
@@ -48,10 +48,10 @@ void quantize_block_portable(const float* x, int8_t* q, float* d, float* dsum) {
 
 // One weight row (nb blocks) against the quantized x.
 template <DType T>
-float dot_q8_portable(const uint8_t* w, const Q8Activations& a) {
+float dot_q8_portable(const uint8_t* w, const Q8Row& a) {
   float acc = 0.0f;
   for (int64_t b = 0; b < a.nb; ++b) {
-    const int8_t* xq = a.q.data() + b * kQ8Block;
+    const int8_t* xq = a.q + b * kQ8Block;
     int isum = 0;
     if constexpr (T == DType::Q8_0) {
       const uint8_t* p = w + b * 34;
@@ -136,7 +136,7 @@ TL_AVX2 TL_INLINE __m256i nibbles32(const uint8_t* qs) {
 
 // R rows (1..4) at w + r * stride.
 template <DType T, int R>
-TL_AVX2 void dot_q8_avx2(const uint8_t* w, size_t stride, const Q8Activations& a, float* out) {
+TL_AVX2 void dot_q8_avx2(const uint8_t* w, size_t stride, const Q8Row& a, float* out) {
   __m256 acc[R];
   float extra[R];  // Q4_1: sum_b m_b * dsum_b; Q4_0: sum_b d_b * dsum_b
   for (int r = 0; r < R; ++r) {
@@ -144,7 +144,7 @@ TL_AVX2 void dot_q8_avx2(const uint8_t* w, size_t stride, const Q8Activations& a
     extra[r] = 0.0f;
   }
   for (int64_t b = 0; b < a.nb; ++b) {
-    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + b * kQ8Block));
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + b * kQ8Block));
     const float dx = a.d[b];
     for (int r = 0; r < R; ++r) {
       if constexpr (T == DType::Q8_0) {
@@ -177,16 +177,16 @@ TL_AVX2 void dot_q8_avx2(const uint8_t* w, size_t stride, const Q8Activations& a
 
 using QuantizeBlockFn = void (*)(const float* x, int8_t* q, float* d, float* dsum);
 // out[r] = row r . x for `rows` (1..4) rows at w + r * stride.
-using Q8RowsFn = void (*)(const uint8_t* w, size_t stride, int rows, const Q8Activations& a, float* out);
+using Q8RowsFn = void (*)(const uint8_t* w, size_t stride, int rows, const Q8Row& a, float* out);
 
 template <DType T>
-void rows_portable(const uint8_t* w, size_t stride, int rows, const Q8Activations& a, float* out) {
+void rows_portable(const uint8_t* w, size_t stride, int rows, const Q8Row& a, float* out) {
   for (int r = 0; r < rows; ++r) out[r] = dot_q8_portable<T>(w + r * stride, a);
 }
 
 #if defined(__x86_64__)
 template <DType T>
-TL_AVX2 void rows_avx2(const uint8_t* w, size_t stride, int rows, const Q8Activations& a, float* out) {
+TL_AVX2 void rows_avx2(const uint8_t* w, size_t stride, int rows, const Q8Row& a, float* out) {
   switch (rows) {
     case 4: return dot_q8_avx2<T, 4>(w, stride, a, out);
     case 3: return dot_q8_avx2<T, 3>(w, stride, a, out);
@@ -224,28 +224,40 @@ Q8RowsFn rows_fn(DType t) {
 
 bool has_q8_matvec(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 
-void quantize_activations_q8(const float* x, int64_t k, Q8Activations& out) {
+void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out) {
   if (k % kQ8Block != 0) kernel_fail("8-bit activations: K=" + std::to_string(k) + " is not a multiple of 32");
+  out.m = m;
   out.nb = k / kQ8Block;
-  out.q.resize(static_cast<size_t>(k));
-  out.d.resize(static_cast<size_t>(out.nb));
-  out.dsum.resize(static_cast<size_t>(out.nb));
+  out.q.resize(static_cast<size_t>(m * k));
+  out.d.resize(static_cast<size_t>(m * out.nb));
+  out.dsum.resize(static_cast<size_t>(m * out.nb));
   const QuantizeBlockFn quantize = quantize_block_fn();
-  for (int64_t b = 0; b < out.nb; ++b)
+  for (int64_t b = 0; b < m * out.nb; ++b)
     quantize(x + b * kQ8Block, out.q.data() + b * kQ8Block, out.d.data() + b, out.dsum.data() + b);
 }
 
-void q8_matvec(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,
+void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,
                float* out) {
   const Q8RowsFn rows = rows_fn(t);
   if (!rows) kernel_fail(std::string("8-bit activations: no integer dot product for ") + dtype_name(t));
-  // Groups of 4 rows; at least ~32 KiB of weights per chunk so small matrices skip the dispatch.
+  // Groups of 4 weight rows, each multiplied with every row of x while it is in cache; at least
+  // ~32 KiB of weights per chunk so that small matrices skip the dispatch.
   const int64_t groups = (N + 3) / 4;
-  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(4 * wrow, 1)));
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(4 * wrow * a.m, 1)));
   pool.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t n = 4 * g;
-      rows(w + n * wrow, wrow, static_cast<int>(std::min<int64_t>(4, N - n)), a, out + n);
+      const int cnt = static_cast<int>(std::min<int64_t>(4, N - n));
+      for (int64_t i = 0; i < a.m; ++i) {
+        const Q8Row row{a.q.data() + i * a.nb * kQ8Block, a.d.data() + i * a.nb, a.dsum.data() + i * a.nb, a.nb};
+        if (a.m == 1) {
+          rows(w + n * wrow, wrow, cnt, row, out + n);
+        } else {
+          float o[4];
+          rows(w + n * wrow, wrow, cnt, row, o);
+          std::copy(o, o + cnt, out + i * N + n);
+        }
+      }
     }
   });
 }

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
 CHAT_CONTEXT = 2048  # default KV cache length of `tl chat`; `tl generate` sizes it to the request
+KV_DTYPES = ("f32", "f16")  # f32: exact; f16: half the cache's memory and bandwidth (long contexts)
 
 
 @dataclass
@@ -111,7 +112,8 @@ class LlmSession:
     """One model, its tokenizer, a KV cache sized to `context`, and the TL program that runs them."""
 
     def __init__(self, path: str | Path, backend: str | None = None, context: int | None = None,
-                 progress: bool = False, weight_mode: str = "native"):
+                 progress: bool = False, weight_mode: str = "native", kv_dtype: str = "f32",
+                 fast: bool = False):
         try:
             from .. import _core as core  # noqa: F401
         except ImportError as e:
@@ -126,6 +128,14 @@ class LlmSession:
             except core.TLRuntimeError as e:
                 raise ModelError(f"backend {backend}: {e}") from None
         self.core = core
+        if kv_dtype not in KV_DTYPES:
+            raise ModelError(f"the KV cache dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
+        self.kv_dtype = kv_dtype
+        # --fast: linear ops quantize their activations to 8 bits (a device-wide switch, restored at close)
+        self._q8_before: bool | None = None
+        if fast:
+            self._q8_before = core.q8_activations()
+            core.set_q8_activations(True)
         started = time.perf_counter()
         try:
             self.model = load_model_value(str(path), weight_mode, progress)
@@ -150,6 +160,9 @@ class LlmSession:
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
+        if self._q8_before is not None:
+            self.core.set_q8_activations(self._q8_before)
+            self._q8_before = None
         if self.cache is not None:
             self.cache.release()
         self.model.close()
@@ -188,7 +201,7 @@ class LlmSession:
         if self.cache is None:
             cfg = self.config
             cap = min(self.requested_context or needed, cfg.context_length)
-            self.cache = KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, "f32")
+            self.cache = KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, self.kv_dtype)
 
     def generate(self, prompt_ids: list[int], max_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eog: bool = True,
