@@ -340,7 +340,11 @@ def main(argv=None) -> int:
             print(f"bench: round {rnd + 1}/{args.rounds}: running {label} ({args.threads} threads)...",
                   file=sys.stderr, flush=True)
             loads.append(os.getloadavg()[0])
-            results[label].append(run_worker(python, engine, args, prompt_ids, variant, pythonpath))
+            r = run_worker(python, engine, args, prompt_ids, variant, pythonpath)
+            results[label].append(r)
+            brief = r.get("error") or (f"prompt {r['prompt_tok_s']:.1f} tok/s, decode {r['decode_tok_s']:.1f} tok/s, "
+                                       f"peak RSS {r['peak_rss_mib']:.0f} MiB")
+            print(f"bench: {label}: {brief}", file=sys.stderr, flush=True)
     rows = []
     for label, *_ in plan:
         r = merge_rounds(results[label])
