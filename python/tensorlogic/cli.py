@@ -5,12 +5,13 @@
     tl check FILE...        parse and static checks only (undefined names, arity, break outside loops)
     tl repl                 interactive prompt (also reads piped input)
     tl help builtins | tl help NAME
-    tl generate | chat | model ...   (model commands, from tensorlogic.models.cli)
+    tl generate | chat | model ...   (model commands, from tensorlogic.apps.model_commands)
     tl --version
 
 Exit status: 0 success; 1 a TL error (syntax, runtime, import) or a failed test; 2 a usage error
 (bad options, missing/unreadable file); 3 `--memory-check` found device bytes still live after
-teardown. Invariant: a TL user never sees a Python traceback unless they pass --debug.
+teardown; 4 an internal error (a bug in TensorLogic, not in the program). Invariant: a TL user never
+sees a Python traceback unless they pass --debug.
 """
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ import sys
 import traceback
 
 from . import __version__
+from .apps.console import EXIT_ERROR, EXIT_INTERNAL, EXIT_LEAK, EXIT_OK, EXIT_USAGE, silence_stdout
+from .apps.model_commands import register_commands as register_model_commands
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LEAK = 0, 1, 2, 3
 
 
 class _ArgParser(argparse.ArgumentParser):
@@ -53,45 +55,42 @@ def _select_backend(name: str | None) -> str | None:
     """Initialize `_core` on the requested backend; returns an error line or None."""
     if name is None and not os.environ.get("TL_BACKEND"):
         return None
+    from .builtins.core import init_backend
     try:
-        from .builtins.convert import CORE_AVAILABLE, core
-        if not CORE_AVAILABLE:
-            return "tl: the tensor runtime (tensorlogic._core) is not built"
-        core.init(name or os.environ.get("TL_BACKEND"))
+        init_backend(name or os.environ.get("TL_BACKEND"))
     except Exception as e:  # BackendUnavailable and friends: one line
         return f"tl: backend {name or os.environ.get('TL_BACKEND')}: {str(e).splitlines()[0] if str(e) else e}"
     return None
 
 
-def _print_error(err: BaseException, debug: bool) -> None:
-    from .lang.errors import TLError
+def _print_error(err: BaseException, debug: bool) -> int:
+    """Print `err` for the user; returns the exit status it means."""
+    from .lang.errors import TLError, TLInternalError
     if debug:
         traceback.print_exception(err)
+        if isinstance(err, TLInternalError) and err.python_traceback:
+            sys.stderr.write("the Python exception inside TensorLogic:\n" + err.python_traceback)
+    if isinstance(err, TLInternalError):
+        sys.stderr.write(err.format() + "\n")
+        return EXIT_INTERNAL
     if isinstance(err, TLError):
         sys.stderr.write(err.format() + "\n")
-    else:
-        sys.stderr.write(f"tl: internal error: {type(err).__name__}: {err}\n"
-                         "(this is a bug in TensorLogic; run with --debug for the Python traceback)\n")
+        return EXIT_ERROR
+    sys.stderr.write(f"tl: internal error: {type(err).__name__}: {err}\n"
+                     "(this is a bug in TensorLogic; run with --debug for the Python traceback)\n")
+    return EXIT_INTERNAL
 
 
 def _release_everything(interp) -> None:
+    from .builtins.memory import release_all
     interp.close()
-    try:
-        from .builtins import models as model_builtins  # the models helper's registry of open models
-        release = getattr(model_builtins, "release_all", None) or getattr(model_builtins, "close_all_models", None)
-        if release is not None:
-            release()
-    except ImportError:
-        pass
+    release_all()
 
 
 def _memory_check(out) -> int:
     import gc
 
-    from .builtins.convert import CORE_AVAILABLE, core
-    if not CORE_AVAILABLE:
-        out.write("memory check: tensor runtime not built; nothing to check\n")
-        return EXIT_OK
+    from .builtins.core import core
     gc.collect()
     core.synchronize()
     core.clear_cache()
@@ -137,8 +136,7 @@ def cmd_run(args) -> int:
                 interp.run_main(loaded)
         except TLError as e:
             _drop_traceback(e, args.debug)
-            _print_error(e, args.debug)
-            status = EXIT_ERROR
+            status = _print_error(e, args.debug)
         except KeyboardInterrupt:
             sys.stderr.write("tl: interrupted\n")
             status = EXIT_ERROR
@@ -146,8 +144,7 @@ def cmd_run(args) -> int:
             raise  # stdout's reader went away (`tl run ... | head`): main() ends quietly
         except Exception as e:  # noqa: BLE001 - an interpreter bug: one message, never a raw traceback
             _drop_traceback(e, args.debug)
-            _print_error(e, args.debug)
-            status = EXIT_ERROR
+            status = _print_error(e, args.debug)
         sys.stdout.flush()
     finally:
         _release_everything(interp)
@@ -181,10 +178,13 @@ def _run_tests(interp, loaded) -> int:
             _drop_traceback(outcome.error, False)
             print("    " + outcome.error.format().replace("\n", "\n    "))
         sys.stdout.flush()
+    from .lang.errors import TLInternalError
     outcomes = interp.run_tests(loaded, report)
     passed = sum(o.passed for o in outcomes)
     failed = len(outcomes) - passed
     print(f"{passed} passed, {failed} failed")
+    if any(isinstance(o.error, TLInternalError) for o in outcomes):
+        return EXIT_INTERNAL
     return EXIT_OK if failed == 0 else EXIT_ERROR
 
 
@@ -286,12 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     helpp.add_argument("topic", nargs="?", default=None)
     helpp.set_defaults(func=cmd_help)
 
-    try:
-        from .models.cli import register_commands
-    except ImportError:
-        register_commands = None
-    if register_commands is not None:
-        register_commands(sub)
+    register_model_commands(sub)
     return parser
 
 
@@ -309,15 +304,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         silence_stdout()
         return EXIT_OK
-
-
-def silence_stdout() -> None:
-    """After stdout's reader went away (`tl ... | head`): point stdout at /dev/null, so that the
-    flush Python does at exit stays quiet."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

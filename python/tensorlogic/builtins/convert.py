@@ -2,8 +2,8 @@
 
 Invariants: a flat numeric list becomes a 1-D tensor wherever a tensor is expected (a nested one an
 N-D tensor); an integral float (2.0) or a one-element integer tensor is accepted wherever an int is;
-every rejection raises BuiltinArgError naming what was expected and what came. `core` is the
-`tensorlogic._core` module, or a stand-in that raises one clear error if the runtime is not built.
+every rejection raises BuiltinArgError naming what was expected and what came. `core` and `Tensor`
+are re-exported from builtins/core.py, the one module that imports the runtime.
 """
 from __future__ import annotations
 
@@ -12,38 +12,22 @@ from typing import Any
 
 import numpy as np
 
+from ..lang.errors import TLError
+from ..logic.errors import LogicError
+from ..models.errors import ModelError
+from .core import Tensor, core  # noqa: F401 - re-exported for the builtin modules
+
 
 class BuiltinArgError(Exception):
     """A builtin got a value it cannot use; the interpreter adds the builtin's name and the line."""
 
 
-class _MissingCore:
-    def __init__(self, reason: str):
-        self._reason = reason
-
-    def __getattr__(self, name: str):
-        raise BuiltinArgError(f"the tensor runtime is not available ({self._reason}); "
-                              "build tensorlogic._core (see docs/develop.md)")
-
-
-try:
-    from tensorlogic import _core as core  # type: ignore[attr-defined]
-    Tensor = core.Tensor
-    CORE_AVAILABLE = True
-except ImportError as _err:  # pragma: no cover - only before the native module is built
-    core = _MissingCore(str(_err))  # type: ignore[assignment]
-
-    class Tensor:  # type: ignore[no-redef]
-        """Placeholder so isinstance checks work without the runtime."""
-
-    CORE_AVAILABLE = False
-
-
-DTYPE_ALIASES = {
-    "float32": "f32", "f32": "f32", "float": "f32", "float16": "f16", "f16": "f16", "half": "f16",
-    "bfloat16": "bf16", "bf16": "bf16", "int32": "i32", "i32": "i32", "int64": "i64", "i64": "i64",
-    "int": "i64", "bool": "bool", "int16": "i16", "i16": "i16",
-}
+def is_program_error(exc: BaseException) -> bool:
+    """Whether `exc`, raised by a builtin or an operator, is the program's fault (a bad argument, a
+    shape the runtime refuses, a bad model file, a logic error, arithmetic or resource limits) rather
+    than a bug in TensorLogic (a KeyError, TypeError, AttributeError... from Python code)."""
+    return isinstance(exc, (TLError, BuiltinArgError, core.TLRuntimeError, ModelError, LogicError,
+                            ZeroDivisionError, OverflowError, RecursionError, MemoryError))
 
 
 def type_name(v: Any) -> str:
@@ -69,12 +53,6 @@ def type_name(v: Any) -> str:
     if struct_type is not None and hasattr(struct_type, "field_names"):
         return struct_type.name
     return type(v).__name__
-
-
-def dtype_of(name: Any) -> str:
-    if isinstance(name, str) and name in DTYPE_ALIASES:
-        return DTYPE_ALIASES[name]
-    raise BuiltinArgError(f"unknown dtype {name!r} (use f32, f16, bf16, i32, i64 or bool)")
 
 
 def is_numeric_list(v: Any) -> bool:

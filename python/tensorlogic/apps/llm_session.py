@@ -12,15 +12,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from ..builtins.convert import BuiltinArgError
+from ..builtins.core import RuntimeFailure, init_backend, memory_stats, set_q8_activations
+from ..builtins.kvcache import KVCache
+from ..builtins.models import load_model_value
+from ..builtins.sampling import SamplerValue
 from ..builtins.registry import TLObject
-from .errors import ModelError
-
-if TYPE_CHECKING:
-    from ..builtins.models import KVCacheValue
+from ..interp.interpreter import Interpreter
+from ..lang.errors import TLError
+from ..models.errors import ModelError
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
 CHAT_CONTEXT = 2048  # default KV cache length of `tl chat`; `tl generate` sizes it to the request
@@ -114,28 +118,16 @@ class LlmSession:
     def __init__(self, path: str | Path, backend: str | None = None, context: int | None = None,
                  progress: bool = False, weight_mode: str = "native", kv_dtype: str = "f32",
                  fast: bool = False):
-        try:
-            from .. import _core as core  # noqa: F401
-        except ImportError as e:
-            raise ModelError(f"the tensor runtime (tensorlogic._core) is not available: {e}") from None
-        from ..builtins.convert import BuiltinArgError
-        from ..builtins.models import load_model_value
-        from ..interp.interpreter import Interpreter
-
-        if backend:
-            try:
-                core.init(backend)
-            except core.TLRuntimeError as e:
-                raise ModelError(f"backend {backend}: {e}") from None
-        self.core = core
         if kv_dtype not in KV_DTYPES:
             raise ModelError(f"the KV cache dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
         self.kv_dtype = kv_dtype
+        if backend:
+            try:
+                init_backend(backend)
+            except RuntimeFailure as e:
+                raise ModelError(f"backend {backend}: {e}") from None
         # --fast: linear ops quantize their activations to 8 bits (a device-wide switch, restored at close)
-        self._q8_before: bool | None = None
-        if fast:
-            self._q8_before = core.q8_activations()
-            core.set_q8_activations(True)
+        self._q8_before: bool | None = set_q8_activations(True) if fast else None
         started = time.perf_counter()
         try:
             self.model = load_model_value(str(path), weight_mode, progress)
@@ -147,10 +139,8 @@ class LlmSession:
         if context is not None and context <= 0:
             raise ModelError(f"--context must be positive, got {context}")
         self.requested_context = context
-        self.cache: KVCacheValue | None = None
+        self.cache: KVCache | None = None
         self.cached_ids: list[int] = []
-        from ..lang.errors import TLError
-
         self.interp = Interpreter(out=sys.stdout)
         try:
             self.interp.load_file(str(STDLIB_DIR / "llama.tl"))
@@ -161,7 +151,7 @@ class LlmSession:
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         if self._q8_before is not None:
-            self.core.set_q8_activations(self._q8_before)
+            set_q8_activations(self._q8_before)
             self._q8_before = None
         if self.cache is not None:
             self.cache.release()
@@ -196,20 +186,15 @@ class LlmSession:
         return min(self.requested_context or self.config.context_length, self.config.context_length)
 
     def _ensure_cache(self, needed: int) -> None:
-        from ..builtins.models import KVCacheValue
-
         if self.cache is None:
             cfg = self.config
             cap = min(self.requested_context or needed, cfg.context_length)
-            self.cache = KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, self.kv_dtype)
+            self.cache = KVCache(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, self.kv_dtype)
 
     def generate(self, prompt_ids: list[int], max_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eog: bool = True,
                  on_text: Callable[[str], None] | None = None, keep_logits: bool = False,
                  track_memory: bool = False, sampler=None) -> GenerationResult:
-        from ..builtins.models import SamplerValue
-        from ..lang.errors import TLError
-
         if not prompt_ids:
             raise ModelError("the prompt is empty (no tokens)")
         self._ensure_cache(len(prompt_ids) + max_tokens)
@@ -225,10 +210,10 @@ class LlmSession:
             common += 1
         start = min(common, len(prompt_ids) - 1)  # at least one token runs, for the logits
         if sampler is None:
-            sampler = SamplerValue(temperature, top_k, top_p, seed)
+            sampler = SamplerValue.seeded(temperature, top_k, top_p, seed)
         stop_ids = sorted(self.tokenizer.tok.eog_ids) if stop_at_eog else []
         stream = _TokenStream(self.tokenizer.tok, on_text, keep_logits,
-                              self.core.memory_stats if track_memory else None)
+                              memory_stats if track_memory else None)
         self.cached_ids = list(prompt_ids[:start])
         stopped_by = "max_tokens"
         try:
