@@ -112,8 +112,11 @@ def _worker_llamacpp(args) -> dict:
     from llama_cpp import Llama
 
     t0 = time.perf_counter()
-    llm = Llama(model_path=args.model, n_ctx=args.prompt_tokens + args.decode_tokens + 8,
-                n_threads=args.threads, n_threads_batch=args.threads, n_batch=512, verbose=False)
+    # n_batch = n_ctx: llama-cpp-python keeps logits rows for one batch only, so a prompt longer than
+    # n_batch would leave the last position's logits out of `scores`
+    n_ctx = args.prompt_tokens + args.decode_tokens + 8
+    llm = Llama(model_path=args.model, n_ctx=n_ctx, n_threads=args.threads, n_threads_batch=args.threads,
+                n_batch=max(512, n_ctx), verbose=False)
     load_s = time.perf_counter() - t0
     ids = list(args.prompt_ids)
 

@@ -251,7 +251,8 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       for (int64_t i = 0; i < a.m; ++i) {
         const Q8Row row{a.q.data() + i * a.nb * kQ8Block, a.d.data() + i * a.nb, a.dsum.data() + i * a.nb, a.nb};
         if (a.m == 1) {
-          rows(w + n * wrow, wrow, cnt, row, out + n);
+          // one weight row at a time for a single x row: the weights stream through memory in order
+          for (int r = 0; r < cnt; ++r) rows(w + (n + r) * wrow, wrow, 1, row, out + n + r);
         } else {
           float o[4];
           rows(w + n * wrow, wrow, cnt, row, o);
