@@ -72,7 +72,10 @@ TL_VARIANTS = {"default": {}, "fast": {"fast": True}, "kv-f16": {"kv_dtype": "f1
 
 def _worker_tl(args) -> dict:
     os.environ["TL_THREADS"] = str(args.threads)
-    from tensorlogic.apps.llm_session import LlmSession
+    try:
+        from tensorlogic.apps.llm_session import LlmSession
+    except ImportError:  # a --tl-baseline checkout from before the apps/ layout
+        from tensorlogic.models.llm_session import LlmSession
 
     t0 = time.perf_counter()
     session = LlmSession(args.model, context=len(args.prompt_ids) + args.decode_tokens + 8,
