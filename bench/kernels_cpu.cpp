@@ -1,11 +1,16 @@
 // Microbenchmark of the CPU kernels' hot paths (not a test): quantized linear as decode
 // (matrix-vector, M = 1) and prefill (M = 128) on SmolLM2-135M shapes, with 1 and 2 threads.
-// Reports the best-of-5-rounds time per call, weight bytes streamed per second (GB/s) and GFLOP/s,
+// M = 1 also through the opt-in 8-bit activation path (linear_q8_activations).
+// Reports the best-of-5-rounds time per call (wall and process CPU time: on a loaded machine the
+// CPU time and the fastest single call are the steadier figures), weight bytes streamed per second (GB/s) and GFLOP/s,
 // then a kernel-only Llama forward pass (prefill 128 tokens, 128 decode steps) in tokens/s.
 // Build: the bench_kernels_cpu target, or
 //   g++ -O3 -std=c++17 -Icpp bench/kernels_cpu.cpp cpp/backends/cpu/{thread_pool,cpu_kernels,kernels_*}.cpp -lpthread
-// Run:   bench_kernels_cpu [seconds_per_case]   (or --forward: only the kernel-only forward pass)
+// Run:   bench_kernels_cpu [seconds_per_case [--decode]]   (--decode: only Q4_1/Q8_0 at M = 1)
+//        bench_kernels_cpu --forward                          (only the kernel-only forward pass)
+//        bench_kernels_cpu --attention [seconds_per_case]     (decode attention at 128..4096 keys)
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,24 +57,46 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, std::mt
   return w;
 }
 
-double bench_linear(Kernels& k, DType t, int64_t M, int64_t N, int64_t K, double seconds, std::mt19937& rng) {
+// CPU time of the whole process (all threads, spinning included): on a loaded machine the wall
+// time says how many cores we got, this says how much work a call is.
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Timing {
+  double wall = 0;      // best-of-5 wall seconds per call
+  double cpu = 0;       // best-of-5 process CPU seconds per call
+  double fastest = 0;   // the fastest single call: the kernel's own speed, undisturbed
+};
+
+// q8: through linear_q8_activations (the opt-in 8-bit activation path) instead of linear.
+Timing bench_linear(Kernels& k, DType t, int64_t M, int64_t N, int64_t K, double seconds, std::mt19937& rng,
+                    bool q8 = false) {
   std::vector<uint8_t> w = random_weights(t, N, K, rng);
   std::vector<float> x(M * K), out(M * N);
   for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
   View vx = view2(x.data(), DType::F32, M, K), vw = view2(w.data(), t, N, K), vo = view2(out.data(), DType::F32, M, N);
-  k.linear(vx, vw, vo);  // warm-up
+  auto call = [&] { q8 ? k.linear_q8_activations(vx, vw, vo) : k.linear(vx, vw, vo); };
+  call();  // warm-up
   // Best of 5 rounds: the figure least disturbed by other processes on a shared machine.
-  double best = 1e30;
+  Timing best{1e30, 1e30, 1e30};
   for (int round = 0; round < 5; ++round) {
     int iters = 0;
     auto t0 = std::chrono::steady_clock::now();
+    const double c0 = process_cpu_seconds();
     double elapsed = 0;
     do {
-      k.linear(vx, vw, vo);
+      auto c0 = std::chrono::steady_clock::now();
+      call();
       ++iters;
-      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      auto c1 = std::chrono::steady_clock::now();
+      best.fastest = std::min(best.fastest, std::chrono::duration<double>(c1 - c0).count());
+      elapsed = std::chrono::duration<double>(c1 - t0).count();
     } while (elapsed < seconds / 5);
-    best = std::min(best, elapsed / iters);
+    best.wall = std::min(best.wall, elapsed / iters);
+    best.cpu = std::min(best.cpu, (process_cpu_seconds() - c0) / iters);
   }
   return best;
 }
@@ -177,37 +204,101 @@ void bench_forward(std::mt19937& rng) {
   }
 }
 
+// Decode attention of one layer (1 query row, 9 query / 3 KV heads of 64) over `ctx` cached keys,
+// f32 and f16 caches: the part of a decode step that grows with the context.
+void bench_attention(double seconds) {
+  std::printf("%-6s %-6s %8s %12s %12s %12s\n", "kv", "thr", "context", "us/call", "cpu us/call", "fastest us");
+  std::mt19937 rng(5);
+  const int64_t hq = 9, hkv = 3, hd = 64;
+  for (int threads : {1, 2}) {
+    auto k = make_cpu_kernels(threads);
+    for (int64_t ctx : {128, 1024, 4096}) {
+      for (DType t : {DType::F32, DType::F16}) {
+        std::vector<float> q(hq * hd), out(hq * hd), kf(ctx * hkv * hd), vf(ctx * hkv * hd);
+        for (auto* vec : {&q, &kf, &vf})
+          for (auto& x : *vec) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+        std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+        for (size_t i = 0; i < kf.size(); ++i) {
+          kh[i] = tl::cpu::f32_to_f16(kf[i]);
+          vh[i] = tl::cpu::f32_to_f16(vf[i]);
+        }
+        void* kp = t == DType::F16 ? static_cast<void*>(kh.data()) : static_cast<void*>(kf.data());
+        void* vp = t == DType::F16 ? static_cast<void*>(vh.data()) : static_cast<void*>(vf.data());
+        auto call = [&] {
+          k->attention(KernelOnlyModel::view(q.data(), DType::F32, {1, hq, hd}), KernelOnlyModel::view(kp, t, {ctx, hkv, hd}),
+                       KernelOnlyModel::view(vp, t, {ctx, hkv, hd}), View{}, 0.125f, true, ctx - 1,
+                       KernelOnlyModel::view(out.data(), DType::F32, {1, hq, hd}));
+        };
+        call();
+        Timing best{1e30, 1e30, 1e30};
+        for (int round = 0; round < 5; ++round) {
+          int iters = 0;
+          auto t0 = std::chrono::steady_clock::now();
+          const double c0 = process_cpu_seconds();
+          double elapsed = 0;
+          do {
+            auto c1 = std::chrono::steady_clock::now();
+            call();
+            ++iters;
+            auto c2 = std::chrono::steady_clock::now();
+            best.fastest = std::min(best.fastest, std::chrono::duration<double>(c2 - c1).count());
+            elapsed = std::chrono::duration<double>(c2 - t0).count();
+          } while (elapsed < seconds / 5);
+          best.wall = std::min(best.wall, elapsed / iters);
+          best.cpu = std::min(best.cpu, (process_cpu_seconds() - c0) / iters);
+        }
+        std::printf("%-6s %-6d %8lld %12.1f %12.1f %12.1f\n", dtype_name(t), threads, (long long)ctx, best.wall * 1e6,
+                    best.cpu * 1e6, best.fastest * 1e6);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) {
+    bench_attention(argc > 2 ? std::atof(argv[2]) : 0.5);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--forward") == 0) {
     std::mt19937 rng(3);
     bench_forward(rng);
     return 0;
   }
   double seconds = argc > 1 ? std::atof(argv[1]) : 0.5;
+  // --decode: only the matrix-vector (M = 1) cases of the formats SmolLM2's Q4_1 file uses.
+  const bool decode_only = argc > 2 && std::strcmp(argv[2], "--decode") == 0;
   std::mt19937 rng(1);
   struct Shape { int64_t N, K; };
   const Shape shapes[] = {{1536, 576}, {576, 1536}, {49152, 576}};
-  std::printf("%-6s %-6s %7s %7s %8s %12s %9s %9s\n", "dtype", "thr", "M", "N", "K", "us/call", "GB/s", "GFLOP/s");
+  std::printf("%-6s %-6s %7s %7s %8s %12s %12s %12s %9s %9s\n", "dtype", "thr", "M", "N", "K", "us/call", "cpu us/call", "fastest us", "GB/s",
+              "GFLOP/s");
   for (int threads : {1, 2}) {
     auto k = make_cpu_kernels(threads);
     for (DType t : {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::F16, DType::F32}) {
       for (const Shape& s : shapes) {
         for (int64_t M : {1, 128}) {
           if (M == 128 && s.N == 49152) continue;  // prefill computes logits for the last row only
+          if (decode_only && (M != 1 || (t != DType::Q4_1 && t != DType::Q8_0))) continue;
           if (s.K % block_elems(t) != 0) continue;   // K-quants need K % 256 == 0
           if (t != DType::Q4_1 && t != DType::Q8_0 && s.N == 49152 && threads == 1) continue;
-          double sec = bench_linear(*k, t, M, s.N, s.K, seconds, rng);
-          double bytes = static_cast<double>(row_bytes(t, s.K)) * s.N;
-          double flops = 2.0 * M * s.N * s.K;
-          std::printf("%-6s %-6d %7lld %7lld %8lld %12.1f %9.2f %9.2f\n", dtype_name(t), threads, (long long)M,
-                      (long long)s.N, (long long)s.K, sec * 1e6, bytes / sec / 1e9, flops / sec / 1e9);
-          std::fflush(stdout);
+          for (bool q8 : {false, true}) {
+            if (q8 && M != 1) continue;
+            Timing tm = bench_linear(*k, t, M, s.N, s.K, seconds, rng, q8);
+            double sec = tm.wall;
+            double bytes = static_cast<double>(row_bytes(t, s.K)) * s.N;
+            double flops = 2.0 * M * s.N * s.K;
+            std::printf("%-6s %-6d %7lld %7lld %8lld %12.1f %12.1f %12.1f %9.2f %9.2f%s\n", dtype_name(t), threads,
+                        (long long)M, (long long)s.N, (long long)s.K, sec * 1e6, tm.cpu * 1e6, tm.fastest * 1e6,
+                        bytes / sec / 1e9, flops / sec / 1e9, q8 ? "  (8-bit activations)" : "");
+            std::fflush(stdout);
+          }
         }
       }
     }
   }
-  bench_forward(rng);
+  if (!decode_only) bench_forward(rng);
   return 0;
 }

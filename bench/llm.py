@@ -8,8 +8,17 @@ per decode token and the interpreter's share of decode time. Prints a table and 
 and writes JSON with --json. Peers are installed into their own virtual environment on first use
 (--peers-venv, default ~/.cache/tensorlogic/bench-peers); `--peers none` skips them.
 
+TL runs in the variants of --tl-variants (default: the exact default path; `fast` = 8-bit activations,
+`kv-f16` = f16 KV cache, `fast+kv-f16`), and --tl-baseline DIR adds a row for another checkout's
+TensorLogic (its python/ dir on PYTHONPATH; the default variant) for before/after figures.
+--rounds N runs every row N times, interleaved (row 1, row 2, ..., row 1, row 2, ...), and reports the
+median and range: on a shared machine the load changes over minutes, so rows measured in one sweep
+are compared fairly. Long contexts: --prompt-tokens 4096 --decode-tokens 32 (decode then runs with
+4,096 tokens in the cache).
+
     python bench/llm.py [--model PATH] [--threads 2] [--prompt-tokens 128] [--decode-tokens 128]
-                        [--peers llama.cpp,hf] [--repeat 3] [--json OUT]
+                        [--peers llama.cpp,hf] [--repeat 3] [--rounds 1] [--tl-variants default,fast]
+                        [--tl-baseline DIR] [--json OUT]
 """
 from __future__ import annotations
 
@@ -57,12 +66,20 @@ def _median(xs):
 # ----------------------------------------------------------------------------------- workers
 
 
+TL_VARIANTS = {"default": {}, "fast": {"fast": True}, "kv-f16": {"kv_dtype": "f16"},
+               "fast+kv-f16": {"fast": True, "kv_dtype": "f16"}}
+
+
 def _worker_tl(args) -> dict:
     os.environ["TL_THREADS"] = str(args.threads)
-    from tensorlogic.apps.llm_session import LlmSession
+    try:
+        from tensorlogic.apps.llm_session import LlmSession
+    except ImportError:  # a --tl-baseline checkout from before the apps/ layout
+        from tensorlogic.models.llm_session import LlmSession
 
     t0 = time.perf_counter()
-    session = LlmSession(args.model, context=len(args.prompt_ids) + args.decode_tokens + 8)
+    session = LlmSession(args.model, context=len(args.prompt_ids) + args.decode_tokens + 8,
+                         **TL_VARIANTS[args.tl_variant])
     load_s = time.perf_counter() - t0
     ids = list(args.prompt_ids)
 
@@ -98,8 +115,11 @@ def _worker_llamacpp(args) -> dict:
     from llama_cpp import Llama
 
     t0 = time.perf_counter()
-    llm = Llama(model_path=args.model, n_ctx=args.prompt_tokens + args.decode_tokens + 8,
-                n_threads=args.threads, n_threads_batch=args.threads, n_batch=512, verbose=False)
+    # n_batch = n_ctx: llama-cpp-python keeps logits rows for one batch only, so a prompt longer than
+    # n_batch would leave the last position's logits out of `scores`
+    n_ctx = args.prompt_tokens + args.decode_tokens + 8
+    llm = Llama(model_path=args.model, n_ctx=n_ctx, n_threads=args.threads, n_threads_batch=args.threads,
+                n_batch=max(512, n_ctx), verbose=False)
     load_s = time.perf_counter() - t0
     ids = list(args.prompt_ids)
 
@@ -199,12 +219,15 @@ def ensure_peer_venv(venv: Path, peers: list[str]) -> Path:
     return python
 
 
-def run_worker(python: str, engine: str, args, prompt_ids: list[int]) -> dict:
+def run_worker(python: str, engine: str, args, prompt_ids: list[int], variant: str = "default",
+               pythonpath: str | None = None) -> dict:
     cmd = [python, str(Path(__file__).resolve()), "--worker", engine, "--model", args.model,
            "--threads", str(args.threads), "--prompt-tokens", str(len(prompt_ids)),
            "--decode-tokens", str(args.decode_tokens), "--repeat", str(args.repeat),
-           "--prompt-ids-json", json.dumps(prompt_ids)]
+           "--tl-variant", variant, "--prompt-ids-json", json.dumps(prompt_ids)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith("BENCH_RESULT "):
@@ -219,7 +242,7 @@ def prompt_ids_for(model: str, n: int) -> list[int]:
 
     with open_gguf(model) as gguf:
         tok = Tokenizer.from_gguf(gguf)
-    ids = tok.encode(PROMPT_TEXT * 4, add_special=False)
+    ids = tok.encode(PROMPT_TEXT * (4 + n // 200), add_special=False)
     if len(ids) < n:
         raise SystemExit(f"bench: the prompt text gives only {len(ids)} tokens; ask for fewer")
     return ids[:n]
@@ -247,21 +270,37 @@ def format_table(rows: list[dict]) -> str:
 
 def ratios(rows: list[dict]) -> list[str]:
     out = []
-    tl = next((r for r in rows if r["engine"] == "tl" and "error" not in r), None)
-    if tl is None:
-        return out
-    for peer in rows:
-        if peer["engine"] == "tl" or "error" in peer:
-            continue
-        if peer["engine"] == "tl-eager":
-            out.append(f"TL compiled/eager: decode {tl['decode_tok_s'] / peer['decode_tok_s']:.2f}x")
-            continue
-        out.append(
-            f"TL/{peer['engine']}: decode {tl['decode_tok_s'] / peer['decode_tok_s']:.2f}x, "
-            f"prompt {tl['prompt_tok_s'] / peer['prompt_tok_s']:.2f}x, "
-            f"peak RSS {tl['peak_rss_mib'] / peer['peak_rss_mib']:.2f}x, "
-            f"load {tl['load_s']:.2f}s vs {peer['load_s']:.2f}s")
+    tls = [r for r in rows if r["engine"].startswith("tl") and "error" not in r]
+    eager = next((r for r in tls if r["engine"] == "tl-eager"), None)
+    compiled = next((r for r in tls if r["engine"] == "tl"), None)
+    if eager is not None and compiled is not None:
+        out.append(f"TL compiled/eager: decode {compiled['decode_tok_s'] / eager['decode_tok_s']:.2f}x")
+    for tl in tls:
+        for peer in rows:
+            if peer["engine"].startswith("tl") or "error" in peer:
+                continue
+            out.append(
+                f"{tl['engine']}/{peer['engine']}: decode {tl['decode_tok_s'] / peer['decode_tok_s']:.2f}x, "
+                f"prompt {tl['prompt_tok_s'] / peer['prompt_tok_s']:.2f}x, "
+                f"peak RSS {tl['peak_rss_mib'] / peer['peak_rss_mib']:.2f}x, "
+                f"load {tl['load_s']:.2f}s vs {peer['load_s']:.2f}s")
     return out
+
+
+def merge_rounds(results: list[dict]) -> dict:
+    """One row from the same engine's results of several rounds: medians, plus the decode range."""
+    ok = [r for r in results if "error" not in r]
+    if not ok:
+        return results[0]
+    row = {}
+    for key in ok[0]:
+        vals = [r[key] for r in ok if isinstance(r.get(key), (int, float))]
+        if vals and len(vals) == len(ok):
+            row[key] = _median(vals)
+    decode = [r["decode_tok_s"] for r in ok]
+    row["decode_range"] = [min(decode), max(decode)]
+    row["rounds"] = len(ok)
+    return row
 
 
 def main(argv=None) -> int:
@@ -273,10 +312,16 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="timed repetitions after one warm-up (median)")
     p.add_argument("--peers", default="llama.cpp,hf", help="comma list of llama.cpp, hf; or none")
     p.add_argument("--peers-venv", default=str(Path.home() / ".cache" / "tensorlogic" / "bench-peers"))
+    p.add_argument("--rounds", type=int, default=1, help="run every row this many times, interleaved (median)")
+    p.add_argument("--tl-variants", default="default",
+                   help=f"comma list of TL variants to run: {', '.join(TL_VARIANTS)}")
+    p.add_argument("--tl-baseline", metavar="DIR",
+                   help="also run the TensorLogic of another checkout (DIR/python on PYTHONPATH)")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here")
     p.add_argument("--eager", action="store_true",
                    help="also run TL with compiled functions off (TL_COMPILE=0), to compare in the same run")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    p.add_argument("--tl-variant", default="default", choices=sorted(TL_VARIANTS), help=argparse.SUPPRESS)
     p.add_argument("--prompt-ids-json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
@@ -291,24 +336,56 @@ def main(argv=None) -> int:
     for peer in peers:
         if peer not in PEER_PACKAGES:
             p.error(f"unknown peer {peer!r} (known: {', '.join(PEER_PACKAGES)})")
+    variants = [v.strip() for v in args.tl_variants.split(",") if v.strip()]
+    for v in variants:
+        if v not in TL_VARIANTS:
+            p.error(f"unknown TL variant {v!r} (known: {', '.join(TL_VARIANTS)})")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     prompt_ids = prompt_ids_for(args.model, args.prompt_tokens)
     peer_python = str(ensure_peer_venv(Path(args.peers_venv), peers)) if peers else None
 
+    # (label, python, engine, variant, PYTHONPATH)
+    plan = [("tl" if v == "default" else f"tl {v}", sys.executable, "tl", v, None) for v in variants]
+    if args.eager:
+        plan.append(("tl-eager", sys.executable, "tl-eager", "default", None))
+    if args.tl_baseline:
+        base = str(Path(args.tl_baseline).resolve() / "python")
+        plan.append(("tl@baseline", sys.executable, "tl", "default", base))
+    plan += [(peer, peer_python, peer, "default", None) for peer in peers]
+    results: dict[str, list[dict]] = {label: [] for label, *_ in plan}
+    loads = []
+    for rnd in range(args.rounds):
+        for label, python, engine, variant, pythonpath in plan:
+            print(f"bench: round {rnd + 1}/{args.rounds}: running {label} ({args.threads} threads)...",
+                  file=sys.stderr, flush=True)
+            loads.append(os.getloadavg()[0])
+            r = run_worker(python, engine, args, prompt_ids, variant, pythonpath)
+            results[label].append(r)
+            brief = r.get("error") or (f"prompt {r['prompt_tok_s']:.1f} tok/s, decode {r['decode_tok_s']:.1f} tok/s, "
+                                       f"peak RSS {r['peak_rss_mib']:.0f} MiB")
+            print(f"bench: {label}: {brief}", file=sys.stderr, flush=True)
     rows = []
-    for engine in ["tl"] + (["tl-eager"] if args.eager else []) + peers:
-        python = sys.executable if engine.startswith("tl") else peer_python
-        print(f"bench: running {engine} ({args.threads} threads)...", file=sys.stderr, flush=True)
-        r = run_worker(python, engine, args, prompt_ids)
-        r.update(engine=engine, threads=args.threads)
+    for label, *_ in plan:
+        r = merge_rounds(results[label])
+        r.update(engine=label, threads=args.threads)
         rows.append(r)
 
     print(f"model: {args.model}; prompt {len(prompt_ids)} tokens, decode {args.decode_tokens} tokens, "
-          f"median of {args.repeat} after a warm-up; {time.strftime('%Y-%m-%d')}")
+          f"median of {args.repeat} after a warm-up, {args.rounds} interleaved round(s) (median); "
+          f"load average {min(loads):.1f}-{max(loads):.1f}; {time.strftime('%Y-%m-%d %H:%M')}")
     print(format_table(rows))
+    if args.rounds > 1:
+        for r in rows:
+            if "decode_range" in r:
+                lo, hi = r["decode_range"]
+                print(f"{r['engine']}: decode tok/s over {r['rounds']} rounds {lo:.1f}-{hi:.1f}")
     for line in ratios(rows):
         print(line)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"rows": rows, "ratios": ratios(rows)}, indent=1))
+        Path(args.json_out).write_text(json.dumps({"rows": rows, "ratios": ratios(rows),
+                                                   "rounds": {k: v for k, v in results.items()},
+                                                   "load_average": loads}, indent=1))
     return 0 if all("error" not in r for r in rows) else 1
 
 

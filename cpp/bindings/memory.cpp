@@ -78,12 +78,20 @@ void bind_memory(py::module_& m) {
           d["no_cache"] = c.no_cache.load();
           d["trace"] = c.trace.load();
           d["ops_per_command_buffer"] = c.ops_per_command_buffer.load();
+          d["q8_activations"] = c.q8_activations.load();
           return d;
         }, "The current debug switches as a dict.");
   m.def("set_ops_per_command_buffer", [](int n) {
           if (n < 1) throw py::value_error("set_ops_per_command_buffer: n must be >= 1");
           current_device()->debug().ops_per_command_buffer = n;
         }, py::arg("n"), "Commit the open command buffer after every n ops (default 64).");
+  m.def("set_q8_activations", [](bool on) { current_device()->debug().q8_activations = on; }, py::arg("on"),
+        "Quantize the activations of matrix-vector linear ops (one row of x, as in decode) with "
+        "block-quantized weights to 8 bits, as llama.cpp does: faster, approximate results. Applies "
+        "to ops encoded from now on; the CPU backend has the integer path for Q4_0, Q4_1 and Q8_0 "
+        "weights (others, and other backends, stay exact). Default off (TL_Q8_ACTIVATIONS=1).");
+  m.def("q8_activations", [] { return current_device()->debug().q8_activations.load(); },
+        "Whether linear ops quantize their activations to 8 bits (set_q8_activations).");
   m.def("synchronize", [] {
           std::shared_ptr<Device> dev = current_device();
           py::gil_scoped_release nogil;

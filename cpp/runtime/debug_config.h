@@ -7,6 +7,7 @@
 //   TL_MAX_COMMAND_BUFFERS_IN_FLIGHT, TL_MAX_MB_IN_FLIGHT    the queue's bounds
 //   TL_CACHE_LIMIT_MB, TL_MAX_ALLOC_MB                       the buffer pool's bounds
 //   TL_CPU_NO_SIMD                                           CPU kernels: portable paths only
+//   TL_Q8_ACTIVATIONS                                        8-bit activations in matvecs (also set_q8_activations())
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 #include <atomic>
 #include <cerrno>
@@ -24,6 +25,8 @@ struct DebugConfig {
   std::atomic<bool> no_cache{false};      // free buffers at once instead of caching them
   std::atomic<bool> trace{false};         // one stderr line per allocation, reuse and free
   std::atomic<int> ops_per_command_buffer{64};
+  // linear ops encoded while this is on quantize their activations to 8 bits (approximate, faster)
+  std::atomic<bool> q8_activations{false};
 
   void load_env();  // overwrite every field from the environment
 };
@@ -95,6 +98,7 @@ inline void DebugConfig::load_env() {
   c.no_cache = env_flag("TL_NO_CACHE");
   c.trace = env_flag("TL_DEBUG_MEMORY");
   c.ops_per_command_buffer = static_cast<int>(env_int("TL_OPS_PER_COMMAND_BUFFER", 64, 1, 1000000));
+  c.q8_activations = env_flag("TL_Q8_ACTIVATIONS");
 }
 
 }  // namespace tl

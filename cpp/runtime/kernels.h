@@ -108,6 +108,12 @@ class Kernels {
   // out contiguous [M, N] f32. Quantized weights are dequantized block by block inside the dot
   // product, never into a full f32 copy. M == 1 is the decode (matrix-vector) case.
   virtual void linear(const View& x, const View& w, const View& out) = 0;
+  // linear with every row of x quantized to 8-bit blocks first (llama.cpp's activation
+  // quantization) where the backend has an integer dot product for w's dtype: faster, approximate.
+  // The default (and any case without such a path) computes linear exactly. The ops layer picks it
+  // for matrix-vector products (M == 1) while the device's q8_activations switch is on
+  // (TL_Q8_ACTIVATIONS, `tl generate --fast`).
+  virtual void linear_q8_activations(const View& x, const View& w, const View& out) { linear(x, w, out); }
   // out[i, :] = table[ids[i], :]: table contiguous [V, D] of any dtype incl. quantized, ids
   // contiguous I32/I64 [n], out contiguous [n, D] (f32/f16). Throws KernelError if an id is
   // outside [0, V).

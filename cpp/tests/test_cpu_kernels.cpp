@@ -496,6 +496,89 @@ void test_linear_and_gather(Kernels& k) {
   CHECK(threw, "gather_rows with id 8 of 8 rows must throw KernelError");
 }
 
+// Matrix-vector shapes around the 4-row groups of the decode kernels: N = 1..9 (every tail), a
+// single block (K = 32) and a long row, for the formats with hand-written AVX2 dots.
+void test_linear_row_groups(Kernels& k) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
+    for (int64_t K : {32, 96, 1536}) {
+      for (int64_t N = 1; N <= 9; ++N) {
+        std::vector<uint8_t> w = random_weights(t, N, K);
+        std::vector<double> wd = ref_dequant(t, w, N, K);
+        std::vector<float> x = randn(K), out(N);
+        k.linear(make_view(x.data(), DType::F32, {1, K}), make_view(w.data(), t, {N, K}),
+                 make_view(out.data(), DType::F32, {1, N}));
+        std::vector<double> want(N);
+        double scale = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t c = 0; c < K; ++c) {
+            want[n] += x[c] * wd[n * K + c];
+            scale = std::max(scale, std::fabs(x[c] * wd[n * K + c]));
+          }
+        }
+        std::string what = std::string("linear rows ") + dtype_name(t) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+        close_all(out.data(), want.data(), out.size(), 1e-5 * scale * std::sqrt(double(K)) + 1e-6, 1e-5, what.c_str());
+      }
+    }
+  }
+}
+
+// The 8-bit activation path, against a reference written from its definition: x quantized per
+// block of 32 to q = round_half_even(x * 127 / max|x|) with d = max|x| / 127, integer dot products
+// per block, scaled by the weight block's d (and its m for Q4_1 times d * sum(q)).
+void test_linear_q8_activations(Kernels& k) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    for (int64_t K : {32, 160, 576}) {
+      for (int64_t N : {1, 3, 4, 7, 37}) {
+        const int64_t M = N == 7 ? 3 : 1;  // a few rows of x too (prefill)
+        std::vector<uint8_t> w = random_weights(t, N, K);
+        std::vector<double> wd = ref_dequant(t, w, N, K);
+        std::vector<float> x = randn(M * K);
+        x[0] = 0.0f;                                                   // exact zeros quantize to 0
+        if (K >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block
+        std::vector<float> out(M * N), exact(M * N);
+        View vx = make_view(x.data(), DType::F32, {M, K}), vw = make_view(w.data(), t, {N, K});
+        k.linear_q8_activations(vx, vw, make_view(out.data(), DType::F32, {M, N}));
+        k.linear(vx, vw, make_view(exact.data(), DType::F32, {M, N}));
+        std::vector<double> xq(M * K);  // dequantized activations
+        for (int64_t b = 0; b < M * K / 32; ++b) {
+          float amax = 0;
+          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+          const float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+          for (int j = 0; j < 32; ++j) {
+            double q = std::nearbyint(x[b * 32 + j] * id);
+            xq[b * 32 + j] = std::min(127.0, std::max(-127.0, q)) * d;
+          }
+        }
+        std::vector<double> want(M * N);
+        double scale = 0, diff = 0;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            for (int64_t c = 0; c < K; ++c) {
+              want[m * N + n] += xq[m * K + c] * wd[n * K + c];
+              scale = std::max(scale, std::fabs(xq[m * K + c] * wd[n * K + c]));
+            }
+            diff = std::max(diff, std::fabs(static_cast<double>(exact[m * N + n]) - want[m * N + n]));
+          }
+        std::string what = std::string("linear 8-bit activations ") + dtype_name(t) + " M=" + std::to_string(M) +
+                           " K=" + std::to_string(K) + " N=" + std::to_string(N);
+        close_all(out.data(), want.data(), out.size(), 1e-5 * scale * std::sqrt(double(K)) + 1e-6, 1e-5, what.c_str());
+        // The quantized path really ran: its result is not the exact one.
+        CHECK(diff > 1e-6 * scale, "%s: result equals the exact linear", what.c_str());
+      }
+    }
+  }
+  // Formats without an integer dot compute linear exactly.
+  for (DType t : {DType::Q4_K, DType::F16, DType::F32}) {
+    const int64_t K = 256, N = 5, M = 2;
+    std::vector<uint8_t> w = random_weights(t, N, K);
+    std::vector<float> x = randn(M * K), a(M * N), b(M * N);
+    View vx = make_view(x.data(), DType::F32, {M, K}), vw = make_view(w.data(), t, {N, K});
+    k.linear_q8_activations(vx, vw, make_view(a.data(), DType::F32, {M, N}));
+    k.linear(vx, vw, make_view(b.data(), DType::F32, {M, N}));
+    CHECK(a == b, "linear_q8_activations %s falls back to the exact linear", dtype_name(t));
+  }
+}
+
 // ------------------------------------------------------------------ nn
 
 void test_norms(Kernels& k) {
@@ -598,6 +681,67 @@ void test_attention(Kernels& k) {
   }
 }
 
+// Decode-shaped attention (few query rows, many keys), where the keys are split over tasks and the
+// partial softmaxes merged: f32 and f16 caches, head dims with and without a SIMD tail, causal
+// limits inside the cache, an additive mask with -inf entries and a query row that sees no key.
+void test_attention_long(Kernels& k) {
+  struct Case { int64_t Sq, Hq, Hkv, D, Sk, pos; bool causal, use_mask, f16; };
+  const Case cases[] = {
+      {1, 9, 3, 64, 4100, 4099, true, false, false}, {1, 9, 3, 64, 4100, 4099, true, false, true},
+      {1, 6, 2, 40, 1000, 700, true, true, true},    {2, 4, 4, 16, 300, 290, true, false, false},
+      {1, 2, 1, 64, 129, 0, false, true, false},     {3, 6, 3, 8, 2000, 1500, false, true, true},
+  };
+  for (const Case& c : cases) {
+    const int64_t Sq = c.Sq, Hq = c.Hq, Hkv = c.Hkv, D = c.D, Sk = c.Sk;
+    std::vector<float> q = randn(Sq * Hq * D), kf = randn(Sk * Hkv * D), vf = randn(Sk * Hkv * D);
+    std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) {
+      kh[i] = tl::cpu::f32_to_f16(kf[i]);
+      vh[i] = tl::cpu::f32_to_f16(vf[i]);
+      if (c.f16) {
+        kf[i] = tl::cpu::f16_to_f32(kh[i]);
+        vf[i] = tl::cpu::f16_to_f32(vh[i]);
+      }
+    }
+    std::vector<float> mask(Sq * Sk, 0.0f), out(Sq * Hq * D);
+    if (c.use_mask) {
+      mask = randn(Sq * Sk);
+      for (int64_t j = 0; j < Sk; j += 3) mask[j] = -INFINITY;
+      if (Sq > 1) std::fill(mask.begin() + Sk, mask.begin() + 2 * Sk, -INFINITY);  // row 1 sees nothing
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    View vk = c.f16 ? make_view(kh.data(), DType::F16, {Sk, Hkv, D}) : make_view(kf.data(), DType::F32, {Sk, Hkv, D});
+    View vv = c.f16 ? make_view(vh.data(), DType::F16, {Sk, Hkv, D}) : make_view(vf.data(), DType::F32, {Sk, Hkv, D});
+    k.attention(make_view(q.data(), DType::F32, {Sq, Hq, D}), vk, vv,
+                c.use_mask ? make_view(mask.data(), DType::F32, {Sq, Sk}) : View{}, scale, c.causal, c.pos,
+                make_view(out.data(), DType::F32, {Sq, Hq, D}));
+    std::vector<double> want(out.size(), 0.0);
+    for (int64_t i = 0; i < Sq; ++i)
+      for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t kvh = h / (Hq / Hkv);
+        const int64_t n = c.causal ? std::min(Sk, c.pos + i + 1) : Sk;
+        std::vector<double> sc(n);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          double d = 0;
+          for (int64_t e = 0; e < D; ++e) d += (double)q[(i * Hq + h) * D + e] * kf[(j * Hkv + kvh) * D + e];
+          sc[j] = d * scale + mask[i * Sk + j];
+          mx = std::max(mx, sc[j]);
+        }
+        if (mx == -INFINITY) continue;  // no visible key: zeros
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(sc[j] - mx);
+        for (int64_t j = 0; j < n; ++j) {
+          const double p = std::exp(sc[j] - mx) / sum;
+          for (int64_t e = 0; e < D; ++e) want[(i * Hq + h) * D + e] += p * vf[(j * Hkv + kvh) * D + e];
+        }
+      }
+    std::string what = "attention long Sq=" + std::to_string(Sq) + " D=" + std::to_string(D) + " Sk=" +
+                       std::to_string(Sk) + (c.f16 ? " f16" : " f32") + (c.use_mask ? " mask" : "");
+    close_all(out.data(), want.data(), out.size(), 2e-6, 1e-4, what.c_str());
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -609,9 +753,12 @@ int main() {
     test_reduce_softmax(*k);
     test_matmul(*k);
     test_linear_and_gather(*k);
+    test_linear_row_groups(*k);
+    test_linear_q8_activations(*k);
     test_norms(*k);
     test_rope(*k);
     test_attention(*k);
+    test_attention_long(*k);
   }
   test_half();
   test_thread_pool();

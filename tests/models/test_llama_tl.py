@@ -207,3 +207,42 @@ def test_mixed_storage_types_are_not_fused(tmp_path):
         assert session.model.tl_get_field("fused_gate_up") is True
         r = session.generate(session.raw_prompt_ids("hello"), 2, stop_at_eog=False)
         assert len(r.ids) == 2
+
+
+# The approximate modes (README "Speed options"), measured against the HF fp32 reference at the last
+# prompt position (prefill stays exact under --fast; the 8-bit path runs in the final projection):
+#   --fast (8-bit activations in matrix-vector products): max |logit - HF| 0.20 (raw_capital) /
+#     0.26 (chat_capital); greedy ids equal HF's for the first 26 steps of raw_capital;
+#     chat_capital's first token is a near-tie (gap 0.082) that flips. llama.cpp, which quantizes
+#     every matmul: 0.62 / 1.77, steps 5 / 0.
+#   --kv-dtype f16: max |logit - HF| 0.015 / 0.009; all 48 greedy ids equal.
+# The bounds below leave room for summation-order changes; they fail if a mode silently becomes
+# exact (the mode did not run) or drifts towards llama.cpp's error.
+APPROXIMATE_MODES = {
+    "fast": (dict(fast=True), 0.05, 0.5, 12),
+    "kv-f16": (dict(kv_dtype="f16"), 1e-3, 0.05, 48),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(APPROXIMATE_MODES))
+def test_approximate_modes_stay_close_to_reference(smollm2_path, reference, mode):
+    kwargs, min_err, max_err, raw_steps = APPROXIMATE_MODES[mode]
+    assert not core.q8_activations()
+    with LlmSession(smollm2_path, context=128, **kwargs) as session:
+        assert core.q8_activations() is bool(kwargs.get("fast"))
+        for p in reference["prompts"]:
+            ids = session.chat_prompt_ids(p["messages"]) if p["kind"] == "chat" else session.raw_prompt_ids(p["prompt_text"])
+            session.cached_ids = []
+            r = session.generate(ids, raw_steps, stop_at_eog=False, keep_logits=True)
+            err = np.abs(r.prompt_logits - np.load(REFERENCE_DIR / p["last_logits_npy"])).max()
+            assert min_err < err < max_err, (p["name"], err)
+            if p["kind"] == "raw":
+                assert r.ids == p["greedy_ids"][:raw_steps]
+    assert not core.q8_activations()  # closing the session restores the switch
+
+
+def test_kv_dtype_is_checked(smollm2_path):
+    from tensorlogic.models.errors import ModelError
+
+    with pytest.raises(ModelError, match="KV cache dtype"):
+        LlmSession(smollm2_path, kv_dtype="int8")

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cpu_kernels.h"
 #include "half.h"
@@ -30,6 +31,7 @@ class CpuKernels final : public Kernels {
   void softmax(const View& in, int64_t outer, int64_t n, int64_t inner, const View& out) override;
   void matmul(const View& a, const View& b, const View& out) override;
   void linear(const View& x, const View& w, const View& out) override;
+  void linear_q8_activations(const View& x, const View& w, const View& out) override;
   void gather_rows(const View& table, const View& ids, const View& out) override;
   void rms_norm(const View& x, const View& w, float eps, const View& out) override;
   void layer_norm(const View& x, const View& w, const View& b, float eps,
@@ -91,6 +93,28 @@ constexpr int64_t kChunk = 512;
 // ---- quantized blocks (kernels_quant.cpp) ----
 // Dequantizes `n` elements (a multiple of the block size) of one row of type `t` into dst.
 void dequantize_row(DType t, const void* src, int64_t n, float* dst);
+
+// ---- 8-bit activations (kernels_quant_q8.cpp) ----
+// m rows of x quantized to blocks of 32 int8: q[m, K], and per block the scale d and d * sum(q).
+struct Q8Activations {
+  int64_t m = 0, nb = 0;  // rows, blocks per row
+  std::vector<int8_t> q;
+  std::vector<float> d, dsum;
+};
+// One row of Q8Activations.
+struct Q8Row {
+  const int8_t* q;
+  const float* d;
+  const float* dsum;
+  int64_t nb;
+};
+// Whether weights of dtype t have an integer dot product with 8-bit activations.
+bool has_q8_matvec(DType t);
+// Quantizes x[m, k] (k a multiple of 32) into out, reusing its storage.
+void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out);
+// out[i, n] = w_n . x_i for the N rows of w (wrow bytes apart) and the m quantized rows of x.
+void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,
+               float* out);
 
 // f32 dot product, vectorised (AVX2/FMA when the CPU has it).
 float dot_f32(const float* a, const float* b, int64_t n);

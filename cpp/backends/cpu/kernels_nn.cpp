@@ -1,14 +1,19 @@
 // Neural-network kernels: rms_norm, layer_norm, rope (adjacent pairs and NeoX halves),
 // causal_mask, and grouped-query attention. All accumulate in f32 (norm statistics in double)
-// and read f16/bf16 operands through f32 row conversions. Attention uses a numerically stable
-// softmax (max subtracted) over exactly the keys a query may see, so a causal query never
-// reads keys beyond its position.
+// and read f16/bf16 operands through f32 row conversions. Attention uses an online softmax (running
+// max, rescaled sums) over exactly the keys a query may see, so a causal query never reads keys
+// beyond its position; with few query rows and many keys the keys are split over threads and the
+// partial softmaxes merged (flash-decoding).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "cpu_kernels_impl.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace tl::cpu {
 namespace {
@@ -161,6 +166,211 @@ void CpuKernels::causal_mask(int64_t offset, const View& out) {
   }
 }
 
+namespace {
+
+// Keys handled per step inside one attention task: their K (and V) rows are converted to f32
+// once into a per-thread buffer when they are not f32 rows already.
+constexpr int64_t kKeyChunk = 64;
+
+// s[j] = exp(s[j] - sub) for j < n; returns the sum. exp(-inf) is exactly 0.
+float exp_sub_sum_portable(float* s, int64_t n, float sub) {
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - sub);
+    sum += s[j];
+  }
+  return static_cast<float>(sum);
+}
+
+#if defined(__x86_64__)
+#define TL_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// exp(x) for x <= 0 (scores minus their max): x = n ln2 + r with |r| <= ln2 / 2, a degree-6
+// Taylor polynomial for e^r (relative error ~2e-7), and 2^n built in the exponent bits.
+// Below -87.3 the result is 0.
+TL_AVX2 inline __m256 exp_nonpositive_avx2(__m256 x) {
+  const __m256 valid = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), valid);
+}
+
+// acc[g, :] += sum_j p[g, j] * v[j, :] for g < G (G <= 3), j < nc; p rows ldp apart, v rows ldv
+// apart, acc rows D apart. Two 8-wide column blocks at a time, every head's accumulators held in
+// registers across all keys: no loads or stores of acc inside the key loop.
+TL_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+TL_AVX2 inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return f16_to_f32(*p); }
+
+template <int G, class V>
+TL_AVX2 void pv_accumulate_avx2(const float* p, int64_t ldp, const V* v, int64_t ldv, int64_t nc, float* acc,
+                                int64_t D) {
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    __m256 a0[G], a1[G];
+    for (int g = 0; g < G; ++g) {
+      a0[g] = _mm256_loadu_ps(acc + g * D + d);
+      a1[g] = _mm256_loadu_ps(acc + g * D + d + 8);
+    }
+    for (int64_t j = 0; j < nc; ++j) {
+      const __m256 v0 = load8(v + j * ldv + d), v1 = load8(v + j * ldv + d + 8);
+      for (int g = 0; g < G; ++g) {
+        const __m256 pg = _mm256_broadcast_ss(p + g * ldp + j);
+        a0[g] = _mm256_fmadd_ps(pg, v0, a0[g]);
+        a1[g] = _mm256_fmadd_ps(pg, v1, a1[g]);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      _mm256_storeu_ps(acc + g * D + d, a0[g]);
+      _mm256_storeu_ps(acc + g * D + d + 8, a1[g]);
+    }
+  }
+  for (; d < D; ++d)
+    for (int g = 0; g < G; ++g) {
+      float s = acc[g * D + d];
+      for (int64_t j = 0; j < nc; ++j) s += p[g * ldp + j] * load1(v + j * ldv + d);
+      acc[g * D + d] = s;
+    }
+}
+
+// scores[g, j] = q[g, :] . k[j, :] for g < G (G <= 3), j < nc; q rows D apart (f32), k rows ldk
+// apart (f32 or f16, read in place), scores rows lds apart.
+template <int G, class K>
+TL_AVX2 void qk_scores_avx2(const float* q, const K* k, int64_t ldk, int64_t nc, float* scores, int64_t lds,
+                            int64_t D) {
+  const int64_t D8 = D & ~int64_t{7};
+  for (int64_t j = 0; j < nc; ++j) {
+    const K* kr = k + j * ldk;
+    __m256 a[G];
+    for (int g = 0; g < G; ++g) a[g] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D8; d += 8) {
+      const __m256 kv = load8(kr + d);
+      for (int g = 0; g < G; ++g) a[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * D + d), kv, a[g]);
+    }
+    for (int g = 0; g < G; ++g) {
+      __m128 h = _mm_add_ps(_mm256_castps256_ps128(a[g]), _mm256_extractf128_ps(a[g], 1));
+      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_add_ss(h, _mm_movehdup_ps(h));
+      float sum = _mm_cvtss_f32(h);
+      for (int64_t d = D8; d < D; ++d) sum += q[g * D + d] * load1(kr + d);
+      scores[g * lds + j] = sum;
+    }
+  }
+}
+
+TL_AVX2 float exp_sub_sum_avx2(float* s, int64_t n, float sub) {
+  const __m256 vs = _mm256_set1_ps(sub);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vs));
+    _mm256_storeu_ps(s + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+  if (j < n) {
+    alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t t = j; t < n; ++t) tail[t - j] = s[t] - sub;
+    _mm256_store_ps(tail, exp_nonpositive_avx2(_mm256_load_ps(tail)));
+    for (int64_t t = j; t < n; ++t) {
+      s[t] = tail[t - j];
+      sum += tail[t - j];
+    }
+  }
+  return sum;
+}
+#endif
+
+void pv_accumulate_portable(const float* p, int64_t ldp, int group, const float* v, int64_t ldv, int64_t nc,
+                            float* acc, int64_t D) {
+  for (int g = 0; g < group; ++g)
+    for (int64_t j = 0; j < nc; ++j) {
+      const float pj = p[g * ldp + j];
+      if (pj == 0.0f) continue;
+      const float* vr = v + j * ldv;
+      float* a = acc + g * D;
+      for (int64_t d = 0; d < D; ++d) a[d] += pj * vr[d];
+    }
+}
+
+// acc[g, :] += sum_j p[g, j] * v[j, :] for g < group, j < nc (the P.V product of one key chunk).
+void pv_accumulate(const float* p, int64_t ldp, int group, const float* v, int64_t ldv, int64_t nc, float* acc,
+                   int64_t D) {
+#if defined(__x86_64__)
+  if (cpu_has_avx2()) {
+    for (int g = 0; g < group; g += 3) {
+      const float* pg = p + g * ldp;
+      float* ag = acc + g * D;
+      switch (std::min(3, group - g)) {
+        case 3: pv_accumulate_avx2<3, float>(pg, ldp, v, ldv, nc, ag, D); break;
+        case 2: pv_accumulate_avx2<2, float>(pg, ldp, v, ldv, nc, ag, D); break;
+        default: pv_accumulate_avx2<1, float>(pg, ldp, v, ldv, nc, ag, D); break;
+      }
+    }
+    return;
+  }
+#endif
+  pv_accumulate_portable(p, ldp, group, v, ldv, nc, acc, D);
+}
+
+#if defined(__x86_64__)
+// The f16 cache read in place (AVX2 only): scores of `group` heads and their P.V accumulation.
+void qk_scores_f16(const float* q, int group, const uint16_t* k, int64_t ldk, int64_t nc, float* scores,
+                   int64_t lds, int64_t D) {
+  for (int g = 0; g < group; g += 3) {
+    switch (std::min(3, group - g)) {
+      case 3: qk_scores_avx2<3, uint16_t>(q + g * D, k, ldk, nc, scores + g * lds, lds, D); break;
+      case 2: qk_scores_avx2<2, uint16_t>(q + g * D, k, ldk, nc, scores + g * lds, lds, D); break;
+      default: qk_scores_avx2<1, uint16_t>(q + g * D, k, ldk, nc, scores + g * lds, lds, D); break;
+    }
+  }
+}
+
+void pv_accumulate_f16(const float* p, int64_t ldp, int group, const uint16_t* v, int64_t ldv, int64_t nc,
+                       float* acc, int64_t D) {
+  for (int g = 0; g < group; g += 3) {
+    switch (std::min(3, group - g)) {
+      case 3: pv_accumulate_avx2<3, uint16_t>(p + g * ldp, ldp, v, ldv, nc, acc + g * D, D); break;
+      case 2: pv_accumulate_avx2<2, uint16_t>(p + g * ldp, ldp, v, ldv, nc, acc + g * D, D); break;
+      default: pv_accumulate_avx2<1, uint16_t>(p + g * ldp, ldp, v, ldv, nc, acc + g * D, D); break;
+    }
+  }
+}
+#endif
+
+float exp_sub_sum(float* s, int64_t n, float sub) {
+#if defined(__x86_64__)
+  if (cpu_has_avx2()) return exp_sub_sum_avx2(s, n, sub);
+#endif
+  return exp_sub_sum_portable(s, n, sub);
+}
+
+// The partial result of one attention task: for each query head g of a kv group, over a range of
+// keys, the running max m_g, the sum l_g of exp(score - m_g) and acc_g = sum exp(score - m_g) v.
+struct PartialSoftmax {
+  float* m;    // [group]
+  float* l;    // [group]
+  float* acc;  // [group, D]
+};
+
+}  // namespace
+
 void CpuKernels::attention(const View& q, const View& k, const View& v, const View& mask,
                            float scale, bool causal, int64_t q_pos_offset, const View& out) {
   require_float("attention", q);
@@ -179,83 +389,156 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
     if (mask.ndim != 2 || mask.shape[0] != Sq || mask.shape[1] != Sk) kernel_fail("attention: mask must be [Sq, Sk]");
     require_float("attention", mask);
   }
+  if (Sq == 0 || Hq == 0 || D == 0) return;
   const int64_t group = Hq / Hkv;
   float* od = static_cast<float*>(out.data);
   const bool k_direct = k.dtype == DType::F32 && k.strides[2] == 1;
   const bool v_direct = v.dtype == DType::F32 && v.strides[2] == 1;
+  const bool f16_direct = cpu_has_avx2() && k.dtype == DType::F16 && v.dtype == DType::F16 && k.strides[2] == 1 &&
+                          v.strides[2] == 1;
+  auto visible_keys = [&](int64_t i) {
+    return causal ? std::min<int64_t>(Sk, std::max<int64_t>(0, q_pos_offset + i + 1)) : Sk;
+  };
 
-  // One task per (query row, kv head): the group's query heads share the key/value rows.
-  const int64_t tasks = Sq * Hkv;
-  int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Sk * D * group));
+  // Split the keys of a (query row, kv head) over several tasks when there are few rows (decode)
+  // and many keys, so that every thread gets work (flash-decoding); each split keeps its own
+  // running softmax and the splits are merged at the end.
+  int64_t splits = 1;
+  if (Sq * Hkv < 4 * static_cast<int64_t>(pool().size())) {
+    const int64_t keys = visible_keys(Sq - 1);
+    const int64_t want = (4 * pool().size() + Sq * Hkv - 1) / (Sq * Hkv);
+    splits = std::max<int64_t>(1, std::min<int64_t>(keys / 128, std::max<int64_t>(want, keys / 1024)));
+  }
+  const int64_t slot = group * (D + 2);  // floats of one PartialSoftmax
+  thread_local std::vector<float> partial_buf;
+  if (splits > 1) partial_buf.resize(static_cast<size_t>(Sq * Hkv * splits * slot));
+  float* const partial = partial_buf.data();  // the calling thread's buffer, shared with the tasks
+
+  const int64_t tasks = Sq * Hkv * splits;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Sk * D * group / splits));
   pool().parallel_for(tasks, grain, [&](int64_t t0, int64_t t1) {
-    std::vector<float> qrow(static_cast<size_t>(group * D)), scores(static_cast<size_t>(group * Sk));
-    std::vector<float> krow(static_cast<size_t>(D)), mrow(static_cast<size_t>(Sk)), acc(static_cast<size_t>(group * D));
-    std::vector<float> kbuf(k_direct ? 0 : static_cast<size_t>(Sk * D)), kq(static_cast<size_t>(Sk * group));
+    thread_local std::vector<float> qrow, scores, kq, kbuf, vbuf, mrow, own;
+    qrow.resize(static_cast<size_t>(group * D));
+    scores.resize(static_cast<size_t>(group * kKeyChunk));
+    kq.resize(static_cast<size_t>(kKeyChunk * group));
+    if (!k_direct && !f16_direct) kbuf.resize(static_cast<size_t>(kKeyChunk * D));
+    if (!v_direct && !f16_direct) vbuf.resize(static_cast<size_t>(kKeyChunk * D));
+    if (mask.data) mrow.resize(static_cast<size_t>(kKeyChunk));
+    own.resize(static_cast<size_t>(slot));
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t i = t / Hkv, kh = t % Hkv;
-      int64_t n_keys = Sk;
-      if (causal) n_keys = std::min<int64_t>(Sk, std::max<int64_t>(0, q_pos_offset + i + 1));
+      const int64_t split = t % splits, row_head = t / splits;
+      const int64_t i = row_head / Hkv, kh = row_head % Hkv;
+      const int64_t n_keys = visible_keys(i);
+      const int64_t per = (n_keys + splits - 1) / splits;
+      const int64_t j_begin = std::min(n_keys, split * per), j_end = std::min(n_keys, j_begin + per);
+      float* ps = splits > 1 ? partial + t * slot : own.data();
+      PartialSoftmax part{ps, ps + group, ps + 2 * group};
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kh * group + g;
         load_f32(q.dtype, element_ptr(q, i * q.strides[0] + h * q.strides[1]), q.strides[2], D, qrow.data() + g * D);
         for (int64_t d = 0; d < D; ++d) qrow[static_cast<size_t>(g * D + d)] *= scale;
+        part.m[g] = -std::numeric_limits<float>::infinity();
+        part.l[g] = 0.0f;
       }
-      if (mask.data) load_f32(mask.dtype, element_ptr(mask, i * mask.strides[0]), mask.strides[1], n_keys, mrow.data());
-      // Scores of the group's query heads against every visible key, as one small GEMM
-      // (keys x group) with the key rows used in place when they already are f32 rows.
-      const float* kp;
-      int64_t ldk;
-      if (k_direct) {
-        kp = reinterpret_cast<const float*>(element_ptr(k, kh * k.strides[1]));
-        ldk = k.strides[0];
-      } else {
-        for (int64_t j = 0; j < n_keys; ++j)
-          load_f32(k.dtype, element_ptr(k, j * k.strides[0] + kh * k.strides[1]), k.strides[2], D, kbuf.data() + j * D);
-        kp = kbuf.data();
-        ldk = D;
-      }
-      if (n_keys > 0) gemm_nt_f32(kp, ldk, n_keys, qrow.data(), D, group, D, kq.data(), group);
-      for (int64_t g = 0; g < group; ++g)
-        for (int64_t j = 0; j < n_keys; ++j)
-          scores[static_cast<size_t>(g * Sk + j)] =
-              kq[static_cast<size_t>(j * group + g)] + (mask.data ? mrow[static_cast<size_t>(j)] : 0.0f);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t g = 0; g < group; ++g) {
-        float* sc = scores.data() + g * Sk;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n_keys; ++j) mx = std::max(mx, sc[j]);
-        if (n_keys == 0 || mx == -std::numeric_limits<float>::infinity()) {
-          std::fill(sc, sc + n_keys, 0.0f);  // no visible key: the output row is zeros
-          continue;
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < n_keys; ++j) {
-          sc[j] = std::exp(sc[j] - mx);
-          sum += sc[j];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < n_keys; ++j) sc[j] *= inv;
-      }
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float* vp;
-        const char* vbase = element_ptr(v, j * v.strides[0] + kh * v.strides[1]);
-        if (v_direct) {
-          vp = reinterpret_cast<const float*>(vbase);
+      std::fill(part.acc, part.acc + group * D, 0.0f);
+      for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyChunk) {
+        const int64_t nc = std::min(kKeyChunk, j_end - j0);
+        // Scores of the group's query heads against the chunk's keys: f16 rows read in place
+        // (AVX2), f32 rows in place through one small GEMM (keys x group), other dtypes
+        // converted to f32 rows first.
+        const char* kbase = element_ptr(k, j0 * k.strides[0] + kh * k.strides[1]);
+        const char* vbase = element_ptr(v, j0 * v.strides[0] + kh * v.strides[1]);
+        if (f16_direct) {
+#if defined(__x86_64__)
+          qk_scores_f16(qrow.data(), static_cast<int>(group), reinterpret_cast<const uint16_t*>(kbase), k.strides[0],
+                        nc, scores.data(), kKeyChunk, D);
+#endif
         } else {
-          load_f32(v.dtype, vbase, v.strides[2], D, krow.data());
-          vp = krow.data();
+          const float* kp;
+          int64_t ldk;
+          if (k_direct) {
+            kp = reinterpret_cast<const float*>(kbase);
+            ldk = k.strides[0];
+          } else {
+            for (int64_t j = 0; j < nc; ++j)
+              load_f32(k.dtype, element_ptr(k, (j0 + j) * k.strides[0] + kh * k.strides[1]), k.strides[2], D,
+                       kbuf.data() + j * D);
+            kp = kbuf.data();
+            ldk = D;
+          }
+          gemm_nt_f32(kp, ldk, nc, qrow.data(), D, group, D, kq.data(), group);
+          for (int64_t g = 0; g < group; ++g)
+            for (int64_t j = 0; j < nc; ++j) scores[static_cast<size_t>(g * kKeyChunk + j)] = kq[static_cast<size_t>(j * group + g)];
         }
+        if (mask.data)
+          load_f32(mask.dtype, element_ptr(mask, i * mask.strides[0] + j0 * mask.strides[1]), mask.strides[1], nc,
+                   mrow.data());
         for (int64_t g = 0; g < group; ++g) {
-          float p = scores[static_cast<size_t>(g * Sk + j)];
-          if (p != 0.0f) axpy_f32(p, vp, acc.data() + g * D, D);
+          float* sc = scores.data() + g * kKeyChunk;
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < nc; ++j) {
+            if (mask.data) sc[j] += mrow[static_cast<size_t>(j)];
+            mx = std::max(mx, sc[j]);
+          }
+          if (mx == -std::numeric_limits<float>::infinity()) {  // no visible key in this chunk
+            std::fill(sc, sc + nc, 0.0f);
+            continue;
+          }
+          if (mx > part.m[g]) {  // rescale what was summed under the old max
+            const float c = part.m[g] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(part.m[g] - mx);
+            float* acc = part.acc + g * D;
+            part.l[g] *= c;
+            for (int64_t d = 0; d < D; ++d) acc[d] *= c;
+            part.m[g] = mx;
+          }
+          part.l[g] += exp_sub_sum(sc, nc, part.m[g]);
+        }
+        if (f16_direct) {
+#if defined(__x86_64__)
+          pv_accumulate_f16(scores.data(), kKeyChunk, static_cast<int>(group), reinterpret_cast<const uint16_t*>(vbase),
+                            v.strides[0], nc, part.acc, D);
+#endif
+        } else if (v_direct) {
+          pv_accumulate(scores.data(), kKeyChunk, static_cast<int>(group), reinterpret_cast<const float*>(vbase),
+                        v.strides[0], nc, part.acc, D);
+        } else {
+          for (int64_t j = 0; j < nc; ++j)
+            load_f32(v.dtype, element_ptr(v, (j0 + j) * v.strides[0] + kh * v.strides[1]), v.strides[2], D,
+                     vbuf.data() + j * D);
+          pv_accumulate(scores.data(), kKeyChunk, static_cast<int>(group), vbuf.data(), D, nc, part.acc, D);
         }
       }
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t h = kh * group + g;
-        std::copy(acc.begin() + g * D, acc.begin() + (g + 1) * D, od + (i * Hq + h) * D);
+      if (splits == 1) {
+        for (int64_t g = 0; g < group; ++g) {
+          float* o = od + (i * Hq + kh * group + g) * D;
+          const float inv = part.l[g] > 0.0f ? 1.0f / part.l[g] : 0.0f;  // no visible key: zeros
+          for (int64_t d = 0; d < D; ++d) o[d] = part.acc[g * D + d] * inv;
+        }
       }
     }
   });
+  if (splits == 1) return;
+  // Merge the splits of every (query row, kv head): rescale each to the common max.
+  for (int64_t rh = 0; rh < Sq * Hkv; ++rh) {
+    const int64_t i = rh / Hkv, kh = rh % Hkv;
+    for (int64_t g = 0; g < group; ++g) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t sp = 0; sp < splits; ++sp) mx = std::max(mx, partial[(rh * splits + sp) * slot + g]);
+      float* o = od + (i * Hq + kh * group + g) * D;
+      std::fill(o, o + D, 0.0f);
+      if (mx == -std::numeric_limits<float>::infinity()) continue;  // no visible key: zeros
+      float l = 0.0f;
+      for (int64_t sp = 0; sp < splits; ++sp) {
+        const float* ps = partial + (rh * splits + sp) * slot;
+        if (ps[g] == -std::numeric_limits<float>::infinity()) continue;
+        const float c = std::exp(ps[g] - mx);
+        l += c * ps[group + g];
+        axpy_f32(c, ps + 2 * group + g * D, o, D);
+      }
+      const float inv = 1.0f / l;
+      for (int64_t d = 0; d < D; ++d) o[d] *= inv;
+    }
+  }
 }
 
 }  // namespace tl::cpu

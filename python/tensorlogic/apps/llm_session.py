@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..builtins.convert import BuiltinArgError
-from ..builtins.core import RuntimeFailure, init_backend, memory_stats
+from ..builtins.core import RuntimeFailure, init_backend, memory_stats, set_q8_activations
 from ..builtins.kvcache import KVCache
 from ..builtins.models import load_model_value
 from ..builtins.sampling import SamplerValue
@@ -28,6 +28,7 @@ from ..models.errors import ModelError
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
 CHAT_CONTEXT = 2048  # default KV cache length of `tl chat`; `tl generate` sizes it to the request
+KV_DTYPES = ("f32", "f16")  # f32: exact; f16: half the cache's memory and bandwidth (long contexts)
 
 
 @dataclass
@@ -115,12 +116,18 @@ class LlmSession:
     """One model, its tokenizer, a KV cache sized to `context`, and the TL program that runs them."""
 
     def __init__(self, path: str | Path, backend: str | None = None, context: int | None = None,
-                 progress: bool = False, weight_mode: str = "native"):
+                 progress: bool = False, weight_mode: str = "native", kv_dtype: str = "f32",
+                 fast: bool = False):
+        if kv_dtype not in KV_DTYPES:
+            raise ModelError(f"the KV cache dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
+        self.kv_dtype = kv_dtype
         if backend:
             try:
                 init_backend(backend)
             except RuntimeFailure as e:
                 raise ModelError(f"backend {backend}: {e}") from None
+        # --fast: linear ops quantize their activations to 8 bits (a device-wide switch, restored at close)
+        self._q8_before: bool | None = set_q8_activations(True) if fast else None
         started = time.perf_counter()
         try:
             self.model = load_model_value(str(path), weight_mode, progress)
@@ -143,6 +150,9 @@ class LlmSession:
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
+        if self._q8_before is not None:
+            set_q8_activations(self._q8_before)
+            self._q8_before = None
         if self.cache is not None:
             self.cache.release()
         self.model.close()
@@ -179,7 +189,7 @@ class LlmSession:
         if self.cache is None:
             cfg = self.config
             cap = min(self.requested_context or needed, cfg.context_length)
-            self.cache = KVCache(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, "f32")
+            self.cache = KVCache(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, self.kv_dtype)
 
     def generate(self, prompt_ids: list[int], max_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eog: bool = True,

@@ -100,6 +100,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["cpu", "cuda", "metal"], help="default: TL_BACKEND or cpu")
     p.add_argument("--context", type=_positive_int, default=None,
                    help="KV cache length in tokens (default: the model's, at most 4096)")
+    p.add_argument("--fast", action="store_true",
+                   help="quantize activations to 8 bits in the quantized matrix-vector products, as llama.cpp "
+                        "does (CPU backend; faster decode, logits approximate: see README)")
+    p.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
+                   help="KV cache dtype: f32 (default, exact) or f16 (half the memory and bandwidth at long "
+                        "contexts; logits approximate)")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, default_temperature: float = 0.0) -> None:
@@ -168,7 +174,8 @@ def _open_session(args: argparse.Namespace):
     from .llm_session import LlmSession
 
     path = resolve_model_path(args.model, progress=sys.stderr.isatty())
-    return LlmSession(path, backend=args.backend, context=args.context, progress=sys.stderr.isatty())
+    return LlmSession(path, backend=args.backend, context=args.context, progress=sys.stderr.isatty(),
+                      kv_dtype=args.kv_dtype, fast=args.fast)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:

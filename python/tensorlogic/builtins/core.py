@@ -22,5 +22,13 @@ def synchronize() -> None:
     core.synchronize()
 
 
+def set_q8_activations(on: bool) -> bool:
+    """Switch 8-bit activations in the quantized matrix-vector products (`tl generate --fast`) on or
+    off for ops encoded from now on; returns the previous setting."""
+    before = bool(core.q8_activations())
+    core.set_q8_activations(on)
+    return before
+
+
 def memory_stats() -> dict:
     return dict(core.memory_stats())
