@@ -627,6 +627,35 @@ class KVCacheValue(TLObject):
         self.v[i][p:p + s] = v
         self.lengths[i] = p + s
 
+    def write_rope(self, layer: Any, pos: Any, q: Any, k: Any, v: Any, base: Any = 10000.0,
+                   neox: Any = False) -> Any:
+        """RoPE of q and k at positions pos.. and the cache write of rope(k) and v, as one kernel;
+        returns rope(q) [S, heads, head_dim]. q, k, v: [S, heads, head_dim] or [S, heads * head_dim]."""
+        i = self._layer(layer)
+        p = to_int(pos, "position")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, Tensor) or t.ndim not in (2, 3):
+                raise BuiltinArgError(f"rope_kv_write: {name} must be a tensor [seq, heads, head_dim] or "
+                                      f"[seq, heads * head_dim], got {type_name(t)}")
+        s = k.shape[0]
+        if p < 0 or p > self.lengths[i]:
+            raise BuiltinArgError(f"KVCache write at position {p} would leave a gap "
+                                  f"(layer {i} holds {self.lengths[i]} positions)")
+        buf = self.k[i]
+        if buf is None or p + s > buf.shape[0]:
+            if k.ndim == 3:
+                heads, dim = k.shape[1], k.shape[2]
+            elif buf is not None:
+                heads, dim = buf.shape[1], buf.shape[2]
+            else:
+                raise BuiltinArgError("rope_kv_write: the first write to an empty cache layer needs k as "
+                                      "[seq, kv_heads, head_dim]")
+            self._grow(i, p + s, heads, dim)
+        q_out = core.rope_kv_write(q, k, v, self.k[i], self.v[i], p, to_float(base, "base"),
+                                   to_bool(neox, "neox"))
+        self.lengths[i] = p + s
+        return q_out
+
     def _grow(self, layer: int, needed: int, heads: int, dim: int) -> None:
         if self.capacity is not None:  # preallocated: fixed size
             if needed > self.capacity:
@@ -678,6 +707,8 @@ class KVCacheValue(TLObject):
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
         if name == "write" and len(args) == 4:
             return self.write(*args)
+        if name == "write_rope" and 5 <= len(args) <= 7:
+            return self.write_rope(*args)
         if name == "set" and len(args) == 3:
             return self.write(args[0], 0, args[1], args[2])
         if name == "append" and len(args) == 3:
@@ -712,6 +743,16 @@ def _llama_kv_cache(model, capacity, dtype="f32"):
         raise BuiltinArgError(f"llama_kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
                               "(the model's context length)")
     return KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
+
+
+@builtin("rope_kv_write", "rope_kv_write(cache, layer, pos, q, k, v, [base], [neox])",
+         "RoPE of q and k at positions pos.. plus the write of rope(k) and v into the KV cache, as one kernel; "
+         "returns rope(q) [seq, heads, head_dim] (q, k, v: [seq, heads, head_dim] or [seq, heads * head_dim])",
+         min_args=6, max_args=8, category="models")
+def _rope_kv_write(cache, layer, pos, q, k, v, base=10000.0, neox=False):
+    if not isinstance(cache, KVCacheValue):
+        raise BuiltinArgError(f"rope_kv_write: cache must be a KV cache (llama_kv_cache), got {type_name(cache)}")
+    return cache.write_rope(layer, pos, q, k, v, base, neox)
 
 
 @builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0)",
