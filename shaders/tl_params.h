@@ -142,6 +142,40 @@ struct TLRopeParams {
   float freq_lo[TL_ROPE_MAX_HALF];
 };
 
+// fused_linear: out [M, N] = normalize(x) [M, K] @ w^T (+ addend, any strides). Dispatched in
+// two phases of one kernel: phase 0 (only when normalize) writes the RMS-normalised rows of x into
+// scratch, one threadgroup per row; phase 1 is linear over scratch (or x) plus the addend.
+struct TLFusedLinearParams {
+  TLViewDesc addend;  // [M, N] when has_addend
+  tl_i64 m;
+  tl_i64 n;
+  tl_i64 k;
+  tl_i64 row_bytes;   // bytes of one row of w
+  float eps;
+  int w_dtype;
+  int nw_dtype;       // -1 when the norm weight is absent
+  int normalize;
+  int has_addend;
+  int phase;          // 0: normalise into scratch, 1: products
+};
+// rope_kv_write: q [S, Hq, D], k and v [S, Hkv, D] in, q_out contiguous [S, Hq, D] f32, k_dst and
+// v_dst [S, Hkv, D] (views into the caches); frequencies as in TLRopeParams.
+struct TLRopeKVParams {
+  TLViewDesc q;
+  TLViewDesc k;
+  TLViewDesc v;
+  TLViewDesc k_dst;
+  TLViewDesc v_dst;
+  tl_i64 seq;
+  tl_i64 hq;
+  tl_i64 hkv;
+  tl_i64 d;
+  tl_i64 pos_offset;
+  int neox;
+  int pad0;
+  float freq_hi[TL_ROPE_MAX_HALF];
+  float freq_lo[TL_ROPE_MAX_HALF];
+};
 // causal_mask (out [n, m]) and attention.
 struct TLAttentionParams {
   TLViewDesc q;

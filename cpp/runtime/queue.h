@@ -8,6 +8,7 @@
 //    completion callback, after which completed_seq covers it.
 //  - The first error a command buffer reports is kept and raised (KernelFailure) at the next wait.
 //  - Completion callbacks never throw, never block and never take the GIL.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <initializer_list>
@@ -26,6 +27,7 @@ struct QueueStats {
   int64_t committed = 0;
   int64_t in_flight = 0;
   uint64_t completed_seq = 0;
+  int64_t ops_encoded = 0;  // commands (Kernels calls) encoded so far, debug delays excluded
 };
 
 class Queue {
@@ -64,6 +66,7 @@ class Queue {
   std::vector<std::shared_ptr<Buffer>> open_retained_;
   int64_t open_new_bytes_ = 0;  // bytes of buffers first written by the open command buffer
   int open_ops_ = 0;
+  std::atomic<int64_t> ops_encoded_{0};
   uint64_t open_seq_ = 1;  // sequence number the open command buffer will get
 
   std::mutex done_mu_;  // completion state, shared with completion callbacks
