@@ -199,7 +199,7 @@ def _gpu_worker_tl(args) -> dict:
     from tensorlogic.models.llm_session import LlmSession
 
     t0 = time.perf_counter()
-    session = LlmSession(args.model, backend="cuda", context=2048 + 72)
+    session = LlmSession(args.model, backend=args.tl_backend, context=2048 + 72)
     load_s = time.perf_counter() - t0
     ops = []
 
@@ -345,7 +345,8 @@ def ratios(rows: list[dict]) -> list[str]:
 
 def run_gpu_worker(engine: str, args, ids: list[int], flash_attn: str = "off") -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", engine, "--model", args.model,
-           "--repeat", str(args.repeat), "--flash-attn", flash_attn, "--prompt-ids-json", json.dumps(ids)]
+           "--repeat", str(args.repeat), "--flash-attn", flash_attn, "--tl-backend", args.tl_backend,
+           "--prompt-ids-json", json.dumps(ids)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if engine.startswith("llama.cpp") and args.llama_cpp_path:
         env["PYTHONPATH"] = args.llama_cpp_path + os.pathsep + env.get("PYTHONPATH", "")
@@ -415,6 +416,7 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", action="store_true", help="GPU mode: TL CUDA against llama.cpp CUDA (see above)")
     p.add_argument("--llama-cpp-path", help="GPU mode: directory holding a CUDA build of llama_cpp")
     p.add_argument("--flash-attn", choices=["on", "off"], default="off", help=argparse.SUPPRESS)
+    p.add_argument("--tl-backend", default="cuda", help="GPU mode: TL's backend (cpu for a dry run)")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--prompt-ids-json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
