@@ -357,8 +357,9 @@ def test_fused_kernels_norm_linear_residual_swiglu_rope_kv_write():
         raw = random_quantized("q4_1", 576, 1536)
         cases.append((f"linear q4_1 M={M} K=1536 + residual", lambda x=x, raw=raw, res=res: _core.linear(
             T(x), _core.from_quantized(raw, "q4_1", [576, 1536]), T(res))))
-        cases.append((f"rms_norm_linear f32 M={M} K=1536", lambda x=x: _core.rms_norm_linear(
-            T(x), T(np.ones(1536, np.float32)), T(randn(40, 1536)), 1e-5)))
+        w = randn(40, 1536)
+        cases.append((f"rms_norm_linear f32 M={M} K=1536", lambda x=x, w=w: _core.rms_norm_linear(
+            T(x), T(np.ones(1536, np.float32)), T(w), 1e-5)))
     for rows, n in ((1, 1536), (5, 100), (64, 33)):
         gu = randn(rows, 2 * n) * 4
         cases.append((f"swiglu halves {rows}x{n}", lambda gu=gu: _core.swiglu(T(gu))))
