@@ -662,9 +662,9 @@ void MetalKernels::attention(const View& q, const View& k, const View& v, const 
 
 // ---- fused kernels ----------------------------------------------------------------------------
 
-void MetalKernels::fused_linear(const View& x, const View& w, bool normalize, const View& norm_w,
-                                float eps, const View& addend, const View& scratch,
-                                const View& out) {
+void MetalKernels::fused_linear(const View& x, const View& w, LinearPrologue prologue,
+                                const View& norm_w, float eps, const View& addend,
+                                const View& scratch, const View& out) {
   require_ndim(x, 2, "fused_linear", "x");
   require_ndim(w, 2, "fused_linear", "w");
   require_dtype(x, DType::F32, "fused_linear", "x");
@@ -675,9 +675,10 @@ void MetalKernels::fused_linear(const View& x, const View& w, bool normalize, co
   TLFusedLinearParams p;
   std::memset(&p, 0, sizeof p);
   p.m = x.shape[0];
-  p.k = x.shape[1];
+  p.k = w.shape[1];
   p.n = w.shape[0];
-  if (w.shape[1] != p.k) fail("fused_linear", "x and w disagree on K");
+  const bool swiglu_rows = prologue == LinearPrologue::SwiGLU;
+  if (x.shape[1] != (swiglu_rows ? 2 * p.k : p.k)) fail("fused_linear", "x and w disagree on K");
   if (p.k % block_elems(w.dtype) != 0) {
     fail("fused_linear", "K = " + std::to_string(p.k) + " is not a multiple of the " +
                              dtype_name(w.dtype) + " block size");
@@ -685,16 +686,16 @@ void MetalKernels::fused_linear(const View& x, const View& w, bool normalize, co
   p.row_bytes = static_cast<int64_t>(row_bytes(w.dtype, p.k));
   p.w_dtype = dtype_code(w.dtype);
   p.eps = eps;
-  p.normalize = normalize ? 1 : 0;
+  p.prologue = static_cast<int>(prologue);
   p.nw_dtype = -1;
-  if (normalize) {
+  if (prologue != LinearPrologue::None) {
     require_dtype(scratch, DType::F32, "fused_linear", "scratch");
     require_contiguous(scratch, "fused_linear", "scratch");
-    if (norm_w.data != nullptr) {
-      require_plain(norm_w, "fused_linear", "norm_w");
-      require_contiguous(norm_w, "fused_linear", "norm_w");
-      p.nw_dtype = dtype_code(norm_w.dtype);
-    }
+  }
+  if (prologue == LinearPrologue::RmsNorm && norm_w.data != nullptr) {
+    require_plain(norm_w, "fused_linear", "norm_w");
+    require_contiguous(norm_w, "fused_linear", "norm_w");
+    p.nw_dtype = dtype_code(norm_w.dtype);
   }
   if (addend.data != nullptr) {
     require_ndim(addend, 2, "fused_linear", "addend");
@@ -710,7 +711,7 @@ void MetalKernels::fused_linear(const View& x, const View& w, bool normalize, co
   PipelineRef pso = pipeline("tl_fused_linear", TL_LINEAR_THREADS);
   Grid grid;
   grid.threads = MTLSizeMake(TL_LINEAR_THREADS, 1, 1);
-  if (normalize) {  // the serial encoder runs the products after the rows are normalised (R4)
+  if (prologue != LinearPrologue::None) {  // the serial encoder runs the products after (R4)
     p.phase = 0;
     grid.groups = MTLSizeMake(clamp_groups(p.m), 1, 1);
     encode(pso, &p, sizeof p, bindings, 6, grid);

@@ -40,9 +40,10 @@ kernel void tl_linear(constant TLRowsParams& p [[buffer(0)]],
   }
 }
 
-// CPU twin: Kernels::fused_linear (cpp/backends/cpu/kernels_fused.cpp). Phase 0 (only when
-// normalising) writes the RMS-normalised rows of x to scratch, one threadgroup per row; phase 1
-// computes each output as tl_linear does, from scratch or x, and adds the addend before storing.
+// CPU twin: Kernels::fused_linear (cpp/backends/cpu/kernels_fused.cpp). Phase 0 (only with a
+// prologue) writes the prepared rows to scratch, one threadgroup per row: RMS-normalised rows of
+// x, or swiglu of x's [gate | up] halves; phase 1 computes each output as tl_linear does, from
+// scratch or x, and adds the addend before storing.
 kernel void tl_fused_linear(constant TLFusedLinearParams& p [[buffer(0)]],
                             device const float* x [[buffer(1)]],
                             device const uchar* w [[buffer(2)]],
@@ -55,6 +56,16 @@ kernel void tl_fused_linear(constant TLFusedLinearParams& p [[buffer(0)]],
                             uint2 local [[thread_position_in_threadgroup]]) {
   threadgroup float partials[TL_LINEAR_THREADS];
   uint tid = local.x;
+  if (p.phase == 0 && p.prologue == 2) {
+    for (long m = first_group.x; m < p.m; m += group_count.x) {
+      device const float* row = x + m * 2 * p.k;
+      for (long i = tid; i < p.k; i += TL_LINEAR_THREADS) {
+        float g = row[i];
+        scratch[m * p.k + i] = g / (1.0f + exp(-g)) * row[p.k + i];
+      }
+    }
+    return;
+  }
   if (p.phase == 0) {
     for (long m = first_group.x; m < p.m; m += group_count.x) {
       device const float* row = x + m * p.k;
@@ -70,7 +81,7 @@ kernel void tl_fused_linear(constant TLFusedLinearParams& p [[buffer(0)]],
     }
     return;
   }
-  device const float* input = p.normalize ? scratch : x;
+  device const float* input = p.prologue != 0 ? scratch : x;
   for (long m = first_group.y; m < p.m; m += group_count.y) {
     for (long n = first_group.x; n < p.n; n += group_count.x) {
       device const uchar* w_row = w + n * p.row_bytes;

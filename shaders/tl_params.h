@@ -142,9 +142,10 @@ struct TLRopeParams {
   float freq_lo[TL_ROPE_MAX_HALF];
 };
 
-// fused_linear: out [M, N] = normalize(x) [M, K] @ w^T (+ addend, any strides). Dispatched in
-// two phases of one kernel: phase 0 (only when normalize) writes the RMS-normalised rows of x into
-// scratch, one threadgroup per row; phase 1 is linear over scratch (or x) plus the addend.
+// fused_linear: out [M, N] = prologue(x) @ w^T (+ addend, any strides). Dispatched in two phases
+// of one kernel: phase 0 (only with a prologue) writes the prepared rows into scratch [M, K], one
+// threadgroup per row: RMS-normalised rows of x [M, K] (prologue 1) or swiglu of the halves of
+// x [M, 2K] (prologue 2); phase 1 is linear over scratch (or x) plus the addend.
 struct TLFusedLinearParams {
   TLViewDesc addend;  // [M, N] when has_addend
   tl_i64 m;
@@ -154,7 +155,7 @@ struct TLFusedLinearParams {
   float eps;
   int w_dtype;
   int nw_dtype;       // -1 when the norm weight is absent
-  int normalize;
+  int prologue;       // tl::LinearPrologue: 0 none, 1 rms_norm, 2 swiglu
   int has_addend;
   int phase;          // 0: normalise into scratch, 1: products
 };

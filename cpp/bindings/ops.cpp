@@ -232,6 +232,11 @@ void bind_ops(py::module_& m) {
         }, py::arg("x"), py::arg("norm_w"), py::arg("w"), py::arg("eps") = 1e-5, py::arg("addend") = py::none(),
         "linear(rms_norm(x, norm_w, eps), w) (+ addend) as one kernel: the RMSNorm is folded into the "
         "matrix product.");
+  m.def("swiglu_linear", [](py::handle gate_up, const Tensor& w, py::handle addend) {
+          return swiglu_linear(as_tensor(gate_up, "swiglu_linear"), w, opt_tensor(addend, "swiglu_linear"));
+        }, py::arg("gate_up"), py::arg("w"), py::arg("addend") = py::none(),
+        "linear(swiglu(gate_up), w) (+ addend) as one kernel: gate_up's last dim holds [gate | up], "
+        "twice w's input size.");
   m.def("swiglu", [](py::handle gate, py::handle up) {
           return swiglu(as_tensor(gate, "swiglu"), opt_tensor(up, "swiglu"));
         }, py::arg("gate"), py::arg("up") = py::none(),

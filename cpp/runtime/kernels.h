@@ -63,6 +63,9 @@ enum class UnaryOp : uint8_t {
 
 enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin };
 
+// What fused_linear does to each row of x before the matrix product.
+enum class LinearPrologue : uint8_t { None, RmsNorm, SwiGLU };
+
 class Kernels {
  public:
   virtual ~Kernels() = default;
@@ -127,15 +130,17 @@ class Kernels {
                          float scale, bool causal, int64_t q_pos_offset, const View& out) = 0;
 
   // ---- fused kernels: each equals the composition of the kernels named, computed in f32 ----
-  // out = normalize(x) @ w^T (+ addend). x contiguous [M, K] f32, w as in linear, out contiguous
-  // [M, N] f32. When `normalize`, each row of x is first RMS-normalised exactly as rms_norm does
-  // (norm_w [K] or absent) and `scratch` is a contiguous [M, K] f32 buffer the kernel may use for
-  // the normalised rows; otherwise norm_w and scratch are absent. addend: [M, N], any strides
-  // (0 broadcasts), plain float dtype, or absent; it is added to the finished dot products (the
-  // residual connection of a transformer block).
-  virtual void fused_linear(const View& x, const View& w, bool normalize, const View& norm_w,
-                            float eps, const View& addend, const View& scratch,
-                            const View& out) = 0;
+  // out = prologue(x) @ w^T (+ addend); w as in linear, out contiguous [M, N] f32.
+  //  - None: x contiguous [M, K] f32; norm_w and scratch absent.
+  //  - RmsNorm: x contiguous [M, K] f32, each row RMS-normalised exactly as rms_norm does (norm_w
+  //    [K] or absent) before the product.
+  //  - SwiGLU: x contiguous [M, 2K] f32 holding [gate | up]; the product is of swiglu(gate, up).
+  // With a prologue, `scratch` is a contiguous [M, K] f32 buffer the kernel may use for the
+  // prepared rows. addend: [M, N], any strides (0 broadcasts), plain float dtype, or absent; it is
+  // added to the finished dot products (the residual connection of a transformer block).
+  virtual void fused_linear(const View& x, const View& w, LinearPrologue prologue,
+                            const View& norm_w, float eps, const View& addend,
+                            const View& scratch, const View& out) = 0;
   // out = silu(gate) * up (SwiGLU). gate and up [rows, n], any strides (typically the two column
   // halves of one fused gate/up projection), plain float; out contiguous [rows, n] f32.
   virtual void swiglu(const View& gate, const View& up, const View& out) = 0;

@@ -64,13 +64,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
                  int64_t pos_offset);
 
 // Fused ops: one kernel each, computing what the composition in the comment computes.
-// normalize ? linear(rms_norm(x, norm_w, eps), w) : linear(x, w), plus addend (a bias [N] or a
-// residual of the output's shape, added in the kernel's epilogue; other shapes are added after).
-Tensor fused_linear(const Tensor& x, const Tensor& w, bool normalize,
+// linear(prologue(x), w) plus addend (a bias [N] or a residual of the output's shape, added in the
+// kernel's epilogue; other shapes are added after): the prologue is rms_norm(x, norm_w, eps),
+// swiglu of x's [gate | up] halves, or nothing.
+Tensor fused_linear(const Tensor& x, const Tensor& w, LinearPrologue prologue,
                     const std::optional<Tensor>& norm_w, double eps,
                     const std::optional<Tensor>& addend);
 Tensor rms_norm_linear(const Tensor& x, const std::optional<Tensor>& norm_w, const Tensor& w,
                        double eps, const std::optional<Tensor>& addend);
+Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const std::optional<Tensor>& addend);
 // silu(gate) * up in f32; with no `up`, gate's last dim holds [gate | up] halves.
 Tensor swiglu(const Tensor& gate, const std::optional<Tensor>& up);
 // rope(q) returned (f32 [S, Hq, D]); rope(k) and v written to rows pos..pos+S-1 of the caches

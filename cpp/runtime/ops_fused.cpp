@@ -66,29 +66,35 @@ void require_float_tensor(const Tensor& x, const char* op, const char* what) {
 
 }  // namespace
 
-Tensor fused_linear(const Tensor& x0, const Tensor& w0, bool normalize,
+Tensor fused_linear(const Tensor& x0, const Tensor& w0, LinearPrologue prologue,
                     const std::optional<Tensor>& norm_w0, double eps,
                     const std::optional<Tensor>& addend0) {
-  const char* op = normalize ? "rms_norm_linear" : "linear";
+  const char* op = prologue == LinearPrologue::RmsNorm  ? "rms_norm_linear"
+                   : prologue == LinearPrologue::SwiGLU ? "swiglu_linear"
+                                                        : "linear";
   auto dev = op_device({&x0, &w0, norm_w0 ? &*norm_w0 : nullptr, addend0 ? &*addend0 : nullptr}, op);
   require_plain(x0, op);
   if (w0.ndim() != 2)
     throw ShapeError(std::string(op) + ": the weight must be 2-D [out, in], got " + describe(w0));
-  if (x0.ndim() == 0 || x0.shape.back() != w0.shape[1])
-    throw ShapeError(std::string(op) + ": input " + shape_str(x0.shape) + " does not match weight " +
-                     shape_str(w0.shape) + " (last dim must be " + std::to_string(w0.shape[1]) + ")");
   const int64_t K = w0.shape[1], N = w0.shape[0];
-  if (normalize && !is_floating(x0.dtype)) require_float_tensor(x0, op, "x");
+  const int64_t in_cols = prologue == LinearPrologue::SwiGLU ? 2 * K : K;
+  if (x0.ndim() == 0 || x0.shape.back() != in_cols)
+    throw ShapeError(std::string(op) + ": input " + shape_str(x0.shape) + " does not match weight " +
+                     shape_str(w0.shape) + " (last dim must be " + std::to_string(in_cols) +
+                     (prologue == LinearPrologue::SwiGLU ? ", the gate and up halves)" : ")"));
+  if (prologue != LinearPrologue::None && !is_floating(x0.dtype)) require_float_tensor(x0, op, "x");
   if (norm_w0 && (norm_w0->ndim() != 1 || norm_w0->shape[0] != K))
     throw ShapeError(std::string(op) + ": norm weight " + shape_str(norm_w0->shape) +
                      " does not match the last dim of " + shape_str(x0.shape));
   Shape full(x0.shape.begin(), x0.shape.end() - 1);
   full.push_back(N);
   const int64_t M = checked_numel(full, op) / (N ? N : 1);
-  if (K == 0 || M == 0 || N == 0) {  // nothing to multiply: the unfused path's answer
-    Tensor x = normalize ? rms_norm(x0, norm_w0, eps) : x0;
-    return linear(x, w0, addend0);
-  }
+  auto unfused_input = [&]() {
+    if (prologue == LinearPrologue::RmsNorm) return rms_norm(x0, norm_w0, eps);
+    if (prologue == LinearPrologue::SwiGLU) return swiglu(x0, std::nullopt);
+    return x0;
+  };
+  if (K == 0 || M == 0 || N == 0) return linear(unfused_input(), w0, addend0);  // nothing to multiply
   // The addend joins the kernel's epilogue when it is a float tensor that broadcasts to the
   // output without growing it: a full [.., N] residual, or a [N] bias (stride 0 over rows).
   std::optional<Tensor> addend;
@@ -96,7 +102,7 @@ Tensor fused_linear(const Tensor& x0, const Tensor& w0, bool normalize,
     op_device({&*addend0}, op);
     Shape b = broadcast_shapes(addend0->shape, full, op);
     if (b != full || !is_floating(addend0->dtype)) {
-      Tensor y = fused_linear(x0, w0, normalize, norm_w0, eps, std::nullopt);
+      Tensor y = fused_linear(x0, w0, prologue, norm_w0, eps, std::nullopt);
       return binary(BinaryOp::Add, y, *addend0);
     }
     require_plain(*addend0, op);
@@ -106,24 +112,23 @@ Tensor fused_linear(const Tensor& x0, const Tensor& w0, bool normalize,
       addend = as_rows(expand(*addend0, full));
   }
   Tensor x = contiguous(astype(x0, DType::F32));
-  x = reshape(x, {M, K});
+  x = reshape(x, {M, in_cols});
   Tensor w = contiguous(w0);
   std::optional<Tensor> nw, scratch;
-  if (normalize) {
-    if (norm_w0) nw = contiguous(is_floating(norm_w0->dtype) ? *norm_w0 : astype(*norm_w0, DType::F32));
-    scratch = new_tensor(*dev, {M, K}, DType::F32, op);
-  }
+  if (prologue != LinearPrologue::None) scratch = new_tensor(*dev, {M, K}, DType::F32, op);
+  if (prologue == LinearPrologue::RmsNorm && norm_w0)
+    nw = contiguous(is_floating(norm_w0->dtype) ? *norm_w0 : astype(*norm_w0, DType::F32));
   Tensor out = new_tensor(*dev, {M, N}, DType::F32, op);
   View xv = x.view(), wv = w.view(), ov = out.view();
   View nv = nw ? nw->view() : View{}, av = addend ? addend->view() : View{};
   View sv = scratch ? scratch->view() : View{};
   float e = static_cast<float>(eps);
-  detail::encode(*dev,
-                 [xv, wv, normalize, nv, e, av, sv, ov](Kernels& k) {
-                   k.fused_linear(xv, wv, normalize, nv, e, av, sv, ov);
-                 },
-                 {&x, &w, nw ? &*nw : nullptr, addend ? &*addend : nullptr},
-                 {&out, scratch ? &*scratch : nullptr});
+  encode(*dev,
+         [xv, wv, prologue, nv, e, av, sv, ov](Kernels& k) {
+           k.fused_linear(xv, wv, prologue, nv, e, av, sv, ov);
+         },
+         {&x, &w, nw ? &*nw : nullptr, addend ? &*addend : nullptr},
+         {&out, scratch ? &*scratch : nullptr});
   out = reshape(out, full);
   if (x0.dtype == DType::F16 || x0.dtype == DType::BF16) out = astype(out, x0.dtype);
   return out;
@@ -131,7 +136,11 @@ Tensor fused_linear(const Tensor& x0, const Tensor& w0, bool normalize,
 
 Tensor rms_norm_linear(const Tensor& x, const std::optional<Tensor>& norm_w, const Tensor& w,
                        double eps, const std::optional<Tensor>& addend) {
-  return fused_linear(x, w, true, norm_w, eps, addend);
+  return fused_linear(x, w, LinearPrologue::RmsNorm, norm_w, eps, addend);
+}
+
+Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const std::optional<Tensor>& addend) {
+  return fused_linear(gate_up, w, LinearPrologue::SwiGLU, std::nullopt, 0.0, addend);
 }
 
 Tensor swiglu(const Tensor& gate0, const std::optional<Tensor>& up0) {

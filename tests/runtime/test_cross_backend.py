@@ -352,12 +352,17 @@ def test_fused_kernels_norm_linear_residual_swiglu_rope_kv_write():
                           lambda x=x, mk=mk, res=res: _core.rms_norm_linear(T(x), None, mk(), 1e-6, T(res))))
             cases.append((f"linear {wt} M={M} + residual", lambda x=x, mk=mk, res=res: _core.linear(
                 T(x), mk(), T(res))))
+            gu = randn(M, 2 * K) * 3
+            cases.append((f"swiglu_linear {wt} M={M} + residual", lambda gu=gu, mk=mk, res=res: _core.swiglu_linear(
+                T(gu), mk(), T(res))))
     for M in (1, 8):  # the down projection's shape (K = 1536): staged rows beyond a block's 48 KiB
         x, res = randn(M, 1536), randn(M, 576)
         raw = random_quantized("q4_1", 576, 1536)
         cases.append((f"linear q4_1 M={M} K=1536 + residual", lambda x=x, raw=raw, res=res: _core.linear(
             T(x), _core.from_quantized(raw, "q4_1", [576, 1536]), T(res))))
-        w = randn(40, 1536)
+        w, gu = randn(40, 1536), randn(M, 2 * 1536)
+        cases.append((f"swiglu_linear q4_1 M={M} K=1536 + residual", lambda gu=gu, raw=raw, res=res: _core.swiglu_linear(
+            T(gu), _core.from_quantized(raw, "q4_1", [576, 1536]), T(res))))
         cases.append((f"rms_norm_linear f32 M={M} K=1536", lambda x=x, w=w: _core.rms_norm_linear(
             T(x), T(np.ones(1536, np.float32)), T(w), 1e-5)))
     for rows, n in ((1, 1536), (5, 100), (64, 33)):

@@ -328,7 +328,7 @@ class RopeParams(ctypes.Structure):
 
 class FusedLinearParams(ctypes.Structure):
     _fields_ = [("addend", ViewDesc), ("m", c_int64), ("n", c_int64), ("k", c_int64), ("row_bytes", c_int64),
-                ("eps", c_float), ("w_dtype", c_int32), ("nw_dtype", c_int32), ("normalize", c_int32),
+                ("eps", c_float), ("w_dtype", c_int32), ("nw_dtype", c_int32), ("prologue", c_int32),
                 ("has_addend", c_int32), ("phase", c_int32)]
 
 
@@ -778,7 +778,7 @@ def test_fused_linear_kernel_normalises_then_multiplies_and_adds_the_strided_add
     scratch = np.zeros((m, k), np.float32)
     out = np.zeros((m, n), np.float32)
     p = FusedLinearParams(addend=desc(addend), m=m, n=n, k=k, row_bytes=w.shape[1], eps=1e-5,
-                          w_dtype=QTYPES["q4_1"], nw_dtype=F16, normalize=int(normalize), has_addend=1)
+                          w_dtype=QTYPES["q4_1"], nw_dtype=F16, prologue=int(normalize), has_addend=1)
     buffers = {1: x, 2: w, 3: out, 4: nw, 5: addend, 6: scratch}
     if normalize:
         p.phase = 0
@@ -790,6 +790,24 @@ def test_fused_linear_kernel_normalises_then_multiplies_and_adds_the_strided_add
         x64 = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-5) * nw.astype(np.float64)
     expected = x64 @ dequantize("q4_1", w).T + addend
     np.testing.assert_allclose(out, expected, rtol=2e-4, atol=2e-4 * np.abs(expected).max())
+
+
+def test_fused_linear_kernel_with_the_swiglu_prologue(shim):
+    rng = np.random.default_rng(15)
+    m, n, k = 2, 5, 48
+    x = (rng.standard_normal((m, 2 * k)) * 3).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    scratch = np.zeros((m, k), np.float32)
+    out = np.zeros((m, n), np.float32)
+    p = FusedLinearParams(m=m, n=n, k=k, row_bytes=4 * k, eps=0.0, w_dtype=F32, nw_dtype=-1, prologue=2,
+                          has_addend=0)
+    buffers = {1: x, 2: w, 3: out, 4: w, 5: w, 6: scratch}
+    p.phase = 0
+    dispatch(shim, "tl_fused_linear", p, buffers, groups=[2], threads=[32])
+    p.phase = 1
+    dispatch(shim, "tl_fused_linear", p, buffers, groups=[5, 2], threads=[32])
+    g, u = x[:, :k].astype(np.float64), x[:, k:].astype(np.float64)
+    np.testing.assert_allclose(out, (g / (1 + np.exp(-g)) * u) @ w.T, rtol=1e-4, atol=1e-4)
 
 
 def test_swiglu_kernel_reads_strided_halves(shim):

@@ -147,7 +147,7 @@ class MissingCpuKernels final : public Kernels {
   void causal_mask(int64_t, const View&) override { missing(); }
   void attention(const View&, const View&, const View&, const View&, float, bool, int64_t,
                  const View&) override { missing(); }
-  void fused_linear(const View&, const View&, bool, const View&, float, const View&, const View&,
+  void fused_linear(const View&, const View&, LinearPrologue, const View&, float, const View&, const View&,
                     const View&) override { missing(); }
   void swiglu(const View&, const View&, const View&) override { missing(); }
   void rope_kv_write(const View&, const View&, const View&, int64_t, float, bool, const View&,

@@ -1,9 +1,9 @@
-// Fused kernels: fused_linear (RMSNorm prologue, residual-add epilogue), swiglu, rope_kv_write.
-// On the CPU they are the reference the other backends are checked against, so each computes
-// exactly what its unfused composition computes, bit for bit: the normalised rows go through the
-// rms_norm kernel into the caller's scratch, the dot products through the linear kernel, and the
-// epilogue, SwiGLU and RoPE use the same f32 expressions (and double-precision angles) as
-// binary Add, unary Silu * Mul and rope.
+// Fused kernels: fused_linear (RMSNorm or SwiGLU prologue, residual-add epilogue), swiglu,
+// rope_kv_write. On the CPU they are the reference the other backends are checked against, so
+// each computes exactly what its unfused composition computes, bit for bit: the prologue's rows
+// go through the rms_norm or swiglu kernel into the caller's scratch, the dot products through the
+// linear kernel, and the epilogue, SwiGLU and RoPE use the same f32 expressions (and
+// double-precision angles) as binary Add, unary Silu * Mul and rope.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -12,16 +12,25 @@
 
 namespace tl::cpu {
 
-void CpuKernels::fused_linear(const View& x, const View& w, bool normalize, const View& norm_w,
-                              float eps, const View& addend, const View& scratch,
-                              const View& out) {
+void CpuKernels::fused_linear(const View& x, const View& w, LinearPrologue prologue,
+                              const View& norm_w, float eps, const View& addend,
+                              const View& scratch, const View& out) {
   if (x.ndim != 2 || out.ndim != 2) kernel_fail("fused_linear: expected 2-D x and out");
   const int64_t M = x.shape[0], N = out.shape[1];
   const View* input = &x;
-  if (normalize) {
-    if (!scratch.data || scratch.dtype != DType::F32 || scratch.numel() != x.numel())
-      kernel_fail("fused_linear: normalising needs an f32 scratch of x's shape");
-    rms_norm(x, norm_w, eps, scratch);
+  if (prologue != LinearPrologue::None) {
+    const int64_t K = w.ndim == 2 ? w.shape[1] : 0;
+    if (!scratch.data || scratch.dtype != DType::F32 || scratch.numel() != M * K)
+      kernel_fail("fused_linear: a prologue needs an f32 scratch [M, K]");
+    if (prologue == LinearPrologue::RmsNorm) {
+      rms_norm(x, norm_w, eps, scratch);
+    } else {
+      if (x.shape[1] != 2 * K) kernel_fail("fused_linear: the SwiGLU prologue needs x [M, 2K]");
+      View gate = x, up = x;
+      gate.shape[1] = up.shape[1] = K;
+      up.data = element_ptr(x, K);
+      swiglu(gate, up, scratch);
+    }
     input = &scratch;
   }
   linear(*input, w, out);

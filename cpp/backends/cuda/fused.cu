@@ -1,11 +1,12 @@
-// Fused kernels: fused_linear (RMSNorm prologue and residual-add epilogue around linear),
-// swiglu and rope_kv_write, each one launch where the unfused ops take two to four.
+// Fused kernels: fused_linear (RMSNorm or SwiGLU prologue and residual-add epilogue around
+// linear), swiglu and rope_kv_write, each one launch where the unfused ops take two to four.
 // fused_linear with few rows (M <= kFusedMaxRows, the decode case) is one kernel: every block
-// normalises the M input rows into shared memory (statistics in double, as rms_norm), then each
+// prepares the M input rows in shared memory (normalised with statistics in double, as rms_norm,
+// or swiglu of their halves), then each
 // warp computes one output column exactly as linear's matrix-vector kernel does (same chunk
 // order, same f32 sums) and adds the addend before its single store; so the results equal
-// rms_norm + linear + add on this backend. Larger M runs rms_norm into the caller's scratch, the
-// tiled linear and an add kernel. RoPE angles are computed in double as in the rope kernel.
+// rms_norm (swiglu) + linear + add on this backend. Larger M runs rms_norm (swiglu) into the
+// caller's scratch, the tiled linear and an add kernel. RoPE angles are computed in double as in the rope kernel.
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "quant_blocks.cuh"
@@ -27,14 +28,25 @@ struct Addend {
   int64_t s0, s1;
 };
 
-// Normalised (or plain) rows of x into shared memory xs [M, K]. Every thread returns after the
-// block synchronised.
-__device__ void stage_rows(const float* x, int M, int64_t K, bool normalize, const void* nw,
-                           DType nw_dtype, float eps, float* xs) {
+// The prepared rows xs [M, K] in shared memory: x's rows as they are, RMS-normalised (statistics
+// in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). Every
+// thread returns after the block synchronised.
+__device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prologue,
+                           const void* nw, DType nw_dtype, float eps, float* xs) {
   __shared__ double scratch[32];
   for (int m = 0; m < M; ++m) {
+    if (prologue == LinearPrologue::SwiGLU) {
+      const float* row = x + m * 2 * K;
+      for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
+        const float g = row[d];
+        const float silu = g / (1.0f + exp_rounded(-g));  // the swiglu kernel's expression
+        xs[m * K + d] = silu * row[K + d];
+      }
+      continue;
+    }
     const float* row = x + m * K;
     float inv = 1.0f;
+    const bool normalize = prologue == LinearPrologue::RmsNorm;
     if (normalize) {
       double ss = 0.0;
       for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
@@ -58,11 +70,11 @@ __device__ void stage_rows(const float* x, int M, int64_t K, bool normalize, con
 
 template <DType WT>
 __global__ void __launch_bounds__(kFusedWarps * 32)
-    fused_matvec_kernel(const float* x, const uint8_t* w, size_t w_row_bytes, bool normalize,
-                        const void* nw, DType nw_dtype, float eps, Addend add, float* out, int M,
-                        int64_t N, int64_t K) {
+    fused_matvec_kernel(const float* x, const uint8_t* w, size_t w_row_bytes,
+                        LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
+                        Addend add, float* out, int M, int64_t N, int64_t K) {
   extern __shared__ float xs[];
-  stage_rows(x, M, K, normalize, nw, nw_dtype, eps, xs);
+  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs);
   const int lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kFusedWarps + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -176,7 +188,7 @@ __global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Hea
 struct FusedMatvecLauncher {
   const View& x;
   const View& w;
-  bool normalize;
+  LinearPrologue prologue;
   const View& nw;
   float eps;
   Addend add;
@@ -185,11 +197,11 @@ struct FusedMatvecLauncher {
   cudaStream_t stream;
   template <DType T>
   void operator()() {
-    const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+    const int64_t M = x.shape[0], K = w.shape[1], N = w.shape[0];
     const unsigned grid = static_cast<unsigned>((N + kFusedWarps - 1) / kFusedWarps);
     fused_matvec_kernel<T><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
         static_cast<const float*>(x.data), static_cast<const uint8_t*>(w.data), row_bytes(T, K),
-        normalize, nw.data, nw.dtype, eps, add, static_cast<float*>(out.data),
+        prologue, nw.data, nw.dtype, eps, add, static_cast<float*>(out.data),
         static_cast<int>(M), N, K);
   }
 };
@@ -203,25 +215,28 @@ void require_float_view(const View& v, const char* op, const char* what) {
 
 }  // namespace
 
-void CudaKernels::fused_linear(const View& x, const View& w, bool normalize, const View& norm_w,
-                               float eps, const View& addend, const View& scratch,
-                               const View& out) {
+void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prologue,
+                               const View& norm_w, float eps, const View& addend,
+                               const View& scratch, const View& out) {
   if (x.dtype != DType::F32 || out.dtype != DType::F32 || x.ndim != 2 || out.ndim != 2) {
     throw KernelError("fused_linear: cuda kernel expects 2-D f32 x and out");
   }
   require_float_view(norm_w, "fused_linear", "the norm weight");
   require_float_view(addend, "fused_linear", "the addend");
-  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  const int64_t M = x.shape[0], K = w.shape[1], N = w.shape[0];
   if (M == 0 || N == 0) return;
   if (is_quantized(w.dtype) && K % block_elems(w.dtype) != 0) {
     throw KernelError(std::string("fused_linear: ") + dtype_name(w.dtype) + " weight has " +
                       std::to_string(K) + " columns, not a multiple of its block size");
   }
+  if (prologue == LinearPrologue::SwiGLU && x.shape[1] != 2 * K) {
+    throw KernelError("fused_linear: the SwiGLU prologue needs x [M, 2K]");
+  }
   const Addend add{addend.data, addend.dtype, addend.data ? addend.strides[0] : 0,
                    addend.data ? addend.strides[1] : 0};
   const size_t shared_bytes = static_cast<size_t>(M * K) * sizeof(float);
   if (K > 0 && M <= kFusedMaxRows && shared_bytes <= kFusedMaxSharedBytes) {
-    FusedMatvecLauncher launch{x, w, normalize, norm_w, eps, add, out, shared_bytes, stream_};
+    FusedMatvecLauncher launch{x, w, prologue, norm_w, eps, add, out, shared_bytes, stream_};
     switch (w.dtype) {
       case DType::F32: launch.operator()<DType::F32>(); break;
       case DType::F16: launch.operator()<DType::F16>(); break;
@@ -235,11 +250,18 @@ void CudaKernels::fused_linear(const View& x, const View& w, bool normalize, con
     check_launch("fused_linear");
     return;
   }
-  if (normalize) {
-    if (scratch.data == nullptr) throw KernelError("fused_linear: normalising needs a scratch buffer");
-    rms_norm(x, norm_w, eps, scratch);
+  if (prologue != LinearPrologue::None && scratch.data == nullptr) {
+    throw KernelError("fused_linear: a prologue needs a scratch buffer");
   }
-  linear(normalize ? scratch : x, w, out);
+  if (prologue == LinearPrologue::RmsNorm) {
+    rms_norm(x, norm_w, eps, scratch);
+  } else if (prologue == LinearPrologue::SwiGLU) {
+    View gate = x, up = x;
+    gate.shape[1] = up.shape[1] = K;
+    up.data = static_cast<float*>(x.data) + K;
+    swiglu(gate, up, scratch);
+  }
+  linear(prologue != LinearPrologue::None ? scratch : x, w, out);
   if (add.data != nullptr) {
     add_rows_kernel<<<grid_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
         static_cast<float*>(out.data), M, N, add);

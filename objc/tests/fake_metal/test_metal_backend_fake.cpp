@@ -42,6 +42,7 @@ void check(bool ok, const std::string& what) {
 using tl::DType;
 using tl::Kernels;
 using tl::View;
+using tl::LinearPrologue;
 
 View make_view(void* data, DType dtype, std::vector<int64_t> shape,
                std::vector<int64_t> strides = {}) {
@@ -385,17 +386,20 @@ std::vector<Case> every_kernel_case() {
     c.tolerance = 1e-4;
     cases.push_back(c);
   }
-  for (bool normalize : {true, false}) {
-    // x [3, 64], w [40, 64], norm weight [64], addend [3, 40] read transposed, scratch [3, 64]
-    Case c{std::string("fused_linear") + (normalize ? " normalised" : "") + " with addend",
-           {input(random_floats(3 * 64), DType::F32), input(random_floats(40 * 64), DType::F32),
+  for (LinearPrologue prologue : {LinearPrologue::RmsNorm, LinearPrologue::None, LinearPrologue::SwiGLU}) {
+    // x [3, 64] ([3, 128] gate | up for SwiGLU), w [40, 64], norm weight [64], addend [3, 40] read
+    // transposed, scratch [3, 64]
+    const bool halves = prologue == LinearPrologue::SwiGLU;
+    const char* what = prologue == LinearPrologue::RmsNorm ? " rms_norm" : halves ? " swiglu" : "";
+    Case c{std::string("fused_linear") + what + " with addend",
+           {input(random_floats(3 * 128), DType::F32), input(random_floats(40 * 64), DType::F32),
             input(random_floats(64), DType::F32), input(random_floats(40 * 3), DType::F32),
             output(3 * 64 * 4, DType::F32), output(3 * 40 * 4, DType::F32)}, {}};
-    c.call = [normalize](Kernels& k, P p) {
-      View nw = normalize ? make_view(p[2], DType::F32, {64}) : View{};
-      View scratch = normalize ? make_view(p[4], DType::F32, {3, 64}) : View{};
-      k.fused_linear(make_view(p[0], DType::F32, {3, 64}), make_view(p[1], DType::F32, {40, 64}), normalize,
-                     nw, 1e-5f, make_view(p[3], DType::F32, {3, 40}, {1, 3}), scratch,
+    c.call = [prologue, halves](Kernels& k, P p) {
+      View nw = prologue == LinearPrologue::RmsNorm ? make_view(p[2], DType::F32, {64}) : View{};
+      View scratch = prologue != LinearPrologue::None ? make_view(p[4], DType::F32, {3, 64}) : View{};
+      k.fused_linear(make_view(p[0], DType::F32, {3, halves ? 128 : 64}), make_view(p[1], DType::F32, {40, 64}),
+                     prologue, nw, 1e-5f, make_view(p[3], DType::F32, {3, 40}, {1, 3}), scratch,
                      make_view(p[5], DType::F32, {3, 40}));
     };
     c.tolerance = 1e-4;

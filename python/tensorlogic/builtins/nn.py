@@ -41,6 +41,14 @@ def swiglu(gate, up=None):
     return core.swiglu(to_tensor(gate, "gate"), to_tensor(up, "up") if up is not None else None)
 
 
+@builtin("swiglu_linear", "swiglu_linear(gate_up, W, [residual])",
+         "linear(swiglu(gate_up), W) (+ residual) as one kernel: gate_up's last dim holds the [gate | up] "
+         "halves (twice W's input size)", min_args=2, max_args=3, category=C)
+def swiglu_linear(gate_up, w, residual=None):
+    res = to_tensor(residual, "residual") if residual is not None else None
+    return core.swiglu_linear(to_tensor(gate_up, "gate_up"), to_tensor(w, "W"), res)
+
+
 @builtin("layer_norm", "layer_norm(x, [w], [b], [eps])", "(x - mean) / sqrt(var + eps) * w + b over the last dim",
          min_args=1, max_args=4, category=C)
 def layer_norm(x, w=None, b=None, eps=1e-5):
