@@ -196,7 +196,7 @@ def _gpu_runs(args, run_once) -> dict:
 
 
 def _gpu_worker_tl(args) -> dict:
-    from tensorlogic.models.llm_session import LlmSession
+    from tensorlogic.apps.llm_session import LlmSession
 
     t0 = time.perf_counter()
     session = LlmSession(args.model, backend=args.tl_backend, context=2048 + 72)

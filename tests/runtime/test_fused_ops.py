@@ -176,7 +176,7 @@ def test_a_decoded_token_of_the_tl_llama_costs_at_most_six_device_ops_per_layer(
     # Fused: norm+QKV, rope+cache write, attention, output projection + residual, norm+gate/up,
     # swiglu+down projection + residual; plus the embedding, the final norm+logits and argmax.
     pytest.importorskip("gguf")
-    from tensorlogic.models.llm_session import LlmSession
+    from tensorlogic.apps.llm_session import LlmSession
     from tensorlogic.models.testing import write_tiny_llama
 
     n_layers = 4
