@@ -635,7 +635,7 @@ class KVCacheValue(TLObject):
         p = to_int(pos, "position")
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not isinstance(t, Tensor) or t.ndim not in (2, 3):
-                raise BuiltinArgError(f"rope_kv_write: {name} must be a tensor [seq, heads, head_dim] or "
+                raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim] or "
                                       f"[seq, heads * head_dim], got {type_name(t)}")
         s = k.shape[0]
         if p < 0 or p > self.lengths[i]:
@@ -648,7 +648,7 @@ class KVCacheValue(TLObject):
             elif buf is not None:
                 heads, dim = buf.shape[1], buf.shape[2]
             else:
-                raise BuiltinArgError("rope_kv_write: the first write to an empty cache layer needs k as "
+                raise BuiltinArgError("the first write to an empty cache layer needs k as "
                                       "[seq, kv_heads, head_dim]")
             self._grow(i, p + s, heads, dim)
         q_out = core.rope_kv_write(q, k, v, self.k[i], self.v[i], p, to_float(base, "base"),
@@ -751,7 +751,7 @@ def _llama_kv_cache(model, capacity, dtype="f32"):
          min_args=6, max_args=8, category="models")
 def _rope_kv_write(cache, layer, pos, q, k, v, base=10000.0, neox=False):
     if not isinstance(cache, KVCacheValue):
-        raise BuiltinArgError(f"rope_kv_write: cache must be a KV cache (llama_kv_cache), got {type_name(cache)}")
+        raise BuiltinArgError(f"cache must be a KV cache (llama_kv_cache), got {type_name(cache)}")
     return cache.write_rope(layer, pos, q, k, v, base, neox)
 
 
