@@ -19,6 +19,16 @@ are compared fairly. Long contexts: --prompt-tokens 4096 --decode-tokens 32 (dec
     python bench/llm.py [--model PATH] [--threads 2] [--prompt-tokens 128] [--decode-tokens 128]
                         [--peers llama.cpp,hf] [--repeat 3] [--rounds 1] [--tl-variants default,fast]
                         [--tl-baseline DIR] [--json OUT]
+
+GPU mode (`--gpu`, on a CUDA machine): TL on its CUDA backend against llama.cpp CUDA with flash
+attention on and off, each engine in its own process, three scenarios per engine: decode tokens/s
+after a 128-token prompt (256 new tokens), decode tokens/s at 2,048 tokens of context (64 new
+tokens after a 2,048-token prefill) and prompt tokens/s of a 512-token prefill. Decode is timed in
+process from the first generated token to the last ((N-1) steps), the same way for both engines,
+after one warm-up run; the median of --repeat runs. llama-cpp-python built with CUDA is imported
+from --llama-cpp-path (a `pip install --target` directory) or the current environment.
+
+    python bench/llm.py --gpu [--llama-cpp-path DIR] [--model PATH] [--repeat 3] [--json OUT]
 """
 from __future__ import annotations
 
@@ -110,8 +120,15 @@ def _worker_tl(args) -> dict:
             "interp_share": _median([r["host_busy"] for r in runs])}
 
 
-def _worker_llamacpp(args) -> dict:
+def _llamacpp_next(llm) -> int:
+    """Greedy id from the logits of the last evaluated token (llama-cpp-python keeps `scores` only
+    with logits_all, so read the context's logits)."""
     import numpy as np
+
+    return int(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm._n_vocab,)).argmax())
+
+
+def _worker_llamacpp(args) -> dict:
     from llama_cpp import Llama
 
     t0 = time.perf_counter()
@@ -129,11 +146,11 @@ def _worker_llamacpp(args) -> dict:
         t = time.perf_counter()
         llm.eval(ids)
         prefill = time.perf_counter() - t
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = _llamacpp_next(llm)
         t = time.perf_counter()
         for _ in range(args.decode_tokens):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = _llamacpp_next(llm)
         return prefill, time.perf_counter() - t
 
     one_run()  # warm-up
@@ -183,11 +200,78 @@ def _worker_tl_eager(args) -> dict:
     return _worker_tl(args)
 
 
-WORKERS = {"tl": _worker_tl, "tl-eager": _worker_tl_eager, "llama.cpp": _worker_llamacpp, "hf": _worker_hf}
+# GPU scenarios: name -> (prompt tokens, generated ids). Decode scenarios time the N-1 steps after
+# the first id; "prompt512" times the prefill only.
+GPU_SCENARIOS = {"decode": (128, 257), "decode@2048": (2048, 65), "prompt512": (512, 1)}
+
+
+def _gpu_runs(args, run_once) -> dict:
+    """Median prompt/decode rates of `run_once(prompt_ids, n_ids) -> (prefill_s, decode_s, steps)`
+    per scenario, after one warm-up run of each."""
+    out = {}
+    for name, (n_prompt, n_ids) in GPU_SCENARIOS.items():
+        ids = args.long_ids[:n_prompt]
+        run_once(ids, n_ids)  # warm-up
+        runs = [run_once(ids, n_ids) for _ in range(args.repeat)]
+        r = {"prompt_tokens": n_prompt, "prompt_tok_s": n_prompt / _median([x[0] for x in runs])}
+        if n_ids > 1:
+            r["decode_tokens"] = runs[0][2]
+            r["decode_tok_s"] = runs[0][2] / _median([x[1] for x in runs])
+        out[name] = r
+    return out
+
+
+def _gpu_worker_tl(args) -> dict:
+    from tensorlogic.apps.llm_session import LlmSession
+
+    t0 = time.perf_counter()
+    session = LlmSession(args.model, backend=args.tl_backend, context=2048 + 72)
+    load_s = time.perf_counter() - t0
+    ops = []
+
+    def run_once(ids, n_ids):
+        session.cached_ids = []  # prefill the whole prompt every run (no prefix reuse)
+        r = session.generate(ids, n_ids, temperature=0.0, stop_at_eog=False, track_memory=True)
+        steps = len(r.ids) - 1
+        if steps:
+            ops.append((r.memory_at_last["ops_encoded"] - r.memory_at_first["ops_encoded"]) / steps)
+        return r.prompt_seconds, r.decode_seconds, steps
+
+    result = {"load_s": load_s, "scenarios": _gpu_runs(args, run_once)}
+    result["device_ops_per_token"] = min(ops) if ops else None
+    return result
+
+
+def _gpu_worker_llamacpp(args) -> dict:
+    from llama_cpp import Llama
+
+    t0 = time.perf_counter()
+    llm = Llama(model_path=args.model, n_ctx=2048 + 72, n_gpu_layers=-1, n_batch=2048, n_ubatch=512,
+                flash_attn=args.flash_attn == "on", verbose=False)
+    load_s = time.perf_counter() - t0
+
+    def run_once(ids, n_ids):
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(ids)
+        tok = _llamacpp_next(llm)
+        prefill = time.perf_counter() - t
+        t = time.perf_counter()
+        for _ in range(n_ids - 1):
+            llm.eval([tok])
+            tok = _llamacpp_next(llm)
+        return prefill, time.perf_counter() - t, n_ids - 1
+
+    return {"load_s": load_s, "scenarios": _gpu_runs(args, run_once)}
+
+
+WORKERS = {"tl": _worker_tl, "tl-eager": _worker_tl_eager, "llama.cpp": _worker_llamacpp, "hf": _worker_hf,
+           "tl-cuda": _gpu_worker_tl, "llama.cpp-cuda": _gpu_worker_llamacpp}
 
 
 def worker_main(args) -> int:
     args.prompt_ids = json.loads(args.prompt_ids_json)
+    args.long_ids = args.prompt_ids
     result = WORKERS[args.worker](args)
     result["peak_rss_mib"] = _peak_rss_mib()
     print("BENCH_RESULT " + json.dumps(result), flush=True)
@@ -242,7 +326,11 @@ def prompt_ids_for(model: str, n: int) -> list[int]:
 
     with open_gguf(model) as gguf:
         tok = Tokenizer.from_gguf(gguf)
-    ids = tok.encode(PROMPT_TEXT * (4 + n // 200), add_special=False)
+    repeats = 4
+    ids = tok.encode(PROMPT_TEXT * repeats, add_special=False)
+    while len(ids) < n and repeats < 64:  # long contexts: the text again (same ids for every engine)
+        repeats *= 2
+        ids = tok.encode(PROMPT_TEXT * repeats, add_special=False)
     if len(ids) < n:
         raise SystemExit(f"bench: the prompt text gives only {len(ids)} tokens; ask for fewer")
     return ids[:n]
@@ -303,6 +391,66 @@ def merge_rounds(results: list[dict]) -> dict:
     return row
 
 
+def run_gpu_worker(engine: str, args, ids: list[int], flash_attn: str = "off") -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", engine, "--model", args.model,
+           "--repeat", str(args.repeat), "--flash-attn", flash_attn, "--tl-backend", args.tl_backend,
+           "--prompt-ids-json", json.dumps(ids)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if engine.startswith("llama.cpp") and args.llama_cpp_path:
+        env["PYTHONPATH"] = args.llama_cpp_path + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH_RESULT "):
+            return json.loads(line[len("BENCH_RESULT "):])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    return {"error": f"{engine} worker failed (exit {proc.returncode}): " + " | ".join(tail)}
+
+
+def format_gpu_table(rows: list[dict]) -> list[str]:
+    head = ["engine", "decode tok/s (128 + 256)", "decode tok/s @2048", "prompt tok/s (512)",
+            "load s", "peak RSS MiB", "device ops/token"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['engine']} | error: {r['error']} |")
+            continue
+        sc = r["scenarios"]
+        ops = r.get("device_ops_per_token")
+        lines.append("| " + " | ".join([
+            r["engine"], f"{sc['decode']['decode_tok_s']:.1f}", f"{sc['decode@2048']['decode_tok_s']:.1f}",
+            f"{sc['prompt512']['prompt_tok_s']:.0f}", f"{r['load_s']:.2f}", f"{r['peak_rss_mib']:.0f}",
+            "-" if ops is None else f"{ops:.1f}"]) + " |")
+    tl = next((r for r in rows if r["engine"] == "tl-cuda" and "error" not in r), None)
+    peers = [r for r in rows if r["engine"] != "tl-cuda" and "error" not in r]
+    if tl and peers:
+        for key, field, label in (("decode", "decode_tok_s", "decode"), ("decode@2048", "decode_tok_s", "decode@2048"),
+                                  ("prompt512", "prompt_tok_s", "prompt 512")):
+            best = max(peers, key=lambda r: r["scenarios"][key][field])
+            lines.append(f"TL / best llama.cpp ({best['engine']}) {label}: "
+                         f"{tl['scenarios'][key][field] / best['scenarios'][key][field]:.2f}x")
+    return lines
+
+
+def main_gpu(args) -> int:
+    ids = prompt_ids_for(args.model, 2048)
+    rows = []
+    engines = [("tl-cuda", "off")]
+    if args.peers not in ("", "none"):
+        engines += [("llama.cpp-cuda", "on"), ("llama.cpp-cuda", "off")]
+    for engine, fa in engines:
+        name = engine if engine == "tl-cuda" else f"{engine} fa={fa}"
+        print(f"bench: running {name}...", file=sys.stderr, flush=True)
+        r = run_gpu_worker(engine, args, ids, fa)
+        r["engine"] = name
+        rows.append(r)
+    print(f"model: {args.model}; GPU mode, median of {args.repeat} after a warm-up; {time.strftime('%Y-%m-%d')}")
+    lines = format_gpu_table(rows)
+    print("\n".join(lines))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"rows": rows, "summary": lines}, indent=1))
+    return 0 if all("error" not in r for r in rows) else 1
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="GGUF path (default: the cached SmolLM2-135M-Instruct Q4_1)")
@@ -320,6 +468,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", dest="json_out", help="write the results as JSON here")
     p.add_argument("--eager", action="store_true",
                    help="also run TL with compiled functions off (TL_COMPILE=0), to compare in the same run")
+    p.add_argument("--gpu", action="store_true", help="GPU mode: TL CUDA against llama.cpp CUDA (see above)")
+    p.add_argument("--llama-cpp-path", help="GPU mode: directory holding a CUDA build of llama_cpp")
+    p.add_argument("--flash-attn", choices=["on", "off"], default="off", help=argparse.SUPPRESS)
+    p.add_argument("--tl-backend", default="cuda", help="GPU mode: TL's backend (cpu for a dry run)")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--tl-variant", default="default", choices=sorted(TL_VARIANTS), help=argparse.SUPPRESS)
     p.add_argument("--prompt-ids-json", help=argparse.SUPPRESS)
@@ -331,6 +483,8 @@ def main(argv=None) -> int:
         args.model = str(default_model_path())
     if args.worker:
         return worker_main(args)
+    if args.gpu:
+        return main_gpu(args)
 
     peers = [] if args.peers in ("", "none") else [x.strip() for x in args.peers.split(",")]
     for peer in peers:

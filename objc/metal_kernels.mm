@@ -31,6 +31,9 @@ static_assert(sizeof(TLAttentionParams) % 8 == 0, "params must be 8-byte sized")
 static_assert(sizeof(TLAttentionParams) <= 4096, "setBytes takes at most 4 KiB");
 static_assert(sizeof(TLRopeParams) <= 4096, "setBytes takes at most 4 KiB");
 static_assert(sizeof(TLRopeParams) % 8 == 0, "params must be 8-byte sized");
+static_assert(sizeof(TLFusedLinearParams) % 8 == 0, "params must be 8-byte sized");
+static_assert(sizeof(TLRopeKVParams) % 8 == 0, "params must be 8-byte sized");
+static_assert(sizeof(TLRopeKVParams) <= 4096, "setBytes takes at most 4 KiB");
 static_assert(TL_MAX_DIMS == kMaxDims, "shader and runtime dimension limits differ");
 static_assert(static_cast<int>(DType::Q6_K) == TL_Q6_K && static_cast<int>(DType::Bool) == TL_BOOL,
               "shader dtype codes must equal tl::DType values");
@@ -655,6 +658,127 @@ void MetalKernels::attention(const View& q, const View& k, const View& v, const 
   grid.threads = MTLSizeMake(TL_ATTN_THREADS, 1, 1);
   grid.groups = MTLSizeMake(static_cast<NSUInteger>(p.hq), static_cast<NSUInteger>(p.sq), 1);
   encode(pso, &p, sizeof p, bindings, 5, grid);
+}
+
+// ---- fused kernels ----------------------------------------------------------------------------
+
+void MetalKernels::fused_linear(const View& x, const View& w, LinearPrologue prologue,
+                                const View& norm_w, float eps, const View& addend,
+                                const View& scratch, const View& out) {
+  require_ndim(x, 2, "fused_linear", "x");
+  require_ndim(w, 2, "fused_linear", "w");
+  require_dtype(x, DType::F32, "fused_linear", "x");
+  require_dtype(out, DType::F32, "fused_linear", "out");
+  require_contiguous(x, "fused_linear", "x");
+  require_contiguous(out, "fused_linear", "out");
+  if (!is_quantized(w.dtype)) require_contiguous(w, "fused_linear", "w");
+  TLFusedLinearParams p;
+  std::memset(&p, 0, sizeof p);
+  p.m = x.shape[0];
+  p.k = w.shape[1];
+  p.n = w.shape[0];
+  const bool swiglu_rows = prologue == LinearPrologue::SwiGLU;
+  if (x.shape[1] != (swiglu_rows ? 2 * p.k : p.k)) fail("fused_linear", "x and w disagree on K");
+  if (p.k % block_elems(w.dtype) != 0) {
+    fail("fused_linear", "K = " + std::to_string(p.k) + " is not a multiple of the " +
+                             dtype_name(w.dtype) + " block size");
+  }
+  p.row_bytes = static_cast<int64_t>(row_bytes(w.dtype, p.k));
+  p.w_dtype = dtype_code(w.dtype);
+  p.eps = eps;
+  p.prologue = static_cast<int>(prologue);
+  p.nw_dtype = -1;
+  if (prologue != LinearPrologue::None) {
+    require_dtype(scratch, DType::F32, "fused_linear", "scratch");
+    require_contiguous(scratch, "fused_linear", "scratch");
+  }
+  if (prologue == LinearPrologue::RmsNorm && norm_w.data != nullptr) {
+    require_plain(norm_w, "fused_linear", "norm_w");
+    require_contiguous(norm_w, "fused_linear", "norm_w");
+    p.nw_dtype = dtype_code(norm_w.dtype);
+  }
+  if (addend.data != nullptr) {
+    require_ndim(addend, 2, "fused_linear", "addend");
+    require_plain(addend, "fused_linear", "addend");
+    p.addend = describe_view(addend);
+    p.has_addend = 1;
+  }
+  if (p.m * p.n == 0) return;
+  Binding bindings[] = {bind(x, 1, "fused_linear"), bind(w, 2, "fused_linear"),
+                        bind(out, 3, "fused_linear"), bind(norm_w, 4, "fused_linear", true),
+                        bind(addend, 5, "fused_linear", true),
+                        bind(scratch, 6, "fused_linear", true)};
+  PipelineRef pso = pipeline("tl_fused_linear", TL_LINEAR_THREADS);
+  Grid grid;
+  grid.threads = MTLSizeMake(TL_LINEAR_THREADS, 1, 1);
+  if (prologue != LinearPrologue::None) {  // the serial encoder runs the products after (R4)
+    p.phase = 0;
+    grid.groups = MTLSizeMake(clamp_groups(p.m), 1, 1);
+    encode(pso, &p, sizeof p, bindings, 6, grid);
+  }
+  p.phase = 1;
+  grid.groups = MTLSizeMake(clamp_groups(p.n), clamp_groups(p.m), 1);
+  encode(pso, &p, sizeof p, bindings, 6, grid);
+}
+
+void MetalKernels::swiglu(const View& gate, const View& up, const View& out) {
+  require_plain(gate, "swiglu", "gate");
+  require_plain(up, "swiglu", "up");
+  require_dtype(out, DType::F32, "swiglu", "out");
+  require_contiguous(out, "swiglu", "out");
+  TLElementwiseParams p;
+  std::memset(&p, 0, sizeof p);
+  p.a = describe_view(gate);
+  p.b = describe_view(up);
+  p.n = out.numel();
+  p.out_dtype = dtype_code(out.dtype);
+  p.float_compute = 1;
+  if (p.n == 0) return;
+  Binding bindings[] = {bind(gate, 1, "swiglu"), bind(up, 2, "swiglu"), bind(out, 3, "swiglu")};
+  PipelineRef pso = pipeline("tl_swiglu", 1);
+  encode(pso, &p, sizeof p, bindings, 3, grid_1d(p.n, pso.max_threads));
+}
+
+void MetalKernels::rope_kv_write(const View& q, const View& k, const View& v, int64_t pos_offset,
+                                 float base, bool neox, const View& q_out, const View& k_dst,
+                                 const View& v_dst) {
+  const View* operands[] = {&q, &k, &v, &k_dst, &v_dst};
+  for (const View* t : operands) {
+    require_ndim(*t, 3, "rope_kv_write", "an operand");
+    require_plain(*t, "rope_kv_write", "an operand");
+  }
+  require_dtype(q_out, DType::F32, "rope_kv_write", "q_out");
+  require_contiguous(q_out, "rope_kv_write", "q_out");
+  TLRopeKVParams p;
+  std::memset(&p, 0, sizeof p);
+  p.q = describe_view(q);
+  p.k = describe_view(k);
+  p.v = describe_view(v);
+  p.k_dst = describe_view(k_dst);
+  p.v_dst = describe_view(v_dst);
+  p.seq = q.shape[0];
+  p.hq = q.shape[1];
+  p.d = q.shape[2];
+  p.hkv = k.shape[1];
+  if (p.d % 2 != 0) fail("rope_kv_write", "head size " + std::to_string(p.d) + " is odd");
+  if (p.d / 2 > TL_ROPE_MAX_HALF) {
+    fail("rope_kv_write", "head size " + std::to_string(p.d) + " exceeds the Metal limit of " +
+                              std::to_string(2 * TL_ROPE_MAX_HALF));
+  }
+  p.pos_offset = pos_offset;
+  p.neox = neox ? 1 : 0;
+  for (int64_t i = 0; i < p.d / 2; ++i) {  // in double, as the CPU twin
+    double freq = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(p.d));
+    p.freq_hi[i] = static_cast<float>(freq);
+    p.freq_lo[i] = static_cast<float>(freq - static_cast<double>(p.freq_hi[i]));
+  }
+  int64_t items = p.seq * (p.hq + p.hkv) * (p.d / 2) + p.seq * p.hkv * p.d;
+  if (items == 0) return;
+  Binding bindings[] = {bind(q, 1, "rope_kv_write"), bind(k, 2, "rope_kv_write"),
+                        bind(v, 3, "rope_kv_write"), bind(q_out, 4, "rope_kv_write"),
+                        bind(k_dst, 5, "rope_kv_write"), bind(v_dst, 6, "rope_kv_write")};
+  PipelineRef pso = pipeline("tl_rope_kv_write", 1);
+  encode(pso, &p, sizeof p, bindings, 6, grid_1d(items, pso.max_threads));
 }
 
 void MetalKernels::delay(uint32_t us) {

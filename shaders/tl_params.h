@@ -142,6 +142,41 @@ struct TLRopeParams {
   float freq_lo[TL_ROPE_MAX_HALF];
 };
 
+// fused_linear: out [M, N] = prologue(x) @ w^T (+ addend, any strides). Dispatched in two phases
+// of one kernel: phase 0 (only with a prologue) writes the prepared rows into scratch [M, K], one
+// threadgroup per row: RMS-normalised rows of x [M, K] (prologue 1) or swiglu of the halves of
+// x [M, 2K] (prologue 2); phase 1 is linear over scratch (or x) plus the addend.
+struct TLFusedLinearParams {
+  TLViewDesc addend;  // [M, N] when has_addend
+  tl_i64 m;
+  tl_i64 n;
+  tl_i64 k;
+  tl_i64 row_bytes;   // bytes of one row of w
+  float eps;
+  int w_dtype;
+  int nw_dtype;       // -1 when the norm weight is absent
+  int prologue;       // tl::LinearPrologue: 0 none, 1 rms_norm, 2 swiglu
+  int has_addend;
+  int phase;          // 0: normalise into scratch, 1: products
+};
+// rope_kv_write: q [S, Hq, D], k and v [S, Hkv, D] in, q_out contiguous [S, Hq, D] f32, k_dst and
+// v_dst [S, Hkv, D] (views into the caches); frequencies as in TLRopeParams.
+struct TLRopeKVParams {
+  TLViewDesc q;
+  TLViewDesc k;
+  TLViewDesc v;
+  TLViewDesc k_dst;
+  TLViewDesc v_dst;
+  tl_i64 seq;
+  tl_i64 hq;
+  tl_i64 hkv;
+  tl_i64 d;
+  tl_i64 pos_offset;
+  int neox;
+  int pad0;
+  float freq_hi[TL_ROPE_MAX_HALF];
+  float freq_lo[TL_ROPE_MAX_HALF];
+};
 // causal_mask (out [n, m]) and attention.
 struct TLAttentionParams {
   TLViewDesc q;

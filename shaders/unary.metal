@@ -95,3 +95,18 @@ kernel void tl_unary(constant TLElementwiseParams& p [[buffer(0)]],
     }
   }
 }
+
+// CPU twin: Kernels::swiglu (cpp/backends/cpu/kernels_fused.cpp). out [rows, n] f32 =
+// silu(gate) * up with unary Silu's expression; gate is `a`, up is `b` (any strides).
+kernel void tl_swiglu(constant TLElementwiseParams& p [[buffer(0)]],
+                      device const uchar* gate [[buffer(1)]],
+                      device const uchar* up [[buffer(2)]],
+                      device float* out [[buffer(3)]],
+                      uint gid [[thread_position_in_grid]],
+                      uint grid [[threads_per_grid]]) {
+  for (long i = gid; i < p.n; i += grid) {
+    float g = tl_load_f(gate, tl_offset(p.a, i), p.a.dtype);
+    float silu = g / (1.0f + exp(-g));
+    out[i] = silu * tl_load_f(up, tl_offset(p.b, i), p.b.dtype);
+  }
+}

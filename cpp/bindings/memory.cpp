@@ -32,6 +32,7 @@ py::dict memory_stats_dict(bool sync) {
   d["command_buffers_committed"] = q.committed;
   d["command_buffers_in_flight"] = q.in_flight;
   d["completed_seq"] = q.completed_seq;
+  d["ops_encoded"] = q.ops_encoded;
   d["live_tensors"] = live_tensor_count();
   d["cache_limit_bytes"] = s.cache_limit_bytes;
   return d;

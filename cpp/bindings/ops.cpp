@@ -258,6 +258,30 @@ void bind_ops(py::module_& m) {
         py::arg("scale") = py::none(), py::arg("causal") = false, py::arg("pos_offset") = 0,
         "Scaled dot-product attention; q [Sq, Hq, D], k/v [Sk, Hkv, D] (grouped-query heads).");
 
+  // ---- fused ops ----------------------------------------------------------------------------------
+  m.def("rms_norm_linear", [](py::handle x, py::handle norm_w, const Tensor& w, double eps, py::handle addend) {
+          return rms_norm_linear(as_tensor(x, "rms_norm_linear"), opt_tensor(norm_w, "rms_norm_linear"), w, eps,
+                                 opt_tensor(addend, "rms_norm_linear"));
+        }, py::arg("x"), py::arg("norm_w"), py::arg("w"), py::arg("eps") = 1e-5, py::arg("addend") = py::none(),
+        "linear(rms_norm(x, norm_w, eps), w) (+ addend) as one kernel: the RMSNorm is folded into the "
+        "matrix product.");
+  m.def("swiglu_linear", [](py::handle gate_up, const Tensor& w, py::handle addend) {
+          return swiglu_linear(as_tensor(gate_up, "swiglu_linear"), w, opt_tensor(addend, "swiglu_linear"));
+        }, py::arg("gate_up"), py::arg("w"), py::arg("addend") = py::none(),
+        "linear(swiglu(gate_up), w) (+ addend) as one kernel: gate_up's last dim holds [gate | up], "
+        "twice w's input size.");
+  m.def("swiglu", [](py::handle gate, py::handle up) {
+          return swiglu(as_tensor(gate, "swiglu"), opt_tensor(up, "swiglu"));
+        }, py::arg("gate"), py::arg("up") = py::none(),
+        "silu(gate) * up in f32 as one kernel; with one argument its last dim holds [gate | up].");
+  m.def("rope_kv_write", [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                            const Tensor& v_cache, py::handle pos, double base, bool neox) {
+          return rope_kv_write(q, k, v, k_cache, v_cache, parse_int(pos, "rope_kv_write pos"), base, neox);
+        }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_cache"), py::arg("v_cache"), py::arg("pos"),
+        py::arg("base") = 10000.0, py::arg("neox") = false,
+        "rope(q) returned; rope(k) and v written to rows pos.. of the K and V caches, as one kernel. "
+        "q, k, v: [S, H, D] or [S, H * D].");
+
   // ---- shape ------------------------------------------------------------------------------------
   m.def("reshape", [](py::handle x, py::handle shape) { return reshape(as_tensor(x, "reshape"), parse_shape(shape, "reshape")); },
         py::arg("x"), py::arg("shape"), "Reshape (-1 infers one dim); a view when contiguous.");

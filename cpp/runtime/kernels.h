@@ -70,6 +70,9 @@ constexpr int kBinaryOpCount = static_cast<int>(BinaryOp::LogicalOr) + 1;
 constexpr int kUnaryOpCount = static_cast<int>(UnaryOp::Step) + 1;
 constexpr int kReduceOpCount = static_cast<int>(ReduceOp::ArgMin) + 1;
 
+// What fused_linear does to each row of x before the matrix product.
+enum class LinearPrologue : uint8_t { None, RmsNorm, SwiGLU };
+
 class Kernels {
  public:
   virtual ~Kernels() = default;
@@ -138,6 +141,29 @@ class Kernels {
   // sees keys j <= q_pos_offset + i. out contiguous [Sq, Hq, D] f32.
   virtual void attention(const View& q, const View& k, const View& v, const View& mask,
                          float scale, bool causal, int64_t q_pos_offset, const View& out) = 0;
+
+  // ---- fused kernels: each equals the composition of the kernels named, computed in f32 ----
+  // out = prologue(x) @ w^T (+ addend); w as in linear, out contiguous [M, N] f32.
+  //  - None: x contiguous [M, K] f32; norm_w and scratch absent.
+  //  - RmsNorm: x contiguous [M, K] f32, each row RMS-normalised exactly as rms_norm does (norm_w
+  //    [K] or absent) before the product.
+  //  - SwiGLU: x contiguous [M, 2K] f32 holding [gate | up]; the product is of swiglu(gate, up).
+  // With a prologue, `scratch` is a contiguous [M, K] f32 buffer the kernel may use for the
+  // prepared rows. addend: [M, N], any strides (0 broadcasts), plain float dtype, or absent; it is
+  // added to the finished dot products (the residual connection of a transformer block).
+  virtual void fused_linear(const View& x, const View& w, LinearPrologue prologue,
+                            const View& norm_w, float eps, const View& addend,
+                            const View& scratch, const View& out) = 0;
+  // out = silu(gate) * up (SwiGLU). gate and up [rows, n], any strides (typically the two column
+  // halves of one fused gate/up projection), plain float; out contiguous [rows, n] f32.
+  virtual void swiglu(const View& gate, const View& up, const View& out) = 0;
+  // RoPE of q and k plus the KV-cache write, as rope + copy: q [S, Hq, D] and k, v [S, Hkv, D]
+  // (3-D views, any strides, plain float); q_out contiguous [S, Hq, D] f32 gets rope(q); k_dst and
+  // v_dst [S, Hkv, D] (strided views into the caches, rows pos_offset.. of them, any float dtype)
+  // get rope(k) and v. Row s is at position pos_offset + s; neox as in rope.
+  virtual void rope_kv_write(const View& q, const View& k, const View& v, int64_t pos_offset,
+                             float base, bool neox, const View& q_out, const View& k_dst,
+                             const View& v_dst) = 0;
 
   // Debug delay injection (TL_DEBUG_DELAY_US): wait about `us` microseconds on the device
   // timeline before the next kernel (CPU: sleep in the worker; CUDA: a spin kernel).

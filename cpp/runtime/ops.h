@@ -68,6 +68,23 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::optional<Tensor>& mask, std::optional<double> scale, bool causal,
                  DynInt pos_offset);
 
+// Fused ops: one kernel each, computing what the composition in the comment computes.
+// linear(prologue(x), w) plus addend (a bias [N] or a residual of the output's shape, added in the
+// kernel's epilogue; other shapes are added after): the prologue is rms_norm(x, norm_w, eps),
+// swiglu of x's [gate | up] halves, or nothing.
+Tensor fused_linear(const Tensor& x, const Tensor& w, LinearPrologue prologue,
+                    const std::optional<Tensor>& norm_w, double eps,
+                    const std::optional<Tensor>& addend);
+Tensor rms_norm_linear(const Tensor& x, const std::optional<Tensor>& norm_w, const Tensor& w,
+                       double eps, const std::optional<Tensor>& addend);
+Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const std::optional<Tensor>& addend);
+// silu(gate) * up in f32; with no `up`, gate's last dim holds [gate | up] halves.
+Tensor swiglu(const Tensor& gate, const std::optional<Tensor>& up);
+// rope(q) returned (f32 [S, Hq, D]); rope(k) and v written to rows pos..pos+S-1 of the caches
+// ([capacity, Hkv, D], written in place). q, k, v are [S, H, D] or [S, H * D] (any strides).
+Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                     const Tensor& v_cache, int64_t pos, double base, bool neox);
+
 // Shape ops (views when possible).
 Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);

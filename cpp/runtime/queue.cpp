@@ -116,6 +116,7 @@ void Queue::encode(Command cmd, const std::vector<Buffer*>& reads,
     outcome->commands_run.store(index + 1, std::memory_order_relaxed);
   });
   merge_source(sources, DataSource{open_outcome_, index});
+  ops_encoded_.fetch_add(1, std::memory_order_relaxed);
   for (Buffer* b : reads) {
     if (!b) continue;
     b->last_reader_seq.store(open_seq_);
@@ -297,7 +298,8 @@ void Queue::raise_pending_error() {
 
 QueueStats Queue::stats() {
   std::lock_guard<std::mutex> d(done_mu_);
-  return QueueStats{committed_, in_flight_, completed_seq_};
+  return QueueStats{committed_, in_flight_, completed_seq_,
+                    ops_encoded_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace tl

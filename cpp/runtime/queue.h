@@ -21,6 +21,7 @@
 //    contents depend on (its own and, transitively, its inputs'). Once one of them is known to
 //    have failed or been skipped, encoding a command that reads the buffer and reading it from
 //    the host raise KernelFailure naming the op that failed, instead of handing out garbage.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <initializer_list>
@@ -39,6 +40,7 @@ struct QueueStats {
   int64_t committed = 0;
   int64_t in_flight = 0;
   uint64_t completed_seq = 0;
+  int64_t ops_encoded = 0;  // commands (Kernels calls) encoded so far, debug delays excluded
 };
 
 class Queue {
@@ -85,6 +87,7 @@ class Queue {
   std::vector<std::shared_ptr<Buffer>> open_retained_;
   int64_t open_new_bytes_ = 0;  // bytes of buffers first written by the open command buffer
   int open_ops_ = 0;
+  std::atomic<int64_t> ops_encoded_{0};
   uint64_t open_seq_ = 1;  // sequence number the open command buffer will get
   std::shared_ptr<CommandBufferOutcome> open_outcome_;
   std::vector<DataSource> encode_sources_;  // scratch for encode(), reused

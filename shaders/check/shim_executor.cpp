@@ -171,6 +171,8 @@ extern "C" size_t tl_shim_sizeof(const char* type) {
   if (t == "TLRopeParams") return sizeof(TLRopeParams);
   if (t == "TLDelayParams") return sizeof(TLDelayParams);
   if (t == "TLErrorRecord") return sizeof(TLErrorRecord);
+  if (t == "TLFusedLinearParams") return sizeof(TLFusedLinearParams);
+  if (t == "TLRopeKVParams") return sizeof(TLRopeKVParams);
   return 0;
 }
 
@@ -179,7 +181,8 @@ extern "C" int tl_shim_has_kernel(const char* kernel) {
   static const char* const names[] = {
       "tl_binary", "tl_binary_scalar", "tl_where", "tl_unary", "tl_copy", "tl_fill", "tl_arange",
       "tl_reduce", "tl_softmax", "tl_reduce_columns", "tl_softmax_columns", "tl_matmul", "tl_linear", "tl_gather_rows", "tl_rms_norm",
-      "tl_layer_norm", "tl_rope", "tl_causal_mask", "tl_attention", "tl_delay"};
+      "tl_layer_norm", "tl_rope", "tl_causal_mask", "tl_attention", "tl_delay", "tl_fused_linear",
+      "tl_swiglu", "tl_rope_kv_write"};
   for (const char* name : names) {
     if (std::strcmp(name, kernel) == 0) return 1;
   }
@@ -299,6 +302,26 @@ extern "C" int tl_shim_dispatch(const char* kernel, void* params, void** buffers
       tl_attention(p, buffer<const uchar>(b, 1), buffer<const uchar>(b, 2),
                    buffer<const uchar>(b, 3), buffer<const uchar>(b, 4), buffer<float>(b, 5),
                    xy(q.group), xy(q.local));
+    });
+  } else if (name == "tl_fused_linear") {
+    auto& p = *static_cast<TLFusedLinearParams*>(params);
+    run_grid(groups, threads, true, [&](const Position& q) {
+      tl_fused_linear(p, buffer<const float>(b, 1), buffer<const uchar>(b, 2), buffer<float>(b, 3),
+                      buffer<const uchar>(b, 4), buffer<const uchar>(b, 5), buffer<float>(b, 6),
+                      xy(q.group), xy(q.groups), xy(q.local));
+    });
+  } else if (name == "tl_swiglu") {
+    auto& p = *static_cast<TLElementwiseParams*>(params);
+    run_grid(groups, threads, false, [&](const Position& q) {
+      tl_swiglu(p, buffer<const uchar>(b, 1), buffer<const uchar>(b, 2), buffer<float>(b, 3),
+                q.gid().x, q.grid().x);
+    });
+  } else if (name == "tl_rope_kv_write") {
+    auto& p = *static_cast<TLRopeKVParams*>(params);
+    run_grid(groups, threads, false, [&](const Position& q) {
+      tl_rope_kv_write(p, buffer<const uchar>(b, 1), buffer<const uchar>(b, 2), buffer<const uchar>(b, 3),
+                       buffer<float>(b, 4), buffer<uchar>(b, 5), buffer<uchar>(b, 6), q.gid().x,
+                       q.grid().x);
     });
   } else if (name == "tl_delay") {
     auto& p = *static_cast<TLDelayParams*>(params);

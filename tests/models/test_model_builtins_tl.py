@@ -76,3 +76,38 @@ def test_model_errors_name_the_builtin_and_line(tmp_path):
     assert "no such model file" in r.error_text and ("line 2" in r.error_text or ":2:" in r.error_text)
     r = _run('main {\n    let c = llama_kv_cache(3, 10)\n}\n', tmp_path)
     assert not r.ok and "must be a model" in r.error_text
+
+
+def test_fused_builtins_from_tl_equal_the_unfused_forms(tiny_bpe_path, tmp_path):
+    # rms_norm_linear, swiglu_linear, linear with a residual and rope_kv_write / cache.write_rope,
+    # against rms_norm + linear, swiglu + linear + add, rope + cache.write (exact on the CPU).
+    r = _run(f'''
+main {{
+    let model = load_model("{tiny_bpe_path}")
+    let cfg = model.config
+    let layer = model.blk[0]
+    let x = embedding(model.token_embd.weight, [5, 9, 11]) as f32
+    let a = rms_norm_linear(x, layer.attn_norm.weight, layer.attn_q.weight, cfg.rms_eps)
+    let b = linear(rms_norm(x, layer.attn_norm.weight, cfg.rms_eps), layer.attn_q.weight)
+    print(max(abs(a - b)) == 0.0)
+    let gu = concat(linear(x, layer.ffn_gate.weight), linear(x, layer.ffn_up.weight), 1)
+    let c = swiglu_linear(gu, layer.ffn_down.weight, x)
+    let d = linear(silu(linear(x, layer.ffn_gate.weight)) * linear(x, layer.ffn_up.weight), layer.ffn_down.weight) + x
+    print(max(abs(c - d)) == 0.0)
+    let q = reshape(linear(x, layer.attn_q.weight), [3, cfg.n_heads, cfg.head_dim])
+    let k = reshape(linear(x, layer.attn_k.weight), [3, cfg.n_kv_heads, cfg.head_dim])
+    let v = reshape(linear(x, layer.attn_v.weight), [3, cfg.n_kv_heads, cfg.head_dim])
+    let fused = llama_kv_cache(model, 8)
+    let plain = llama_kv_cache(model, 8)
+    let rq0 = rope_kv_write(fused, 0, 0, q, k, v, cfg.rope_base)
+    let rq = rope_kv_write(fused, 0, 3, q, k, v, cfg.rope_base)
+    plain.write(0, 0, rope(k, 0, cfg.rope_base), v)
+    plain.write(0, 3, rope(k, 3, cfg.rope_base), v)
+    print(max(abs(rq - rope(q, 3, cfg.rope_base))) == 0.0, fused.length)
+    print(max(abs(fused.keys(0, 6) - plain.keys(0, 6))) == 0.0, max(abs(fused.values(0, 6) - plain.values(0, 6))) == 0.0)
+    let rq2 = fused.write_rope(1, 0, q, k, v, cfg.rope_base)
+    print(max(abs(rq2 - rope(q, 0, cfg.rope_base))) == 0.0)
+}}
+''', tmp_path)
+    assert r.ok, r.error_text
+    assert r.output.splitlines() == ["true", "true", "true 6", "true true", "true"]

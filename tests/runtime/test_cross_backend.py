@@ -404,6 +404,64 @@ def test_recorded_step_replays_like_the_cpu_backend():
     compare_all([("recorded decode step, 7 replays", _recorded_decode_steps)])
 
 
+# --------------------------------------------------------------------------- fused kernels
+
+def test_fused_kernels_norm_linear_residual_swiglu_rope_kv_write():
+    # One case per Kernels fused method and path: matrix-vector (M <= 8) and tiled rows, every
+    # weight type, with and without the norm weight and the residual, strided operands.
+    cases = []
+    for wt in ["f32", "f16"] + list(QUANT):
+        be = QUANT[wt][1] if wt in QUANT else 1
+        K = be * (3 if be == 256 else 18) if wt in QUANT else 70
+        for M in (1, 3, 9, 40):
+            N = int(RNG.integers(1, 150))
+            x, nw, res = randn(M, K) * 3, randn(K), randn(M, N)
+            if wt in QUANT:
+                raw = random_quantized(wt, N, K)
+                mk = lambda raw=raw, wt=wt, N=N, K=K: _core.from_quantized(raw, wt, [N, K])
+            else:
+                w = randn(N, K)
+                mk = lambda w=w, wt=wt: T(w, wt)
+            cases.append((f"rms_norm_linear {wt} M={M}", lambda x=x, nw=nw, mk=mk: _core.rms_norm_linear(
+                T(x), T(nw), mk(), 1e-5)))
+            cases.append((f"rms_norm_linear {wt} M={M} no norm weight, residual",
+                          lambda x=x, mk=mk, res=res: _core.rms_norm_linear(T(x), None, mk(), 1e-6, T(res))))
+            cases.append((f"linear {wt} M={M} + residual", lambda x=x, mk=mk, res=res: _core.linear(
+                T(x), mk(), T(res))))
+            gu = randn(M, 2 * K) * 3
+            cases.append((f"swiglu_linear {wt} M={M} + residual", lambda gu=gu, mk=mk, res=res: _core.swiglu_linear(
+                T(gu), mk(), T(res))))
+    for M in (1, 8):  # the down projection's shape (K = 1536): staged rows beyond a block's 48 KiB
+        x, res = randn(M, 1536), randn(M, 576)
+        raw = random_quantized("q4_1", 576, 1536)
+        cases.append((f"linear q4_1 M={M} K=1536 + residual", lambda x=x, raw=raw, res=res: _core.linear(
+            T(x), _core.from_quantized(raw, "q4_1", [576, 1536]), T(res))))
+        w, gu = randn(40, 1536), randn(M, 2 * 1536)
+        cases.append((f"swiglu_linear q4_1 M={M} K=1536 + residual", lambda gu=gu, raw=raw, res=res: _core.swiglu_linear(
+            T(gu), _core.from_quantized(raw, "q4_1", [576, 1536]), T(res))))
+        cases.append((f"rms_norm_linear f32 M={M} K=1536", lambda x=x, w=w: _core.rms_norm_linear(
+            T(x), T(np.ones(1536, np.float32)), T(w), 1e-5)))
+    for rows, n in ((1, 1536), (5, 100), (64, 33)):
+        gu = randn(rows, 2 * n) * 4
+        cases.append((f"swiglu halves {rows}x{n}", lambda gu=gu: _core.swiglu(T(gu))))
+        cases.append((f"swiglu f16 gate, transposed up {rows}x{n}", lambda gu=gu, n=n: _core.swiglu(
+            T(gu[:, :n], "f16"), _core.transpose(T(np.ascontiguousarray(gu[:, n:].T)), 0, 1))))
+    for S, Hq, Hkv, D, pos, neox, cache_dtype in ((1, 9, 3, 64, 0, False, "f32"), (1, 9, 3, 64, 3000, False, "f32"),
+                                                 (7, 4, 2, 32, 5, True, "f32"), (3, 8, 8, 128, 1, False, "f16")):
+        qkv = randn(S, (Hq + 2 * Hkv) * D)
+        ck, cv = randn(S + pos + 4, Hkv, D), randn(S + pos + 4, Hkv, D)
+
+        def case(qkv=qkv, ck=ck, cv=cv, Hq=Hq, Hkv=Hkv, D=D, pos=pos, neox=neox, dt=cache_dtype):
+            t = T(qkv)
+            q, k, v = t[:, 0:Hq * D], t[:, Hq * D:(Hq + Hkv) * D], t[:, (Hq + Hkv) * D:]
+            kc, vc = T(ck, dt), T(cv, dt)
+            q_out = _core.rope_kv_write(q, k, v, kc, vc, pos, 100000.0, neox)
+            return [q_out, kc, vc]
+
+        cases.append((f"rope_kv_write S={S} H={Hq}/{Hkv} D={D} pos={pos} neox={neox} {cache_dtype}", case))
+    compare_all(cases)
+
+
 # --------------------------------------------------------------------------- runtime on the device
 
 def test_memory_returns_to_baseline_on_the_other_backend():

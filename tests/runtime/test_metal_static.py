@@ -325,6 +325,18 @@ class RopeParams(ctypes.Structure):
                 ("freq_lo", c_float * 256)]
 
 
+class FusedLinearParams(ctypes.Structure):
+    _fields_ = [("addend", ViewDesc), ("m", c_int64), ("n", c_int64), ("k", c_int64), ("row_bytes", c_int64),
+                ("eps", c_float), ("w_dtype", c_int32), ("nw_dtype", c_int32), ("prologue", c_int32),
+                ("has_addend", c_int32), ("phase", c_int32)]
+
+
+class RopeKVParams(ctypes.Structure):
+    _fields_ = [("q", ViewDesc), ("k", ViewDesc), ("v", ViewDesc), ("k_dst", ViewDesc), ("v_dst", ViewDesc),
+                ("seq", c_int64), ("hq", c_int64), ("hkv", c_int64), ("d", c_int64), ("pos_offset", c_int64),
+                ("neox", c_int32), ("pad0", c_int32), ("freq_hi", c_float * 256), ("freq_lo", c_float * 256)]
+
+
 class DelayParams(ctypes.Structure):
     _fields_ = [("iterations", c_int64)]
 
@@ -338,7 +350,8 @@ PARAM_TYPES = {"TLViewDesc": ViewDesc, "TLElementwiseParams": ElementwiseParams,
                "TLMatmulParams": MatmulParams, "TLRowsParams": RowsParams,
                "TLNormParams": NormParams, "TLAttentionParams": AttentionParams,
                "TLDelayParams": DelayParams, "TLErrorRecord": ErrorRecord,
-               "TLRopeParams": RopeParams}
+               "TLRopeParams": RopeParams, "TLFusedLinearParams": FusedLinearParams,
+               "TLRopeKVParams": RopeKVParams}
 
 
 @pytest.fixture(scope="module")
@@ -744,6 +757,102 @@ def test_rope_kernel_matches_double_precision_angles(shim, neox, pos_offset):
     else:
         expected[..., 0::2], expected[..., 1::2] = r0, r1
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def rope_frequencies(d: int, base: float):
+    freq = base ** (-2 * np.arange(d // 2) / d)
+    hi = freq.astype(np.float32)
+    return hi, (freq - hi.astype(np.float64)).astype(np.float32)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_fused_linear_kernel_normalises_then_multiplies_and_adds_the_strided_addend(shim, normalize):
+    pytest.importorskip("gguf")
+    rng = np.random.default_rng(12)
+    m, n, k = 3, 6, 256
+    x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+    nw = rng.standard_normal(k).astype(np.float16)
+    w = random_quantized_rows("q4_1", n, k, rng)
+    addend = np.ascontiguousarray(rng.standard_normal((n, m)).astype(np.float32)).T  # strides (1, m)
+    scratch = np.zeros((m, k), np.float32)
+    out = np.zeros((m, n), np.float32)
+    p = FusedLinearParams(addend=desc(addend), m=m, n=n, k=k, row_bytes=w.shape[1], eps=1e-5,
+                          w_dtype=QTYPES["q4_1"], nw_dtype=F16, prologue=int(normalize), has_addend=1)
+    buffers = {1: x, 2: w, 3: out, 4: nw, 5: addend, 6: scratch}
+    if normalize:
+        p.phase = 0
+        dispatch(shim, "tl_fused_linear", p, buffers, groups=[2], threads=[32])
+    p.phase = 1
+    dispatch(shim, "tl_fused_linear", p, buffers, groups=[4, 2], threads=[32])
+    x64 = x.astype(np.float64)
+    if normalize:
+        x64 = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-5) * nw.astype(np.float64)
+    expected = x64 @ dequantize("q4_1", w).T + addend
+    np.testing.assert_allclose(out, expected, rtol=2e-4, atol=2e-4 * np.abs(expected).max())
+
+
+def test_fused_linear_kernel_with_the_swiglu_prologue(shim):
+    rng = np.random.default_rng(15)
+    m, n, k = 2, 5, 48
+    x = (rng.standard_normal((m, 2 * k)) * 3).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    scratch = np.zeros((m, k), np.float32)
+    out = np.zeros((m, n), np.float32)
+    p = FusedLinearParams(m=m, n=n, k=k, row_bytes=4 * k, eps=0.0, w_dtype=F32, nw_dtype=-1, prologue=2,
+                          has_addend=0)
+    buffers = {1: x, 2: w, 3: out, 4: w, 5: w, 6: scratch}
+    p.phase = 0
+    dispatch(shim, "tl_fused_linear", p, buffers, groups=[2], threads=[32])
+    p.phase = 1
+    dispatch(shim, "tl_fused_linear", p, buffers, groups=[5, 2], threads=[32])
+    g, u = x[:, :k].astype(np.float64), x[:, k:].astype(np.float64)
+    np.testing.assert_allclose(out, (g / (1 + np.exp(-g)) * u) @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_swiglu_kernel_reads_strided_halves(shim):
+    rng = np.random.default_rng(13)
+    gu = (rng.standard_normal((3, 40)) * 4).astype(np.float32)
+    gate, up = gu[:, :20], gu[:, 20:]
+    out = np.zeros((3, 20), np.float32)
+    p = ElementwiseParams(a=desc(gate), b=desc(up), n=60, out_dtype=F32, float_compute=1)
+    dispatch(shim, "tl_swiglu", p, {1: gu, 2: gu[:, 20:], 3: out}, groups=[2], threads=[16])
+    g64 = gate.astype(np.float64)
+    np.testing.assert_allclose(out, g64 / (1 + np.exp(-g64)) * up, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("neox", [False, True])
+def test_rope_kv_write_kernel_rotates_q_and_k_into_the_cache_and_copies_v(shim, neox):
+    rng = np.random.default_rng(14)
+    s, hq, hkv, d, pos = 2, 4, 2, 32, 3000
+    qkv = rng.standard_normal((s, (hq + 2 * hkv) * d)).astype(np.float32)
+    q = qkv[:, :hq * d].reshape(s, hq, d)
+    k = qkv[:, hq * d:(hq + hkv) * d].reshape(s, hkv, d)
+    v = qkv[:, (hq + hkv) * d:].reshape(s, hkv, d)
+    k_cache = np.zeros((6, hkv, d), np.float16)
+    v_cache = np.zeros((6, hkv, d), np.float32)
+    q_out = np.zeros((s, hq, d), np.float32)
+    p = RopeKVParams(q=desc(q), k=desc(k), v=desc(v), k_dst=desc(k_cache[1:3]), v_dst=desc(v_cache[1:3]),
+                     seq=s, hq=hq, hkv=hkv, d=d, pos_offset=pos, neox=int(neox))
+    hi, lo = rope_frequencies(d, 10000.0)
+    p.freq_hi[: d // 2] = hi.tolist()
+    p.freq_lo[: d // 2] = lo.tolist()
+    dispatch(shim, "tl_rope_kv_write", p, {1: qkv, 2: qkv[:, hq * d:], 3: qkv[:, (hq + hkv) * d:], 4: q_out,
+                                           5: k_cache[1:], 6: v_cache[1:]}, groups=[3], threads=[32])
+    theta = (pos + np.arange(s, dtype=np.float64))[:, None, None] * (10000.0 ** (-2 * np.arange(d // 2) / d))
+
+    def rotate(x):
+        x64 = x.astype(np.float64)
+        i0 = np.arange(d // 2) if neox else 2 * np.arange(d // 2)
+        i1 = i0 + d // 2 if neox else i0 + 1
+        out = x64.copy()
+        out[..., i0] = x64[..., i0] * np.cos(theta) - x64[..., i1] * np.sin(theta)
+        out[..., i1] = x64[..., i0] * np.sin(theta) + x64[..., i1] * np.cos(theta)
+        return out
+
+    np.testing.assert_allclose(q_out, rotate(q), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(k_cache[1:3].astype(np.float64), rotate(k), rtol=2e-3, atol=2e-3)
+    np.testing.assert_array_equal(v_cache[1:3], v)
+    assert not k_cache[0].any() and not k_cache[3:].any() and not v_cache[3:].any()
 
 
 def test_causal_mask_kernel(shim):

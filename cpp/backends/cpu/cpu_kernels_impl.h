@@ -40,6 +40,11 @@ class CpuKernels final : public Kernels {
   void causal_mask(int64_t offset, const View& out) override;
   void attention(const View& q, const View& k, const View& v, const View& mask, float scale,
                  bool causal, int64_t q_pos_offset, const View& out) override;
+  void fused_linear(const View& x, const View& w, LinearPrologue prologue, const View& norm_w,
+                    float eps, const View& addend, const View& scratch, const View& out) override;
+  void swiglu(const View& gate, const View& up, const View& out) override;
+  void rope_kv_write(const View& q, const View& k, const View& v, int64_t pos_offset, float base,
+                     bool neox, const View& q_out, const View& k_dst, const View& v_dst) override;
   void delay(uint32_t us) override;
 
   ThreadPool& pool() { return pool_; }

@@ -3,7 +3,9 @@
 // block's keys with an online softmax (running max, running sum, f32 accumulators of D/32 values
 // per lane), and the warps' partial results are merged in shared memory. With few (row, head)
 // tasks (decode) the keys are split over several blocks that write (max, sum, accumulators) to
-// the backend's attention scratch, merged by a second kernel in stream order. k and v are read through their strides,
+// the backend's attention scratch; the last block of a task to finish (a per-task counter, after
+// a memory fence: flash-decoding's split-K in one launch) merges the records, or, without
+// counters, a second kernel does in stream order. k and v are read through their strides,
 // so they may be the first Sk rows of a preallocated KV cache. A query that sees no key (all
 // masked, or causal before the first key) gets a row of zeros, as on the CPU backend.
 #include <algorithm>
@@ -34,8 +36,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
                      int64_t mask_s0,
                      int64_t mask_s1, float scale, bool causal, int64_t q_pos_offset, int64_t Sq,
-                     int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out, float* partial) {
+                     int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out, float* partial,
+                     unsigned* counters) {
   __shared__ float s_max[kAttnWarps];
+  __shared__ bool s_last;
   __shared__ float s_sum[kAttnWarps];
   __shared__ float s_acc[kAttnWarps][kPerLane * 32];
   const int lane = threadIdx.x & 31;
@@ -123,6 +127,35 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[w][d], weight[w], o);
         rec[2 + d] = o;
       }
+      if (counters != nullptr) {
+        __threadfence();  // each thread's part of the record is visible to the merging block
+        __syncthreads();  // ... and the whole record is written
+        if (threadIdx.x == 0) {
+          s_last = atomicAdd(&counters[task], 1u) == static_cast<unsigned>(splits - 1);
+        }
+        __syncthreads();
+        if (s_last) {
+          __threadfence();
+          const float* base = partial + task * splits * (D + 2);
+          float m_all = -INFINITY;
+          for (int64_t s = 0; s < splits; ++s) m_all = fmaxf(m_all, __ldcg(base + s * (D + 2)));
+          float l_all = 0.0f;
+          for (int64_t s = 0; s < splits; ++s) {
+            const float ms = __ldcg(base + s * (D + 2));
+            if (ms != -INFINITY) l_all += __ldcg(base + s * (D + 2) + 1) * expf(ms - m_all);
+          }
+          const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+          for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            float o = 0.0f;
+            for (int64_t s = 0; s < splits; ++s) {
+              const float ms = __ldcg(base + s * (D + 2));
+              if (ms != -INFINITY) o = fmaf(__ldcg(base + s * (D + 2) + 2 + d), expf(ms - m_all), o);
+            }
+            out[task * D + d] = o * inv;
+          }
+          if (threadIdx.x == 0) counters[task] = 0;  // ready for the next call
+        }
+      }
     }
     __syncthreads();
   }
@@ -198,6 +231,9 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
     if (splits < 1) splits = 1;
   }
   float* partial = splits > 1 ? attention_scratch_ : nullptr;
+  // The last split block of each task merges in the same launch when there is a counter per task.
+  unsigned* counters =
+      partial != nullptr && tasks <= static_cast<int64_t>(kAttentionCounters) ? attention_counters_ : nullptr;
   const dim3 grid(static_cast<unsigned>(tasks < (1 << 30) ? tasks : (1 << 30)),
                   static_cast<unsigned>(splits));
   const void* mp = mask.data;
@@ -206,7 +242,7 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
 #define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
   attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                     \
       strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, causal,     \
-      q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial)
+      q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters)
   if (D <= 32) {
     TL_LAUNCH_ATTENTION(1);
   } else if (D <= 64) {
@@ -220,7 +256,7 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   }
 #undef TL_LAUNCH_ATTENTION
   check_launch("attention");
-  if (partial != nullptr) {
+  if (partial != nullptr && counters == nullptr) {
     attention_combine_kernel<<<static_cast<unsigned>(tasks < 65535 ? tasks : 65535), 128, 0,
                                stream_>>>(partial, static_cast<int>(splits), tasks, D, op);
     check_launch("attention");

@@ -57,21 +57,41 @@ class CudaKernels final : public Kernels {
   void attention(const View& q, const View& k, const View& v, const View& mask, float scale,
                  bool causal, int64_t q_pos_offset, const View& out) override;
 
+  void fused_linear(const View& x, const View& w, LinearPrologue prologue, const View& norm_w,
+                    float eps, const View& addend, const View& scratch, const View& out) override;
+  void swiglu(const View& gate, const View& up, const View& out) override;
+  void rope_kv_write(const View& q, const View& k, const View& v, int64_t pos_offset, float base,
+                     bool neox, const View& q_out, const View& k_dst, const View& v_dst) override;
+
   void delay(uint32_t us) override;
 
   // Device resources owned by the backend: the attention split scratch (reused in stream order
   // by every attention call) and the multiprocessor count the split size is chosen for.
+  // The scratch's first kAttentionCounters words count the finished key splits of each (row,
+  // head) task: the last split block of a task merges the others' records, and sets the count
+  // back to zero, so it is zero between calls (zeroed here, in stream order, before any kernel).
   void set_device_resources(float* attention_scratch, size_t scratch_floats, int sm_count) {
     attention_scratch_ = attention_scratch;
     attention_scratch_floats_ = scratch_floats;
+    attention_counters_ = nullptr;
+    if (attention_scratch != nullptr && scratch_floats > 2 * kAttentionCounters &&
+        cudaMemsetAsync(attention_scratch, 0, kAttentionCounters * sizeof(unsigned), stream_) ==
+            cudaSuccess) {
+      attention_counters_ = reinterpret_cast<unsigned*>(attention_scratch);
+      attention_scratch_ = attention_scratch + kAttentionCounters;
+      attention_scratch_floats_ = scratch_floats - kAttentionCounters;
+    }
     sm_count_ = sm_count > 0 ? sm_count : 1;
   }
+
+  static constexpr size_t kAttentionCounters = 4096;
 
  private:
   cudaStream_t stream_;
   std::function<DeviceErrorSlot*()> error_slot_;
   float* attention_scratch_ = nullptr;
   size_t attention_scratch_floats_ = 0;
+  unsigned* attention_counters_ = nullptr;
   int64_t sm_count_ = 1;
 };
 

@@ -42,6 +42,7 @@ void check(bool ok, const std::string& what) {
 using tl::DType;
 using tl::Kernels;
 using tl::View;
+using tl::LinearPrologue;
 
 View make_view(void* data, DType dtype, std::vector<int64_t> shape,
                std::vector<int64_t> strides = {}) {
@@ -383,6 +384,53 @@ std::vector<Case> every_kernel_case() {
                   make_view(p[4], DType::F32, {3, 4, 16}));
     };
     c.tolerance = 1e-4;
+    cases.push_back(c);
+  }
+  for (LinearPrologue prologue : {LinearPrologue::RmsNorm, LinearPrologue::None, LinearPrologue::SwiGLU}) {
+    // x [3, 64] ([3, 128] gate | up for SwiGLU), w [40, 64], norm weight [64], addend [3, 40] read
+    // transposed, scratch [3, 64]
+    const bool halves = prologue == LinearPrologue::SwiGLU;
+    const char* what = prologue == LinearPrologue::RmsNorm ? " rms_norm" : halves ? " swiglu" : "";
+    Case c{std::string("fused_linear") + what + " with addend",
+           {input(random_floats(3 * 128), DType::F32), input(random_floats(40 * 64), DType::F32),
+            input(random_floats(64), DType::F32), input(random_floats(40 * 3), DType::F32),
+            output(3 * 64 * 4, DType::F32), output(3 * 40 * 4, DType::F32)}, {}};
+    c.call = [prologue, halves](Kernels& k, P p) {
+      View nw = prologue == LinearPrologue::RmsNorm ? make_view(p[2], DType::F32, {64}) : View{};
+      View scratch = prologue != LinearPrologue::None ? make_view(p[4], DType::F32, {3, 64}) : View{};
+      k.fused_linear(make_view(p[0], DType::F32, {3, halves ? 128 : 64}), make_view(p[1], DType::F32, {40, 64}),
+                     prologue, nw, 1e-5f, make_view(p[3], DType::F32, {3, 40}, {1, 3}), scratch,
+                     make_view(p[5], DType::F32, {3, 40}));
+    };
+    c.tolerance = 1e-4;
+    cases.push_back(c);
+  }
+  {
+    Case c{"swiglu of column halves", {input(random_floats(4 * 2 * 24), DType::F32), output(4 * 24 * 4, DType::F32)}, {}};
+    c.call = [](Kernels& k, P p) {
+      float* base = static_cast<float*>(p[0]);
+      k.swiglu(make_view(base, DType::F32, {4, 24}, {48, 1}), make_view(base + 24, DType::F32, {4, 24}, {48, 1}),
+               make_view(p[1], DType::F32, {4, 24}));
+    };
+    c.tolerance = 1e-5;
+    cases.push_back(c);
+  }
+  for (bool neox : {false, true}) {
+    // qkv [2, (4 + 2 * 2) * 16] sliced into q, k, v; caches [8, 2, 16] (k f16), rows 3..4 written
+    Case c{std::string("rope_kv_write") + (neox ? " neox" : ""),
+           {input(random_floats(2 * 8 * 16), DType::F32), output(2 * 4 * 16 * 4, DType::F32),
+            output(8 * 2 * 16 * 2, DType::F16), output(8 * 2 * 16 * 4, DType::F32)}, {}};
+    c.call = [neox](Kernels& k, P p) {
+      float* qkv = static_cast<float*>(p[0]);
+      auto* kc = static_cast<unsigned char*>(p[2]) + 3 * 2 * 16 * 2;
+      auto* vc = static_cast<float*>(p[3]) + 3 * 2 * 16;
+      k.rope_kv_write(make_view(qkv, DType::F32, {2, 4, 16}, {128, 16, 1}),
+                      make_view(qkv + 64, DType::F32, {2, 2, 16}, {128, 16, 1}),
+                      make_view(qkv + 96, DType::F32, {2, 2, 16}, {128, 16, 1}), 3000, 10000.0f, neox,
+                      make_view(p[1], DType::F32, {2, 4, 16}), make_view(kc, DType::F16, {2, 2, 16}),
+                      make_view(vc, DType::F32, {2, 2, 16}));
+    };
+    c.tolerance = 1e-3;
     cases.push_back(c);
   }
   {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .convert import BuiltinArgError, Tensor, core, to_int, to_tensor, type_name
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_tensor, type_name
 from .dtypes import dtype_of
 from .memory import track_open
 from . import symbolic
@@ -106,6 +106,35 @@ class KVCache(TLObject):
             raise BuiltinArgError(f"KV cache is full: layer {i} holds {p} of {rows} positions, cannot add {s}")
         self.lengths[i] = p + s
 
+    def write_rope(self, layer: Any, pos: Any, q: Any, k: Any, v: Any, base: Any = 10000.0,
+                   neox: Any = False) -> Any:
+        """RoPE of q and k at positions pos.. and the write of rope(k) and v, as one kernel; returns
+        rope(q) [S, heads, head_dim]. q, k, v: [S, heads, head_dim] or [S, heads * head_dim]."""
+        i = self._layer(layer)
+        p = to_int(pos, "position")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, Tensor) or t.ndim not in (2, 3):
+                raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim] or "
+                                      f"[seq, heads * head_dim], got {type_name(t)}")
+        s = k.shape[0]
+        if p < 0 or p > self.lengths[i]:
+            raise BuiltinArgError(f"KVCache write at position {p} would leave a gap "
+                                  f"(layer {i} holds {self.lengths[i]} positions)")
+        buf = self.k[i]
+        if buf is None or p + s > buf.shape[0]:
+            if k.ndim == 3:
+                tail = (k.shape[1], k.shape[2])
+            elif buf is not None:
+                tail = tuple(buf.shape[1:])
+            else:
+                raise BuiltinArgError("the first write to an empty cache layer needs k as "
+                                      "[seq, kv_heads, head_dim]")
+            self._grow(i, p, s, tail)
+        q_out = core.rope_kv_write(q, k, v, self.k[i], self.v[i], p, to_float(base, "base"),
+                                   to_bool(neox, "neox"))
+        self.lengths[i] = p + s
+        return q_out
+
     def _grow(self, layer: int, pos: int, added: int, tail: tuple) -> None:
         needed = pos + added
         if self.capacity is not None:  # preallocated: fixed size
@@ -182,6 +211,8 @@ class KVCache(TLObject):
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
         if name == "write" and len(args) == 4:
             return self.write(*args)
+        if name == "write_rope" and 5 <= len(args) <= 7:
+            return self.write_rope(*args)
         if name in ("set", "append") and len(args) == 3:
             return getattr(self, name)(*args)
         if name in ("get_k", "keys") and 1 <= len(args) <= 2:

@@ -390,7 +390,9 @@ def matmul(a, b):
     return core.matmul(to_tensor(a, "a"), to_tensor(b, "b"))
 
 
-@builtin("linear", "linear(x, W, [b])", "x @ W^T (+ b) with W as [out, in] (GGUF order; may be quantized)",
+@builtin("linear", "linear(x, W, [b])",
+         "x @ W^T (+ b) with W as [out, in] (GGUF order; may be quantized); a b of the output's shape "
+         "(a residual) or [out] is added inside the kernel",
          min_args=2, max_args=3, category=C)
 def linear(x, w, b=None):
     if x.__class__ is Tensor and w.__class__ is Tensor and (b is None or b.__class__ is Tensor):

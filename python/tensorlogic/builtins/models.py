@@ -573,6 +573,16 @@ def _llama_kv_cache(model, capacity, dtype="f32"):
     return KVCache(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
 
 
+@builtin("rope_kv_write", "rope_kv_write(cache, layer, pos, q, k, v, [base], [neox])",
+         "RoPE of q and k at positions pos.. plus the write of rope(k) and v into the KV cache, as one kernel; "
+         "returns rope(q) [seq, heads, head_dim] (q, k, v: [seq, heads, head_dim] or [seq, heads * head_dim])",
+         min_args=6, max_args=8, category="models")
+def _rope_kv_write(cache, layer, pos, q, k, v, base=10000.0, neox=False):
+    if not isinstance(cache, KVCache):
+        raise BuiltinArgError(f"cache must be a KV cache (llama_kv_cache), got {type_name(cache)}")
+    return cache.write_rope(layer, pos, q, k, v, base, neox)
+
+
 @builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0)",
          "softmax(q·kᵀ/√d + causal mask)·v with q [n, heads, d] at positions pos_offset.., k/v [t, kv_heads, d] "
          "(grouped-query when kv_heads divides heads)", min_args=3, max_args=4, category="models")

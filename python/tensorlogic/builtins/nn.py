@@ -26,6 +26,31 @@ def rms_norm(x, w=None, eps=1e-5):
     return core.rms_norm(to_tensor(x, "x"), to_tensor(w, "w") if w is not None else None, eps_f)
 
 
+@builtin("rms_norm_linear", "rms_norm_linear(x, norm_w, W, [eps], [residual])",
+         "linear(rms_norm(x, norm_w, eps), W) (+ residual) as one kernel: the norm is folded into the "
+         "matrix product", min_args=3, max_args=5, category=C)
+def rms_norm_linear(x, norm_w, w, eps=1e-5, residual=None):
+    eps_f = eps if eps.__class__ is float else to_float(eps, "eps")
+    nw = to_tensor(norm_w, "norm_w") if norm_w is not None else None
+    res = to_tensor(residual, "residual") if residual is not None else None
+    return core.rms_norm_linear(to_tensor(x, "x"), nw, to_tensor(w, "W"), eps_f, res)
+
+
+@builtin("swiglu", "swiglu(gate, [up])",
+         "silu(gate) * up as one kernel; with one argument the last dim holds [gate | up] halves "
+         "(a fused gate/up projection's output)", min_args=1, max_args=2, category=C)
+def swiglu(gate, up=None):
+    return core.swiglu(to_tensor(gate, "gate"), to_tensor(up, "up") if up is not None else None)
+
+
+@builtin("swiglu_linear", "swiglu_linear(gate_up, W, [residual])",
+         "linear(swiglu(gate_up), W) (+ residual) as one kernel: gate_up's last dim holds the [gate | up] "
+         "halves (twice W's input size)", min_args=2, max_args=3, category=C)
+def swiglu_linear(gate_up, w, residual=None):
+    res = to_tensor(residual, "residual") if residual is not None else None
+    return core.swiglu_linear(to_tensor(gate_up, "gate_up"), to_tensor(w, "W"), res)
+
+
 @builtin("layer_norm", "layer_norm(x, [w], [b], [eps])", "(x - mean) / sqrt(var + eps) * w + b over the last dim",
          min_args=1, max_args=4, category=C)
 def layer_norm(x, w=None, b=None, eps=1e-5):

@@ -1,0 +1,304 @@
+// Fused kernels: fused_linear (RMSNorm or SwiGLU prologue and residual-add epilogue around
+// linear), swiglu and rope_kv_write, each one launch where the unfused ops take two to four.
+// fused_linear with few rows (M <= kFusedMaxRows, the decode case) is one kernel: every block
+// prepares the M input rows in shared memory (normalised with statistics in double, as rms_norm,
+// or swiglu of their halves), then each
+// warp computes one output column exactly as linear's matrix-vector kernel does (same chunk
+// order, same f32 sums) and adds the addend before its single store; so the results equal
+// rms_norm (swiglu) + linear + add on this backend. Larger M runs rms_norm (swiglu) into the
+// caller's scratch, the tiled linear and an add kernel. RoPE angles are computed in double as in the rope kernel.
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+#include "quant_blocks.cuh"
+
+namespace tl {
+namespace cuda {
+namespace {
+
+constexpr int kFusedWarps = 4;
+constexpr int kFusedMaxRows = 8;
+// Dynamic shared memory for the staged rows; with the static scratch it stays under the 48 KiB a
+// launch may use without opting in.
+constexpr size_t kFusedMaxSharedBytes = 32 * 1024;
+constexpr int kElementThreads = 256;
+
+struct Addend {
+  const void* data;  // nullptr: none
+  DType dtype;
+  int64_t s0, s1;
+};
+
+// The prepared rows xs [M, K] in shared memory: x's rows as they are, RMS-normalised (statistics
+// in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). Every
+// thread returns after the block synchronised.
+__device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prologue,
+                           const void* nw, DType nw_dtype, float eps, float* xs) {
+  __shared__ double scratch[32];
+  for (int m = 0; m < M; ++m) {
+    if (prologue == LinearPrologue::SwiGLU) {
+      const float* row = x + m * 2 * K;
+      for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
+        const float g = row[d];
+        const float silu = g / (1.0f + exp_rounded(-g));  // the swiglu kernel's expression
+        xs[m * K + d] = silu * row[K + d];
+      }
+      continue;
+    }
+    const float* row = x + m * K;
+    float inv = 1.0f;
+    const bool normalize = prologue == LinearPrologue::RmsNorm;
+    if (normalize) {
+      double ss = 0.0;
+      for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
+        const float v = row[d];
+        ss += static_cast<double>(v * v);
+      }
+      const double total = block_sum_double(ss, scratch);
+      inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(K) + eps));
+    }
+    for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
+      float v = row[d];
+      if (normalize) {
+        v = v * inv;
+        if (nw != nullptr) v *= load_float(nw, nw_dtype, d);
+      }
+      xs[m * K + d] = v;
+    }
+  }
+  __syncthreads();
+}
+
+template <DType WT>
+__global__ void __launch_bounds__(kFusedWarps * 32)
+    fused_matvec_kernel(const float* x, const uint8_t* w, size_t w_row_bytes,
+                        LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
+                        Addend add, float* out, int M, int64_t N, int64_t K) {
+  extern __shared__ float xs[];
+  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs);
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kFusedWarps + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const uint8_t* row = w + n * w_row_bytes;
+  float acc[kFusedMaxRows] = {};
+  if constexpr (quantized_dtype(WT)) {
+    const int64_t chunks = K / 8;
+    for (int64_t c = lane; c < chunks; c += 32) {
+      float vals[8];
+      dequant_chunk8<WT>(row, c, vals);
+      const float* xc = xs + c * 8;
+#pragma unroll
+      for (int m = 0; m < kFusedMaxRows; ++m) {
+        if (m < M) {
+          float s = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) s = fmaf(vals[i], xc[m * K + i], s);
+          acc[m] += s;
+        }
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += 32) {
+      const float wv = load_float(row, WT, k);
+#pragma unroll
+      for (int m = 0; m < kFusedMaxRows; ++m) {
+        if (m < M) acc[m] = fmaf(wv, xs[m * K + k], acc[m]);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kFusedMaxRows; ++m) {
+    if (m < M) {
+      float s = warp_sum(acc[m]);
+      if (lane == 0) {
+        if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
+        out[m * N + n] = s;
+      }
+    }
+  }
+}
+
+__global__ void add_rows_kernel(float* out, int64_t M, int64_t N, Addend add) {
+  const int64_t total = M * N;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = t / N, n = t - m * N;
+    out[t] = out[t] + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
+  }
+}
+
+__global__ void swiglu_kernel(const void* gate, DType g_dtype, int64_t gs0, int64_t gs1,
+                              const void* up, DType u_dtype, int64_t us0, int64_t us1,
+                              int64_t rows, int64_t n, float* out) {
+  const int64_t total = rows * n;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = t / n, i = t - r * n;
+    const float x = load_float(gate, g_dtype, r * gs0 + i * gs1);
+    const float silu = x / (1.0f + exp_rounded(-x));  // unary Silu's expression
+    out[t] = silu * load_float(up, u_dtype, r * us0 + i * us1);
+  }
+}
+
+struct Heads {  // a 3-D [S, H, D] view through strides
+  void* data;
+  DType dtype;
+  int64_t s0, s1, s2;
+};
+
+Heads heads_of(const View& v) {
+  return Heads{v.data, v.dtype, v.strides[0], v.strides[1], v.strides[2]};
+}
+
+// Work items: q pairs (S * Hq * D/2), then k pairs (S * Hkv * D/2), then v elements (S * Hkv * D).
+__global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Heads k_dst,
+                                     Heads v_dst, int64_t S, int64_t Hq, int64_t Hkv, int64_t D,
+                                     int64_t pos_offset, double base, bool neox) {
+  const int64_t half = D / 2;
+  const int64_t q_items = S * Hq * half, k_items = S * Hkv * half, v_items = S * Hkv * D;
+  const int64_t total = q_items + k_items + v_items;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (t >= q_items + k_items) {
+      const int64_t e = t - q_items - k_items;
+      const int64_t d = e % D, row = e / D, h = row % Hkv, s = row / Hkv;
+      const float val = load_float(v.data, v.dtype, s * v.s0 + h * v.s1 + d * v.s2);
+      store_float(v_dst.data, v_dst.dtype, s * v_dst.s0 + h * v_dst.s1 + d * v_dst.s2, val);
+      continue;
+    }
+    const bool is_q = t < q_items;
+    const Heads& src = is_q ? q : k;
+    const Heads& dst = is_q ? q_out : k_dst;
+    const int64_t H = is_q ? Hq : Hkv;
+    const int64_t e = is_q ? t : t - q_items;
+    const int64_t i = e % half, row = e / half, h = row % H, s = row / H;
+    const double pos = static_cast<double>(pos_offset + s);
+    const double theta = pos * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    double sn, cs;
+    sincos(theta, &sn, &cs);
+    const int64_t d0 = neox ? i : 2 * i, d1 = neox ? i + half : 2 * i + 1;
+    const int64_t sbase = s * src.s0 + h * src.s1, dbase = s * dst.s0 + h * dst.s1;
+    const float x0 = load_float(src.data, src.dtype, sbase + d0 * src.s2);
+    const float x1 = load_float(src.data, src.dtype, sbase + d1 * src.s2);
+    const float c = static_cast<float>(cs), sv = static_cast<float>(sn);
+    store_float(dst.data, dst.dtype, dbase + d0 * dst.s2, x0 * c - x1 * sv);
+    store_float(dst.data, dst.dtype, dbase + d1 * dst.s2, x0 * sv + x1 * c);
+  }
+}
+
+struct FusedMatvecLauncher {
+  const View& x;
+  const View& w;
+  LinearPrologue prologue;
+  const View& nw;
+  float eps;
+  Addend add;
+  const View& out;
+  size_t shared_bytes;
+  cudaStream_t stream;
+  template <DType T>
+  void operator()() {
+    const int64_t M = x.shape[0], K = w.shape[1], N = w.shape[0];
+    const unsigned grid = static_cast<unsigned>((N + kFusedWarps - 1) / kFusedWarps);
+    fused_matvec_kernel<T><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
+        static_cast<const float*>(x.data), static_cast<const uint8_t*>(w.data), row_bytes(T, K),
+        prologue, nw.data, nw.dtype, eps, add, static_cast<float*>(out.data),
+        static_cast<int>(M), N, K);
+  }
+};
+
+void require_float_view(const View& v, const char* op, const char* what) {
+  if (v.data != nullptr && !is_floating(v.dtype)) {
+    throw KernelError(std::string(op) + ": " + what + " must be floating, got " +
+                      dtype_name(v.dtype));
+  }
+}
+
+}  // namespace
+
+void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prologue,
+                               const View& norm_w, float eps, const View& addend,
+                               const View& scratch, const View& out) {
+  if (x.dtype != DType::F32 || out.dtype != DType::F32 || x.ndim != 2 || out.ndim != 2) {
+    throw KernelError("fused_linear: cuda kernel expects 2-D f32 x and out");
+  }
+  require_float_view(norm_w, "fused_linear", "the norm weight");
+  require_float_view(addend, "fused_linear", "the addend");
+  const int64_t M = x.shape[0], K = w.shape[1], N = w.shape[0];
+  if (M == 0 || N == 0) return;
+  if (is_quantized(w.dtype) && K % block_elems(w.dtype) != 0) {
+    throw KernelError(std::string("fused_linear: ") + dtype_name(w.dtype) + " weight has " +
+                      std::to_string(K) + " columns, not a multiple of its block size");
+  }
+  if (prologue == LinearPrologue::SwiGLU && x.shape[1] != 2 * K) {
+    throw KernelError("fused_linear: the SwiGLU prologue needs x [M, 2K]");
+  }
+  const Addend add{addend.data, addend.dtype, addend.data ? addend.strides[0] : 0,
+                   addend.data ? addend.strides[1] : 0};
+  const size_t shared_bytes = static_cast<size_t>(M * K) * sizeof(float);
+  if (K > 0 && M <= kFusedMaxRows && shared_bytes <= kFusedMaxSharedBytes) {
+    FusedMatvecLauncher launch{x, w, prologue, norm_w, eps, add, out, shared_bytes, stream_};
+    switch (w.dtype) {
+      case DType::F32: launch.operator()<DType::F32>(); break;
+      case DType::F16: launch.operator()<DType::F16>(); break;
+      case DType::BF16: launch.operator()<DType::BF16>(); break;
+      default:
+        if (!dispatch_quantized(w.dtype, launch)) {
+          throw KernelError(std::string("fused_linear: unsupported weight dtype ") +
+                            dtype_name(w.dtype));
+        }
+    }
+    check_launch("fused_linear");
+    return;
+  }
+  if (prologue != LinearPrologue::None && scratch.data == nullptr) {
+    throw KernelError("fused_linear: a prologue needs a scratch buffer");
+  }
+  if (prologue == LinearPrologue::RmsNorm) {
+    rms_norm(x, norm_w, eps, scratch);
+  } else if (prologue == LinearPrologue::SwiGLU) {
+    View gate = x, up = x;
+    gate.shape[1] = up.shape[1] = K;
+    up.data = static_cast<float*>(x.data) + K;
+    swiglu(gate, up, scratch);
+  }
+  linear(prologue != LinearPrologue::None ? scratch : x, w, out);
+  if (add.data != nullptr) {
+    add_rows_kernel<<<grid_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
+        static_cast<float*>(out.data), M, N, add);
+    check_launch("fused_linear");
+  }
+}
+
+void CudaKernels::swiglu(const View& gate, const View& up, const View& out) {
+  require_float_view(gate, "swiglu", "gate");
+  require_float_view(up, "swiglu", "up");
+  if (out.dtype != DType::F32 || gate.ndim != 2 || up.ndim != 2) {
+    throw KernelError("swiglu: cuda kernel expects 2-D gate and up and an f32 out");
+  }
+  const int64_t rows = gate.shape[0], n = gate.shape[1];
+  if (rows * n == 0) return;
+  swiglu_kernel<<<grid_for(rows * n, kElementThreads), kElementThreads, 0, stream_>>>(
+      gate.data, gate.dtype, gate.strides[0], gate.strides[1], up.data, up.dtype, up.strides[0],
+      up.strides[1], rows, n, static_cast<float*>(out.data));
+  check_launch("swiglu");
+}
+
+void CudaKernels::rope_kv_write(const View& q, const View& k, const View& v, int64_t pos_offset,
+                                float base, bool neox, const View& q_out, const View& k_dst,
+                                const View& v_dst) {
+  for (const View* t : {&q, &k, &v, &q_out, &k_dst, &v_dst}) {
+    require_float_view(*t, "rope_kv_write", "every operand");
+    if (t->ndim != 3) throw KernelError("rope_kv_write: cuda kernel expects 3-D views");
+  }
+  const int64_t S = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k.shape[1];
+  if (D % 2 != 0) throw KernelError("rope_kv_write: head dim must be even, got " + std::to_string(D));
+  const int64_t total = S * Hq * (D / 2) + S * Hkv * (D / 2) + S * Hkv * D;
+  if (total == 0) return;
+  rope_kv_write_kernel<<<grid_for(total, kElementThreads), kElementThreads, 0, stream_>>>(
+      heads_of(q), heads_of(k), heads_of(v), heads_of(q_out), heads_of(k_dst), heads_of(v_dst), S,
+      Hq, Hkv, D, pos_offset, static_cast<double>(base), neox);
+  check_launch("rope_kv_write");
+}
+
+}  // namespace cuda
+}  // namespace tl
