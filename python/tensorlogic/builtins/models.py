@@ -124,14 +124,14 @@ class ModelValue(TLObject):
 
     def __init__(self, path: Path, weight_mode: str = "native", progress: bool | None = None):
         from ..models.gguf_file import GGUFFile
-        from ..models.llama_config import LlamaConfig
+        from ..models.model_config import model_config
 
         started = time.perf_counter()
         self.path = Path(path)
         self.weight_mode = weight_mode
         with GGUFFile(self.path) as g:
             self.metadata = g.metadata
-            self.cfg = LlamaConfig.from_gguf(g)
+            self.cfg = model_config(g)
             if weight_mode == "native":
                 g.check_supported()
             self.tensors: dict[str, Any] | None
@@ -714,14 +714,33 @@ def _llama_kv_cache(model, capacity, dtype="f32"):
     return KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
 
 
-@builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0)",
-         "softmax(q·kᵀ/√d + causal mask)·v with q [n, heads, d] at positions pos_offset.., k/v [t, kv_heads, d] "
-         "(grouped-query when kv_heads divides heads)", min_args=3, max_args=4, category="models")
-def _causal_attention(q, k, v, pos_offset=0):
+@builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0, scale=1/sqrt(head_dim), window=0)",
+         "softmax(q·kᵀ·scale + causal mask)·v with q [n, heads, d] at positions pos_offset.., k/v [t, kv_heads, d] "
+         "(grouped-query when kv_heads divides heads); window > 0 is sliding-window attention: the query at "
+         "position p sees only the keys at p-window+1..p", min_args=3, max_args=6, category="models")
+def _causal_attention(q, k, v, pos_offset=0, scale=None, window=0):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.ndim != 3:
             raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim], got {type_name(t)}")
-    return core.attention(q, k, v, causal=True, pos_offset=to_int(pos_offset, "pos_offset"))
+    pos = to_int(pos_offset, "pos_offset")
+    s = None if scale is None else to_float(scale, "scale")
+    w = to_int(window, "window")
+    if w < 0:
+        raise BuiltinArgError(f"window must be >= 0 (0: no window), got {w}")
+    if w == 0 or pos < 0 or k.shape[0] != v.shape[0]:
+        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos)
+    # Keys before `first` are outside every query's window: leave them out (a view, no copy). The
+    # first query (position pos) then sees all it may; later ones of a long block also need the
+    # far edge of their window masked.
+    first = min(max(0, pos - w + 1), k.shape[0])
+    if first:
+        k, v, pos = k[first:], v[first:], pos - first
+    n, t = q.shape[0], k.shape[0]
+    mask = None
+    if pos + n - 1 >= w:
+        too_old = core.causal_mask(n, t, pos - w)  # 0 exactly where key <= query - window
+        mask = core.where(core.eq(too_old, 0.0), float("-inf"), 0.0)
+    return core.attention(q, k, v, mask, s, causal=True, pos_offset=pos)
 
 
 # ---------------------------------------------------------------------------------- sampling

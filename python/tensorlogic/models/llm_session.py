@@ -1,4 +1,4 @@
-"""Running a GGUF model through the TL standard library (`stdlib/llama.tl`): `tl generate`, `tl chat`.
+"""Running a GGUF model through the TL standard library (`stdlib/generate.tl`): `tl generate`, `tl chat`.
 
 Python here only prepares text (tokenizer, chat template), owns the model, KV cache and sampler
 values, and prints; the forward pass and the generation loop are TL functions run by the
@@ -50,7 +50,7 @@ class GenerationResult:
 
 
 class _TokenStream(TLObject):
-    """The `stream` argument of llama_generate: records ids and timings, prints text as it completes."""
+    """The `stream` argument of generate (stdlib/generate.tl): records ids and timings, prints text as it completes."""
 
     tl_type_name = "token stream"
 
@@ -143,10 +143,10 @@ class LlmSession:
 
         self.interp = Interpreter(out=sys.stdout)
         try:
-            self.interp.load_file(str(STDLIB_DIR / "llama.tl"))
+            self.interp.load_file(str(STDLIB_DIR / "generate.tl"))
         except TLError as e:
             raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
-        self._generate_fn = self.interp.functions["llama_generate"]
+        self._generate_fn = self.interp.functions["generate"]
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
