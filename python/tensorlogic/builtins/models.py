@@ -520,7 +520,7 @@ def _apply_chat_template(tok, messages, add_generation_prompt=True):
 
 
 class TextStreamValue(TLObject):
-    """Prints generated tokens as text while they are generated (`llama_generate`'s `stream`):
+    """Prints generated tokens as text while they are generated (`generate`'s `stream`):
     a piece is written once its UTF-8 characters are complete; special tokens print nothing."""
 
     tl_type_name = "text stream"
@@ -560,7 +560,7 @@ class TextStreamValue(TLObject):
 
 
 @builtin("text_stream", "text_stream(tok)",
-         "a stream for llama_generate that prints each token's text as soon as it is complete",
+         "a stream for generate (stdlib/generate.tl) that prints each token's text as soon as it is complete",
          min_args=1, max_args=1, needs_ctx=True, category="models")
 def _text_stream(ctx, tok):
     return TextStreamValue(ctx, _as_tokenizer(tok))
@@ -700,16 +700,22 @@ class KVCacheValue(TLObject):
         return f"<KVCache {self.n_layers} layers, {cap} positions, {self.dtype}, length {self.lengths[0]}>"
 
 
-@builtin("llama_kv_cache", "llama_kv_cache(model, capacity, dtype=\"f32\")",
+@builtin("kv_cache", "kv_cache(model, capacity, dtype=\"f32\")",
          "a KV cache for the model, preallocated to `capacity` positions and written in place",
          min_args=2, max_args=3, category="models")
+def _kv_cache(model, capacity, dtype="f32"):
+    return _llama_kv_cache(model, capacity, dtype)
+
+
+@builtin("llama_kv_cache", "llama_kv_cache(model, capacity, dtype=\"f32\")",
+         "kv_cache under its earlier name (any architecture)", min_args=2, max_args=3, category="models")
 def _llama_kv_cache(model, capacity, dtype="f32"):
     from .convert import dtype_of
 
     cfg = _as_model(model).cfg
     cap = to_int(capacity, "capacity")
     if not 0 < cap <= cfg.context_length:
-        raise BuiltinArgError(f"llama_kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
+        raise BuiltinArgError(f"kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
                               "(the model's context length)")
     return KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
 
