@@ -13,7 +13,7 @@ core = pytest.importorskip("tensorlogic._core")
 from numpy_gemma3 import NumpyGemma3  # noqa: E402
 from reference_paths import REFERENCE_DIR  # noqa: E402
 from tensorlogic.models.gguf_file import GGUFFile  # noqa: E402
-from tensorlogic.models.llm_session import LlmSession  # noqa: E402
+from tensorlogic.apps.llm_session import LlmSession  # noqa: E402
 from tensorlogic.models.testing import write_tiny_gemma3  # noqa: E402
 
 # The storage types of the real file (F32 norms; Q5_0, Q8_0, Q4_K, Q6_K matrices), alone and mixed
