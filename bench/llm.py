@@ -8,7 +8,7 @@ per decode token and the interpreter's share of decode time. Prints a table and 
 and writes JSON with --json. Peers are installed into their own virtual environment on first use
 (--peers-venv, default ~/.cache/tensorlogic/bench-peers); `--peers none` skips them.
 
-    python bench/llm.py [--model PATH] [--threads 2] [--prompt-tokens 128] [--decode-tokens 128]
+    python bench/llm.py [--model PATH|NAME] [--threads 2] [--prompt-tokens 128] [--decode-tokens 128]
                         [--peers llama.cpp,hf] [--repeat 3] [--json OUT]
 """
 from __future__ import annotations
@@ -257,7 +257,8 @@ def ratios(rows: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", help="GGUF path (default: the cached SmolLM2-135M-Instruct Q4_1)")
+    p.add_argument("--model", help="GGUF path or known model name, e.g. gemma-3-270m "
+                                   "(default: SmolLM2-135M-Instruct Q4_1)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--decode-tokens", type=int, default=128)
@@ -269,10 +270,9 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-ids-json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
-    if args.model is None:
-        from tensorlogic.models.fetch import default_model_path
+    from tensorlogic.models.fetch import resolve_model
 
-        args.model = str(default_model_path())
+    args.model = str(resolve_model(args.model))  # a path, a known name (fetched), or the default
     if args.worker:
         return worker_main(args)
 

