@@ -124,6 +124,20 @@ def test_real_model_matches_reference(gemma3_session, gemma3_reference):
         assert r.ids == p["greedy_ids"][:n]
 
 
+def test_real_model_matches_reference_with_poison_and_delay(gemma3_session, gemma3_reference):
+    p = gemma3_reference["prompts"][0]
+    saved = core.get_debug()
+    core.set_debug(poison=True, delay_us=200)
+    try:
+        gemma3_session.cached_ids = []
+        r = gemma3_session.generate(p["prompt_ids"], 8, stop_at_eog=False, keep_logits=True)
+    finally:
+        core.set_debug(poison=saved["poison"], delay_us=saved["delay_us"])
+    hf = np.load(REFERENCE_DIR / p["last_logits_npy"]).reshape(-1)
+    assert np.abs(r.prompt_logits - hf).max() < 1e-3
+    assert r.ids == p["greedy_ids"][:8]
+
+
 def test_real_tokenizer_matches_reference(gemma3_session, gemma3_tokenizer_reference, gemma3_reference):
     tok = gemma3_session.tokenizer.tok
     strings = gemma3_tokenizer_reference["strings"]
