@@ -81,6 +81,28 @@ def test_prefill_in_pieces_across_the_window_equals_one_prefill(tmp_path):
             assert part.ids == full.ids
 
 
+def test_unsupported_gemma3_variants_are_one_line_errors(tmp_path):
+    from gguf import GGUFValueType as V
+
+    from tensorlogic.models.errors import ModelError
+    from tensorlogic.models.model_config import model_config
+
+    cases = {
+        "RoPE scaling 'linear' on gemma3 is not supported": {
+            "gemma3.rope.scaling.type": ("linear", V.STRING), "gemma3.rope.scaling.factor": (8.0, V.FLOAT32)},
+        "attention logit soft-capping": {"gemma3.attn_logit_softcapping": (50.0, V.FLOAT32)},
+        "attention.value_length differs": {"gemma3.attention.value_length": (64, V.UINT32)},
+    }
+    for message, extra in cases.items():
+        path = write_tiny_gemma3(tmp_path / "bad.gguf", extra_metadata=extra)
+        with pytest.raises(ModelError, match=message) as e:
+            model_config(GGUFFile(path))
+        assert "\n" not in str(e.value)
+    cfg = model_config(GGUFFile(write_tiny_gemma3(tmp_path / "ok.gguf")))
+    assert (cfg.sliding_window_pattern, cfg.rope_local_base, cfg.final_logit_softcap) == (6, 10000.0, 0.0)
+    assert cfg.attn_scale == pytest.approx(1 / np.sqrt(cfg.head_dim))
+
+
 def test_causal_attention_window_matches_numpy():
     rng = np.random.default_rng(5)
     from tensorlogic.builtins.models import _causal_attention

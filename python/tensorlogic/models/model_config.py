@@ -176,7 +176,7 @@ class Gemma3Config(ModelConfig):
     sliding_window: int  # a local layer's query at position i sees keys i-window+1 .. i
     sliding_window_pattern: int  # layers pattern-1, 2*pattern-1, ... attend globally; the rest locally
     rope_local_base: float  # RoPE base of the local layers (global ones use rope_base)
-    attn_scale: float  # scores are q·k * attn_scale (1/sqrt(query_pre_attn_scalar))
+    attn_scale: float  # scores are q·k * attn_scale (1/sqrt(query_pre_attn_scalar), see _attn_scale)
     embed_scale: float  # the token embedding is multiplied by sqrt(d_model)
     final_logit_softcap: float  # logits = cap * tanh(logits / cap); 0 when the model has none
 
@@ -197,13 +197,16 @@ class Gemma3Config(ModelConfig):
         scaling = g.get(f"{arch}.rope.scaling.type", "none") or "none"
         if scaling != "none" and float(g.get(f"{arch}.rope.scaling.factor", 1.0)) != 1.0:
             raise ModelError(f"{r.label}: RoPE scaling {scaling!r} on gemma3 is not supported")
+        if float(g.get(f"{arch}.attn_logit_softcapping", 0.0) or 0.0) != 0.0:
+            raise ModelError(f"{r.label}: attention logit soft-capping ({arch}.attn_logit_softcapping) "
+                             "is not supported")
         cfg = Gemma3Config(
             **shared,
             sliding_window=r.positive("attention.sliding_window"),
             sliding_window_pattern=r.positive("attention.sliding_window_pattern",
                                               Gemma3Config.DEFAULT_SLIDING_WINDOW_PATTERN),
             rope_local_base=r.positive_float("rope.freq_base_swa", Gemma3Config.DEFAULT_ROPE_LOCAL_BASE),
-            attn_scale=1.0 / math.sqrt(r.positive_float("attention.query_pre_attn_scalar", float(head_dim))),
+            attn_scale=Gemma3Config._attn_scale(r, shared, head_dim),
             embed_scale=math.sqrt(shared["d_model"]),
             final_logit_softcap=float(g.get(f"{arch}.final_logit_softcapping", 0.0) or 0.0),
         )
@@ -212,8 +215,15 @@ class Gemma3Config(ModelConfig):
         cfg.check_tensors(g)
         return cfg
 
-    def is_global_layer(self, i: int) -> bool:
-        return (i + 1) % self.sliding_window_pattern == 0
+    @staticmethod
+    def _attn_scale(r: _Reader, shared: dict, head_dim: int) -> float:
+        """1/sqrt(query_pre_attn_scalar). GGUF files do not store that scalar: it is head_dim for
+        every Gemma 3 size but the 27B (62 layers), where it is d_model / n_heads (as llama.cpp
+        does it); `{arch}.attention.scale`, when a file has it, wins."""
+        if f"{r.arch}.attention.scale" in r.g.metadata:
+            return r.positive_float("attention.scale", 1.0)
+        scalar = shared["d_model"] // shared["n_heads"] if shared["n_layers"] == 62 else head_dim
+        return 1.0 / math.sqrt(scalar)
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         shapes = super().expected_shapes()
