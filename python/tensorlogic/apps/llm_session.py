@@ -52,7 +52,8 @@ class GenerationResult:
 
 
 class _TokenStream(TLObject):
-    """The `stream` argument of generate (stdlib/generate.tl): records ids and timings, prints text as it completes."""
+    """The `stream` argument of generate (stdlib/generate.tl): records ids and timings, prints text
+    as it completes."""
 
     tl_type_name = "token stream"
 
