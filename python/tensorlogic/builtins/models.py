@@ -721,8 +721,8 @@ def _llama_kv_cache(model, capacity, dtype="f32"):
 
 
 @builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0, scale=1/sqrt(head_dim), window=0)",
-         "softmax(q·kᵀ·scale + causal mask)·v with q [n, heads, d] at positions pos_offset.., k/v [t, kv_heads, d] "
-         "(grouped-query when kv_heads divides heads); window > 0 is sliding-window attention: the query at "
+         "softmax(q·kᵀ·scale + causal mask)·v with q [n, heads, d] at positions pos_offset.., "
+         "k/v [t, kv_heads, d] (grouped-query when kv_heads divides heads); window > 0 is sliding-window attention: the query at "
          "position p sees only the keys at p-window+1..p", min_args=3, max_args=6, category="models")
 def _causal_attention(q, k, v, pos_offset=0, scale=None, window=0):
     for name, t in (("q", q), ("k", k), ("v", v)):

@@ -71,7 +71,8 @@ def format_info(info: dict[str, Any]) -> str:
         tok += f" (pre: {info['tokenizer_pre']})"
     lines.append(f"tokenizer:     {tok}, {info['vocab_size']} tokens, bos {info['bos_token_id']}, "
                  f"eos {info['eos_token_id']}")
-    lines.append(f"chat template: {'yes' if info['chat_template'] else 'no (tl chat and tl generate complete raw text)'}")
+    template = "yes" if info["chat_template"] else "no (tl chat and tl generate complete raw text)"
+    lines.append(f"chat template: {template}")
     return "\n".join(lines)
 
 
