@@ -16,7 +16,7 @@ median and range: on a shared machine the load changes over minutes, so rows mea
 are compared fairly. Long contexts: --prompt-tokens 4096 --decode-tokens 32 (decode then runs with
 4,096 tokens in the cache).
 
-    python bench/llm.py [--model PATH] [--threads 2] [--prompt-tokens 128] [--decode-tokens 128]
+    python bench/llm.py [--model PATH|NAME] [--threads 2] [--prompt-tokens 128] [--decode-tokens 128]
                         [--peers llama.cpp,hf] [--repeat 3] [--rounds 1] [--tl-variants default,fast]
                         [--tl-baseline DIR] [--json OUT]
 
@@ -453,7 +453,8 @@ def main_gpu(args) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", help="GGUF path (default: the cached SmolLM2-135M-Instruct Q4_1)")
+    p.add_argument("--model", help="GGUF path or known model name, e.g. gemma-3-270m "
+                                   "(default: SmolLM2-135M-Instruct Q4_1)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--decode-tokens", type=int, default=128)
@@ -477,10 +478,9 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-ids-json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
-    if args.model is None:
-        from tensorlogic.models.fetch import default_model_path
+    from tensorlogic.models.fetch import resolve_model
 
-        args.model = str(default_model_path())
+    args.model = str(resolve_model(args.model))  # a path, a known name (fetched), or the default
     if args.worker:
         return worker_main(args)
     if args.gpu:

@@ -228,3 +228,58 @@ def test_chat_ctrl_c_stops_a_reply_and_chat_goes_on(model_path):
     assert "[stopped]" in text
     assert "Paris" in text.split("[stopped]", 1)[1]
     assert "Traceback" not in err.decode()
+
+
+# ------------------------------------------------------------------------------ Gemma 3 270M
+
+
+@pytest.fixture(scope="module")
+def gemma3_path() -> Path:
+    if os.environ.get("TL_SKIP_REAL_MODEL") == "1":
+        pytest.skip("TL_SKIP_REAL_MODEL=1")
+    from tensorlogic.models.errors import ModelError
+    from tensorlogic.models.fetch import fetch_model
+
+    try:
+        return fetch_model("gemma-3-270m", progress=False)
+    except ModelError as e:
+        pytest.skip(f"gemma-3-270m is not cached and cannot be fetched: {e}")
+
+
+def test_gemma3_by_name_generates_the_reference_raw(gemma3_path):
+    ref_path = REFERENCE_DIR / "gemma3.json"
+    if not ref_path.is_file():
+        pytest.skip(f"no reference outputs at {REFERENCE_DIR}")
+    p = json.loads(ref_path.read_text())["prompts"][0]
+    n = p["first_gap_below_0.01"]
+    r = tl("generate", "--model", "gemma-3-270m", "--raw", "--prompt", p["prompt_text"], "--json",
+           "--max-tokens", str(n), "--ignore-eos", env={"TL_MODEL_CACHE": str(gemma3_path.parent)})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["prompt_ids"] == p["prompt_ids"] and out["ids"] == p["greedy_ids"][:n]
+    listed = tl("model", "list", env={"TL_MODEL_CACHE": str(gemma3_path.parent)}).stdout
+    assert "gemma-3-270m: Gemma 3 270M (base), Q4_K_M, 253 MB" in listed and f"cached at {gemma3_path}" in listed
+    info = tl("model", "info", "gemma-3-270m", env={"TL_MODEL_CACHE": str(gemma3_path.parent)}).stdout
+    for needle in ("architecture:  gemma3", "heads:         4 query, 1 key/value (head dim 256)",
+                   "every 6th layer global, the others over the last 512 positions (rope base 10000)",
+                   "chat template: no"):
+        assert needle in info
+
+
+def test_model_without_chat_template_says_so_and_completes_raw(tmp_path):
+    from tensorlogic.models.testing import write_tiny_gemma3
+
+    path = write_tiny_gemma3(tmp_path / "base.gguf")
+    r = tl("chat", "--model", str(path), "--max-tokens", "3",
+           "--system", "Be brief.", stdin="Hello world\nThe capital\n")
+    assert r.returncode == 0, r.stderr
+    note = [line for line in r.stderr.splitlines() if "no chat template" in line]
+    assert note == ["tl: tiny-gemma3-test has no chat template (a base model): each message is completed as "
+                    "raw text, without history; --system is ignored"]
+    assert len(r.stdout.splitlines()) == 2  # one reply per line typed
+    g = tl("generate", "--model", str(path), "--prompt", "Hello world", "--json", "--max-tokens", "2",
+           "--ignore-eos")
+    raw = tl("generate", "--model", str(path), "--prompt", "Hello world", "--json", "--max-tokens", "2",
+             "--ignore-eos", "--raw")
+    assert g.returncode == 0 and "completing the prompt as raw text" in g.stderr
+    assert raw.stderr == "" and json.loads(g.stdout) == json.loads(raw.stdout)

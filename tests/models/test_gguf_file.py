@@ -10,7 +10,7 @@ import pytest
 
 from tensorlogic.models.errors import ModelError
 from tensorlogic.models.gguf_file import GGUFFile
-from tensorlogic.models.llama_config import LlamaConfig
+from tensorlogic.models.model_config import model_config
 from tensorlogic.models.testing import write_tiny_llama
 
 T = gguf.GGUFValueType
@@ -45,7 +45,7 @@ def _error(path) -> str:
     with pytest.raises(ModelError) as e:
         g = GGUFFile(path)
         g.check_supported()
-        LlamaConfig.from_gguf(g)
+        model_config(g)
     msg = str(e.value)
     assert "\n" not in msg and str(path) in msg
     return msg
@@ -75,7 +75,7 @@ def test_parse_matches_gguf_reader(tiny_bpe_path):
 
 def test_real_model_metadata_and_config(smollm2_path):
     g = GGUFFile(smollm2_path)
-    cfg = LlamaConfig.from_gguf(g)
+    cfg = model_config(g)
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff) == (30, 576, 9, 3, 64, 1536)
     assert cfg.vocab_size == 49152 and cfg.tied_output and cfg.rope_base == 100000.0
     assert abs(cfg.rms_eps - 1e-5) < 1e-9
@@ -197,11 +197,12 @@ def test_data_offsets(tmp_path):
 
 def test_missing_required_metadata(tmp_path):
     assert "missing metadata key general.architecture" in _error(_write(tmp_path, build_gguf()))
-    assert "missing metadata key llama.block_count" in _error(_write(tmp_path, build_gguf(kvs=[ARCH])))
+    assert "missing metadata key llama.embedding_length" in _error(_write(tmp_path, build_gguf(kvs=[ARCH])))
     wrong_type = ("general.architecture", T.UINT32, struct.pack("<I", 7))
     assert "should be a string" in _error(_write(tmp_path, build_gguf(kvs=[wrong_type])))
     other = ("general.architecture", T.STRING, _str("mamba"))
-    assert "architecture 'mamba' is not supported" in _error(_write(tmp_path, build_gguf(kvs=[other])))
+    assert "architecture 'mamba' is not supported (supported: gemma3, llama)" in _error(
+        _write(tmp_path, build_gguf(kvs=[other])))
 
 
 def test_missing_or_misshapen_tensor(tmp_path):
@@ -261,7 +262,7 @@ def test_random_header_corruption_gives_model_error_or_loads(tmp_path, tiny_bpe_
         try:
             g = GGUFFile(p)
             g.check_supported()
-            LlamaConfig.from_gguf(g)
+            model_config(g)
             Tokenizer.from_gguf(g)
             outcomes["ok"] += 1
         except ModelError as e:

@@ -14,7 +14,7 @@ from gguf import GGUFValueType
 from tensorlogic.models.errors import ModelError
 from tensorlogic.models.gguf_file import GGUFFile
 from tensorlogic.models.info import model_info
-from tensorlogic.models.llama_config import LlamaConfig
+from tensorlogic.models.model_config import LlamaConfig
 from tensorlogic.models.testing import TinyLlamaSpec, write_tiny_llama
 from tensorlogic.models.tokenizer import Tokenizer
 

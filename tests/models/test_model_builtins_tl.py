@@ -9,7 +9,7 @@ pytest.importorskip("tensorlogic._core")
 
 import tensorlogic.api as api  # noqa: E402
 
-STDLIB = Path(__file__).resolve().parents[2] / "python" / "tensorlogic" / "stdlib" / "llama.tl"
+STDLIB = Path(__file__).resolve().parents[2] / "python" / "tensorlogic" / "stdlib" / "generate.tl"
 
 
 def _run(source: str, tmp_path) -> api.Result:
@@ -56,11 +56,11 @@ main {{
     let cache = llama_kv_cache(model, 32)
     let ids = tokenize(tok, "The capital of France is", false)
     let stream = text_stream(tok)
-    let out = llama_generate(model, cache, ids, 0, 5, token_sampler(0.0), [], stream)
+    let out = generate(model, cache, ids, 0, 5, token_sampler(0.0), [], stream)
     stream.finish()
     print()
     print(len(out), cache.length == len(ids) + 4)
-    let again = llama_generate(model, cache, ids, 0, 5, token_sampler(0.0), [], text_stream(tok))
+    let again = generate(model, cache, ids, 0, 5, token_sampler(0.0), [], text_stream(tok))
     print()
     print(again == out)
 }}

@@ -1,4 +1,4 @@
-"""Running a GGUF model through the TL standard library (`stdlib/llama.tl`): `tl generate`, `tl chat`.
+"""Running a GGUF model through the TL standard library (`stdlib/generate.tl`): `tl generate`, `tl chat`.
 
 Python here only prepares text (tokenizer, chat template), owns the model, KV cache and sampler
 values, and prints; the forward pass and the generation loop are TL functions run by the
@@ -55,7 +55,8 @@ class GenerationResult:
 
 
 class _TokenStream(TLObject):
-    """The `stream` argument of llama_generate: records ids and timings, prints text as it completes."""
+    """The `stream` argument of generate (stdlib/generate.tl): records ids and timings, prints text
+    as it completes."""
 
     tl_type_name = "token stream"
 
@@ -143,10 +144,10 @@ class LlmSession:
         self.cached_ids: list[int] = []
         self.interp = Interpreter(out=sys.stdout)
         try:
-            self.interp.load_file(str(STDLIB_DIR / "llama.tl"))
+            self.interp.load_file(str(STDLIB_DIR / "generate.tl"))
         except TLError as e:
             raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
-        self._generate_fn = self.interp.functions["llama_generate"]
+        self._generate_fn = self.interp.functions["generate"]
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -169,6 +170,11 @@ class LlmSession:
     @property
     def config(self):
         return self.model.cfg
+
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the model file brings its own chat template (base models do not)."""
+        return self.tokenizer.template.from_model
 
     def chat_prompt_ids(self, messages: list, add_generation_prompt: bool = True) -> list[int]:
         text = self.tokenizer.template.render(messages, add_generation_prompt)
@@ -270,8 +276,15 @@ def _print_stats(session: LlmSession, r: GenerationResult) -> None:
           f"stopped by {r.stopped_by}]", file=sys.stderr)
 
 
+def _no_template_note(session: LlmSession, what: str) -> None:
+    print(f"tl: {session.config.name} has no chat template (a base model): {what}", file=sys.stderr)
+
+
 def run_generate(session: LlmSession, args, sampling: dict) -> int:
-    if args.raw:
+    raw = args.raw or not session.has_chat_template
+    if not args.raw and raw:
+        _no_template_note(session, "completing the prompt as raw text (--raw)")
+    if raw:
         prompt_ids = session.raw_prompt_ids(args.prompt)
     else:
         prompt_ids = session.chat_prompt_ids([("user", args.prompt)])
@@ -302,7 +315,10 @@ def run_chat(session: LlmSession, args, sampling: dict) -> int:
     if session.requested_context is None:
         session.requested_context = CHAT_CONTEXT
     history: list[tuple[str, str]] = []
-    if args.system:
+    if not session.has_chat_template:
+        ignored = "; --system is ignored" if args.system else ""
+        _no_template_note(session, f"each message is completed as raw text, without history{ignored}")
+    elif args.system:
         history.append(("system", args.system))
     if args.prompt is not None:
         reply = _chat_turn(session, history, args.prompt, args, sampling)
@@ -336,15 +352,19 @@ def run_chat(session: LlmSession, args, sampling: dict) -> int:
 
 
 def _chat_turn(session: LlmSession, history: list, user_text: str, args, sampling: dict) -> str | None:
-    history.append(("user", user_text))
-    prompt_ids = session.chat_prompt_ids(history)
-    while len(prompt_ids) + 1 > session.capacity and _drop_oldest_turn(history):
+    if session.has_chat_template:
+        history.append(("user", user_text))
         prompt_ids = session.chat_prompt_ids(history)
+        while len(prompt_ids) + 1 > session.capacity and _drop_oldest_turn(history):
+            prompt_ids = session.chat_prompt_ids(history)
+    else:  # a base model: complete this message alone, as raw text
+        prompt_ids = session.raw_prompt_ids(user_text)
     result = session.generate(prompt_ids, args.max_tokens, on_text=_write, **sampling)
     if result.stopped_by == "interrupt":
         _write(" [stopped]")
     _write("\n")
-    history.append(("assistant", result.text))
+    if session.has_chat_template:
+        history.append(("assistant", result.text))
     if args.stats:
         _print_stats(session, result)
     return result.text if result.stopped_by != "interrupt" else None

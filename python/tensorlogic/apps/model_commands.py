@@ -21,7 +21,8 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     model_sub.required = True
 
     fetch = model_sub.add_parser("fetch", help="download a known model into the cache")
-    fetch.add_argument("name", nargs="?", default=None, help="model name (default: smollm2-135m-instruct)")
+    fetch.add_argument("name", nargs="?", default=None,
+                       help="model name: smollm2-135m-instruct (default) or gemma-3-270m")
     fetch.add_argument("--verify", action="store_true", help="re-check the sha256 of a cached file")
     fetch.set_defaults(func=_cmd_fetch)
 
@@ -33,7 +34,8 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     lst = model_sub.add_parser("list", help="list known models and whether they are cached")
     lst.set_defaults(func=_cmd_list)
 
-    gen = subparsers.add_parser("generate", help="generate text with a GGUF model (Llama forward pass in TL)")
+    gen = subparsers.add_parser("generate",
+                                help="generate text with a GGUF model (Llama or Gemma 3; the forward pass is TL)")
     _add_model_args(gen)
     gen.add_argument("--prompt", required=True, help="the prompt (a user message unless --raw)")
     gen.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")

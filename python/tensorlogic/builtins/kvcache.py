@@ -1,13 +1,13 @@
 """KVCache: per-layer key/value storage for attention, one class with two method sets.
 
-* Position style (what stdlib/llama.tl uses): `.write(layer, pos, K, V)` stores K/V [S, ...] at
+* Position style (what stdlib/llama.tl and gemma3.tl use): `.write(layer, pos, K, V)` stores K/V [S, ...] at
   positions pos..pos+S-1 and makes pos+S the layer's length; `.keys(layer, [n])`/`.values(layer, [n])`
   are views of the first n positions.
 * Sequence style: `.set(layer, K, V)` replaces a layer's contents (a write at 0), `.append(layer, K, V)`
   adds after what the layer holds (a write at its length), `.get_k(layer)`/`.get_v(layer)` read it all.
 
 Built by `KVCache::with_capacity(n_layers, capacity, n_kv_heads, head_dim, [dtype])` or
-`llama_kv_cache(model, capacity)` (preallocated: one [capacity, heads, head_dim] buffer per layer for
+`kv_cache(model, capacity)` (preallocated: one [capacity, heads, head_dim] buffer per layer for
 K and V, written in place, no allocation per token), or `KVCache::new_f32(n_layers)`/`new_f16`
 (growing: allocated on the first write, moved to a buffer twice the size when it runs out, rare).
 Invariants: every read returns a view of the filled prefix, never a copy; a write never leaves a gap

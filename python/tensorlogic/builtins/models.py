@@ -1,5 +1,5 @@
 """TL builtins for models and text: load_model, get_tensor, load_tokenizer, tokenize, detokenize,
-apply_chat_template, llama_kv_cache (a KVCache sized to the model), causal_attention, token_sampler.
+apply_chat_template, kv_cache (a KVCache sized to the model), causal_attention, token_sampler.
 
 Invariants: quantized weights are uploaded byte for byte (`_core.from_quantized`), never
 dequantized, unless the program asks for `load_model_f32`/`load_model_f16`; a model's device
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..models.errors import ModelError
-from .convert import BuiltinArgError, Tensor, core, to_bool, to_int, to_str, type_name
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_str, type_name
 from .kvcache import KVCache
 from .memory import track_open
 from .dtypes import dtype_of
@@ -116,14 +116,14 @@ class ModelValue(TLObject):
 
     def __init__(self, path: Path, weight_mode: str = "native", progress: bool | None = None):
         from ..models.gguf_file import GGUFFile
-        from ..models.llama_config import LlamaConfig
+        from ..models.model_config import model_config
 
         started = time.perf_counter()
         self.path = Path(path)
         self.weight_mode = weight_mode
         with GGUFFile(self.path) as g:
             self.metadata = g.metadata
-            self.cfg = LlamaConfig.from_gguf(g)
+            self.cfg = model_config(g)
             if weight_mode == "native":
                 g.check_supported()
             self.tensors: dict[str, Any] | None
@@ -512,7 +512,7 @@ def _apply_chat_template(tok, messages, add_generation_prompt=True):
 
 
 class TextStreamValue(TLObject):
-    """Prints generated tokens as text while they are generated (`llama_generate`'s `stream`):
+    """Prints generated tokens as text while they are generated (`generate`'s `stream`):
     a piece is written once its UTF-8 characters are complete; special tokens print nothing."""
 
     tl_type_name = "text stream"
@@ -552,7 +552,7 @@ class TextStreamValue(TLObject):
 
 
 @builtin("text_stream", "text_stream(tok)",
-         "a stream for llama_generate that prints each token's text as soon as it is complete",
+         "a stream for generate (stdlib/generate.tl) that prints each token's text as soon as it is complete",
          min_args=1, max_args=1, needs_ctx=True, category="models")
 def _text_stream(ctx, tok):
     return TextStreamValue(ctx, _as_tokenizer(tok))
@@ -561,14 +561,20 @@ def _text_stream(ctx, tok):
 # ---------------------------------------------------------------------------------- KV cache
 
 
-@builtin("llama_kv_cache", "llama_kv_cache(model, capacity, dtype=\"f32\")",
+@builtin("kv_cache", "kv_cache(model, capacity, dtype=\"f32\")",
          "a KV cache for the model, preallocated to `capacity` positions and written in place",
          min_args=2, max_args=3, category="models")
+def _kv_cache(model, capacity, dtype="f32"):
+    return _llama_kv_cache(model, capacity, dtype)
+
+
+@builtin("llama_kv_cache", "llama_kv_cache(model, capacity, dtype=\"f32\")",
+         "kv_cache under its earlier name (any architecture)", min_args=2, max_args=3, category="models")
 def _llama_kv_cache(model, capacity, dtype="f32"):
     cfg = _as_model(model).cfg
     cap = to_int(capacity, "capacity")
     if not 0 < cap <= cfg.context_length:
-        raise BuiltinArgError(f"llama_kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
+        raise BuiltinArgError(f"kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
                               "(the model's context length)")
     return KVCache(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
 
@@ -583,12 +589,33 @@ def _rope_kv_write(cache, layer, pos, q, k, v, base=10000.0, neox=False):
     return cache.write_rope(layer, pos, q, k, v, base, neox)
 
 
-@builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0)",
-         "softmax(q·kᵀ/√d + causal mask)·v with q [n, heads, d] at positions pos_offset.., k/v [t, kv_heads, d] "
-         "(grouped-query when kv_heads divides heads)", min_args=3, max_args=4, category="models")
-def _causal_attention(q, k, v, pos_offset=0):
+@builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0, scale=1/sqrt(head_dim), window=0)",
+         "softmax(q·kᵀ·scale + causal mask)·v with q [n, heads, d] at positions pos_offset.., "
+         "k/v [t, kv_heads, d] (grouped-query when kv_heads divides heads); window > 0 is sliding-window "
+         "attention: the query at position p sees only the keys at p-window+1..p",
+         min_args=3, max_args=6, category="models")
+def _causal_attention(q, k, v, pos_offset=0, scale=None, window=0):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.ndim != 3:
             raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim], got {type_name(t)}")
-    pos = pos_offset if pos_offset.__class__ is Symbolic else to_int(pos_offset, "pos_offset")
-    return core.attention(q, k, v, causal=True, pos_offset=pos)
+    s = None if scale is None else to_float(scale, "scale")
+    w = to_int(window, "window")
+    if w < 0:
+        raise BuiltinArgError(f"window must be >= 0 (0: no window), got {w}")
+    if w == 0 and pos_offset.__class__ is Symbolic:  # a compiled step: the offset follows the replay
+        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos_offset)
+    pos = to_int(pos_offset, "pos_offset")  # a window's slice depends on the value: no replay
+    if w == 0 or pos < 0 or k.shape[0] != v.shape[0]:
+        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos)
+    # Keys before `first` are outside every query's window: leave them out (a view, no copy). The
+    # first query (position pos) then sees all it may; later ones of a long block also need the
+    # far edge of their window masked.
+    first = min(max(0, pos - w + 1), k.shape[0])
+    if first:
+        k, v, pos = k[first:], v[first:], pos - first
+    n, t = q.shape[0], k.shape[0]
+    mask = None
+    if pos + n - 1 >= w:
+        too_old = core.causal_mask(n, t, pos - w)  # 0 exactly where key <= query - window
+        mask = core.where(core.eq(too_old, 0.0), float("-inf"), 0.0)
+    return core.attention(q, k, v, mask, s, causal=True, pos_offset=pos)

@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import ModelError
 from .gguf_file import GGUFFile
-from .llama_config import LlamaConfig
+from .model_config import model_config
 
 
 def model_info(path: str | Path) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def model_info(path: str | Path) -> dict[str, Any]:
             "chat_template": isinstance(g.get("tokenizer.chat_template"), str),
         }
         try:
-            info["config"] = LlamaConfig.from_gguf(g).as_dict()
+            info["config"] = model_config(g).as_dict()
             info["config_error"] = None
         except ModelError as e:
             info["config"] = None
@@ -62,11 +62,13 @@ def format_info(info: dict[str, Any]) -> str:
             f"ffn:           {cfg['d_ff']}",
             f"vocab:         {cfg['vocab_size']}",
             f"context:       {cfg['context_length']}",
-            f"rope base:     {cfg['rope_base']:g}" + {"none": "", "linear": f" (linear scaling x{cfg['rope_scale']:g})",
-                                                     "freqs": " (per-frequency factors)"}[cfg["rope_scaling"]],
+            f"rope base:     {cfg['rope_base']:g}" + _rope_note(cfg),
             f"rms eps:       {cfg['rms_eps']:g}",
             f"output:        {'tied to token_embd.weight' if cfg['tied_output'] else 'output.weight'}",
         ]
+        if "sliding_window" in cfg:
+            lines.insert(-3, f"attention:     every {cfg['sliding_window_pattern']}th layer global, the others "
+                             f"over the last {cfg['sliding_window']} positions (rope base {cfg['rope_local_base']:g})")
     else:
         lines.append(f"not loadable:  {info['config_error']}")
     types = ", ".join(f"{k} {v}" for k, v in info["tensor_types"].items())
@@ -78,5 +80,15 @@ def format_info(info: dict[str, Any]) -> str:
         tok += f" (pre: {info['tokenizer_pre']})"
     lines.append(f"tokenizer:     {tok}, {info['vocab_size']} tokens, bos {info['bos_token_id']}, "
                  f"eos {info['eos_token_id']}")
-    lines.append(f"chat template: {'yes' if info['chat_template'] else 'no (a default is used)'}")
+    template = "yes" if info["chat_template"] else "no (tl chat and tl generate complete raw text)"
+    lines.append(f"chat template: {template}")
     return "\n".join(lines)
+
+
+def _rope_note(cfg: dict) -> str:
+    scaling = cfg.get("rope_scaling", "none")
+    if scaling == "linear":
+        return f" (linear scaling x{cfg['rope_scale']:g})"
+    if scaling == "freqs":
+        return " (per-frequency factors)"
+    return ""

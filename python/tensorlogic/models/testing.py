@@ -1,4 +1,4 @@
-"""Tiny GGUF files for tests: random Llama models with a byte-level BPE (`gpt2`) or a
+"""Tiny GGUF files for tests: random Llama and Gemma 3 models with a byte-level BPE (`gpt2`) or a
 SentencePiece (`llama`) tokenizer, weights in any supported storage type.
 
 Everything is deterministic for a given seed, small enough to write in milliseconds, and written
@@ -50,7 +50,26 @@ class TinyLlamaSpec:
     weight_scale: float = 0.5
     rope_freqs: bool = False  # add rope_freqs.weight (Llama 3.1 per-frequency divisors)
     rope_linear_scale: float | None = None  # rope.scaling.type = linear with this factor
+    add_space_prefix: bool = True  # SentencePiece only
     extra_metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class TinyGemma3Spec(TinyLlamaSpec):
+    """A Gemma 3 model: 6 layers by default, so that layer 5 is global and 0..4 are local."""
+
+    n_layers: int = 6
+    head_dim: int = 32  # not d_model / n_heads: Gemma's heads are wider than that
+    rope_base: float = 1000000.0
+    rms_eps: float = 1e-6
+    tokenizer: str = "llama"
+    add_space_prefix: bool = False
+    chat_template: str | None = None
+    sliding_window: int = 6
+    sliding_window_pattern: int | None = None  # written only when set (gemma3 files leave it out)
+    rope_local_base: float | None = None  # written (rope.freq_base_swa) only when set
+    final_logit_softcap: float | None = None
+    weight_types: dict = field(default_factory=dict)  # storage type per tensor kind, e.g. {"attn_v": "Q8_0"}
 
 
 def random_quantized(values: np.ndarray, qtype: GGMLQuantizationType, rng: np.random.Generator) -> np.ndarray:
@@ -126,30 +145,8 @@ def _train_spm(text: str, n_pieces: int) -> tuple[list[str], list[float]]:
     return tokens, scores
 
 
-def write_tiny_llama(path: str | Path, spec: TinyLlamaSpec | None = None, **overrides) -> Path:
-    """Write a tiny random Llama GGUF to `path` and return the path."""
-    spec = spec or TinyLlamaSpec()
-    for k, v in overrides.items():
-        if not hasattr(spec, k):
-            raise TypeError(f"unknown TinyLlamaSpec field {k}")
-        setattr(spec, k, v)
-    rng = np.random.default_rng(spec.seed)
-    path = Path(path)
-    w = GGUFWriter(str(path), "llama")
-    w.add_name("tiny-llama-test")
-    w.add_block_count(spec.n_layers)
-    w.add_context_length(spec.context_length)
-    w.add_embedding_length(spec.d_model)
-    w.add_feed_forward_length(spec.d_ff)
-    w.add_head_count(spec.n_heads)
-    w.add_head_count_kv(spec.n_kv_heads)
-    w.add_rope_freq_base(spec.rope_base)
-    w.add_layer_norm_rms_eps(spec.rms_eps)
-    w.add_rope_dimension_count(spec.d_model // spec.n_heads)
-    if spec.rope_linear_scale is not None:
-        w.add_string("llama.rope.scaling.type", "linear")
-        w.add_float32("llama.rope.scaling.factor", spec.rope_linear_scale)
-
+def _add_tokenizer(w: GGUFWriter, spec: TinyLlamaSpec) -> list[str]:
+    """Write the tokenizer (and chat template, extra metadata) of `spec`; return the vocabulary."""
     if spec.tokenizer == "gpt2":
         specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         bpe_tokens, merges = _train_bpe(SAMPLE_TEXT, spec.bpe_merges)
@@ -182,14 +179,41 @@ def write_tiny_llama(path: str | Path, spec: TinyLlamaSpec | None = None, **over
         w.add_eos_token_id(2)
         w.add_unk_token_id(0)
         w.add_add_bos_token(True)
-        w.add_add_space_prefix(True)
+        w.add_add_space_prefix(spec.add_space_prefix)
     else:
         raise ValueError(f"tokenizer must be gpt2 or llama, not {spec.tokenizer!r}")
     if spec.chat_template is not None:
         w.add_chat_template(spec.chat_template)
     for k, v in spec.extra_metadata.items():
         w.add_key_value(k, v[0], v[1])
+    return tokens
 
+
+def write_tiny_llama(path: str | Path, spec: TinyLlamaSpec | None = None, **overrides) -> Path:
+    """Write a tiny random Llama GGUF to `path` and return the path."""
+    spec = spec or TinyLlamaSpec()
+    for k, v in overrides.items():
+        if not hasattr(spec, k):
+            raise TypeError(f"unknown TinyLlamaSpec field {k}")
+        setattr(spec, k, v)
+    rng = np.random.default_rng(spec.seed)
+    path = Path(path)
+    w = GGUFWriter(str(path), "llama")
+    w.add_name("tiny-llama-test")
+    w.add_block_count(spec.n_layers)
+    w.add_context_length(spec.context_length)
+    w.add_embedding_length(spec.d_model)
+    w.add_feed_forward_length(spec.d_ff)
+    w.add_head_count(spec.n_heads)
+    w.add_head_count_kv(spec.n_kv_heads)
+    w.add_rope_freq_base(spec.rope_base)
+    w.add_layer_norm_rms_eps(spec.rms_eps)
+    w.add_rope_dimension_count(spec.d_model // spec.n_heads)
+    if spec.rope_linear_scale is not None:
+        w.add_string("llama.rope.scaling.type", "linear")
+        w.add_float32("llama.rope.scaling.factor", spec.rope_linear_scale)
+
+    tokens = _add_tokenizer(w, spec)
     vocab = len(tokens)
     d, f, hd = spec.d_model, spec.d_ff, spec.d_model // spec.n_heads
     kv = spec.n_kv_heads * hd
@@ -225,6 +249,79 @@ def write_tiny_llama(path: str | Path, spec: TinyLlamaSpec | None = None, **over
         w.add_tensor("rope_freqs.weight", np.geomspace(1.0, 8.0, half).astype(np.float32))
     if not spec.tied_output:
         add_matrix("output.weight", vocab, d, wtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_tiny_gemma3(path: str | Path, spec: TinyGemma3Spec | None = None, **overrides) -> Path:
+    """Write a tiny random Gemma 3 GGUF to `path` and return the path. Norm weights are stored as
+    llama.cpp's converter stores them, with Gemma's 1 + w already folded in."""
+    spec = spec or TinyGemma3Spec()
+    for k, v in overrides.items():
+        if not hasattr(spec, k):
+            raise TypeError(f"unknown TinyGemma3Spec field {k}")
+        setattr(spec, k, v)
+    rng = np.random.default_rng(spec.seed)
+    path = Path(path)
+    w = GGUFWriter(str(path), "gemma3")
+    w.add_name("tiny-gemma3-test")
+    w.add_block_count(spec.n_layers)
+    w.add_context_length(spec.context_length)
+    w.add_embedding_length(spec.d_model)
+    w.add_feed_forward_length(spec.d_ff)
+    w.add_head_count(spec.n_heads)
+    w.add_head_count_kv(spec.n_kv_heads)
+    w.add_key_length(spec.head_dim)
+    w.add_value_length(spec.head_dim)
+    w.add_rope_freq_base(spec.rope_base)
+    w.add_layer_norm_rms_eps(spec.rms_eps)
+    w.add_sliding_window(spec.sliding_window)
+    if spec.sliding_window_pattern is not None:
+        w.add_uint32("gemma3.attention.sliding_window_pattern", spec.sliding_window_pattern)
+    if spec.rope_local_base is not None:
+        w.add_float32("gemma3.rope.freq_base_swa", spec.rope_local_base)
+    if spec.final_logit_softcap is not None:
+        w.add_float32("gemma3.final_logit_softcapping", spec.final_logit_softcap)
+    tokens = _add_tokenizer(w, spec)
+
+    vocab = len(tokens)
+    d, f, hd = spec.d_model, spec.d_ff, spec.head_dim
+    q, kv = spec.n_heads * hd, spec.n_kv_heads * hd
+
+    def add_matrix(name: str, kind: str, rows: int, cols: int) -> None:
+        qtype = GGMLQuantizationType[spec.weight_types.get(kind, spec.weight_type)]
+        values = rng.standard_normal((rows, cols)).astype(np.float32) * (spec.weight_scale / np.sqrt(cols))
+        data = random_quantized(values, qtype, rng)
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            w.add_tensor(name, data)
+        else:
+            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
+
+    def add_norm(name: str, n: int) -> None:
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    add_matrix("token_embd.weight", "token_embd", vocab, d)
+    for i in range(spec.n_layers):
+        p = f"blk.{i}."
+        add_norm(p + "attn_norm.weight", d)
+        add_matrix(p + "attn_q.weight", "attn_q", q, d)
+        add_matrix(p + "attn_k.weight", "attn_k", kv, d)
+        add_matrix(p + "attn_v.weight", "attn_v", kv, d)
+        add_norm(p + "attn_q_norm.weight", hd)
+        add_norm(p + "attn_k_norm.weight", hd)
+        add_matrix(p + "attn_output.weight", "attn_output", d, q)
+        add_norm(p + "post_attention_norm.weight", d)
+        add_norm(p + "ffn_norm.weight", d)
+        add_matrix(p + "ffn_gate.weight", "ffn_gate", f, d)
+        add_matrix(p + "ffn_up.weight", "ffn_up", f, d)
+        add_matrix(p + "ffn_down.weight", "ffn_down", d, f)
+        add_norm(p + "post_ffw_norm.weight", d)
+    add_norm("output_norm.weight", d)
+    if not spec.tied_output:
+        add_matrix("output.weight", "output", vocab, d)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

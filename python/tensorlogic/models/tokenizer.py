@@ -86,7 +86,9 @@ class Tokenizer:
         self.add_space_prefix = bool(add_space_prefix)
         self.vocab_size = n
         eog = {t for t in (eos_id, eot_id, eom_id) if t is not None}
-        for i in np.nonzero(self.token_types == TOKEN_CONTROL)[0]:
+        # as llama.cpp: control or user-defined tokens that spell an end of turn (Gemma's "</s>" is
+        # user-defined) also end generation
+        for i in np.nonzero(np.isin(self.token_types, (TOKEN_CONTROL, TOKEN_USER_DEFINED)))[0]:
             if self.tokens[i] in _END_OF_TURN_TEXTS:
                 eog.add(int(i))
         self.eog_ids = frozenset(eog)
