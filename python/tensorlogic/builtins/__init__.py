@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib
 
 from . import registry  # noqa: F401
-from . import (assertions, einsum, kvcache, math_ops, memory, nn, sampling, sequences,  # noqa: F401
-               strings_io, tensors)
+from . import (assertions, einsum, kvcache, learning, math_ops, memory, nn, sampling,  # noqa: F401
+               sequences, strings_io, tensors)
 
 OPTIONAL_MODULES = ("tensorlogic.builtins.models", "tensorlogic.logic.builtins")
 OPTIONAL_LOAD_ERRORS: dict[str, str] = {}

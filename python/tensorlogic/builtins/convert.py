@@ -3,7 +3,7 @@
 Invariants: a flat numeric list becomes a 1-D tensor wherever a tensor is expected (a nested one an
 N-D tensor); an integral float (2.0) or a one-element integer tensor is accepted wherever an int is;
 every rejection raises BuiltinArgError naming what was expected and what came. `core` is the
-`tensorlogic._core` module, or a stand-in that raises one clear error if the runtime is not built.
+`tensorlogic._core` module as autograd traces it, or a stand-in that raises one clear error if the runtime is not built.
 """
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ class _MissingCore:
 
 
 try:
-    from tensorlogic import _core as core  # type: ignore[attr-defined]
+    # `_core` with its differentiable ops taped once a learnable exists (autograd/traced_core.py)
+    from tensorlogic.autograd.traced_core import core
     Tensor = core.Tensor
     CORE_AVAILABLE = True
 except ImportError as _err:  # pragma: no cover - only before the native module is built

@@ -21,6 +21,7 @@ from ..builtins.convert import to_bool, to_int, type_name
 from ..builtins.formatting import format_value
 from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLRuntimeError
+from .learn_block import compile_epochs, compile_learn_block, compile_named_arg
 from .scope import FunctionScopeInfo, Scope
 from .values import UNSET, BoundMethod, BuiltinValue, FunctionValue, RelationRef, StructValue
 
@@ -718,6 +719,15 @@ class Compiler:
             result = self._logic_call(stmt, lambda: evaluate(stmt, lookup, call))
             store(f, result)
         return ex_equation
+
+    def stmt_LearnBlock(self, stmt: ast.LearnBlock, scope: Scope):
+        return compile_learn_block(self, stmt, scope)
+
+    def expr_LearnEpochs(self, e, scope: Scope):
+        return compile_epochs(self, e, scope)
+
+    def expr_NamedArg(self, e: ast.NamedArg, scope: Scope):
+        return compile_named_arg(self, e, scope)
 
     # ------------------------------------------------------------ expressions
 

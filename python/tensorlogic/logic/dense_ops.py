@@ -155,7 +155,7 @@ class CoreOps:
 def default_ops():
     """CoreOps when the native runtime is importable, else NumpyOps."""
     try:
-        from tensorlogic import _core  # noqa: PLC0415
+        from tensorlogic.autograd.traced_core import core  # noqa: PLC0415 - taped when learning
     except ImportError:
         return NumpyOps()
-    return CoreOps(_core)
+    return CoreOps(core)
