@@ -139,7 +139,8 @@ _TERMINAL_WORDS = {
     "STRUCT_LBRACE": "'{'", "_ARRAY_LSQB": "'['", "$END": "end of file", "EQ_OP": "'==' or '!='", "CMP_OP": "'<=' or '>='",
     "AUG_ASSIGN": "'+=', '-=', '*=' or '/='",
 }
-_EXPR_START = {"NAME", "INT", "FLOAT", "STRING", "_LPAR", "_LSQB", "_ARRAY_LSQB", "MINUS", "BANG", "TRUE", "FALSE"}
+_EXPR_START = {"NAME", "INT", "FLOAT", "STRING", "_LPAR", "_LSQB", "_ARRAY_LSQB", "MINUS", "BANG", "TRUE", "FALSE",
+               "LEARNABLE"}
 _STMT_START = {"_LET", "_IF", "_WHILE", "_FOR", "_LOOP", "_RETURN", "_BREAK", "_CONTINUE", "_TENSOR", "_LEARN"}
 _DECL_START = {"_FN", "_STRUCT", "_IMPL", "_IMPORT", "_MAIN", "_TEST", "_BENCH", "_RELATION", "ENTITY"}
 _BINARY_OPS = {"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT", "ODOT", "STARSTAR", "EQ_OP", "CMP_OP",
