@@ -44,7 +44,7 @@ class LRScheduler:
         args = ", ".join(f"{k} = {v}" for k, v in self.params.items())
         return f"{self.kind}({args})"
 
-    def __str__(self) -> str:
+    def tl_repr(self) -> str:
         return self.describe()
 
 
@@ -118,7 +118,7 @@ class Optimizer:
     def tl_call_method(self, name: str, args: list):
         raise AttributeError(name)
 
-    def __str__(self) -> str:
+    def tl_repr(self) -> str:
         return self.describe()
 
 
