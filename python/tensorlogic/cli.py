@@ -239,6 +239,10 @@ def cmd_help(args) -> int:
             for b in sorted(by_category[category], key=lambda b: b.name):
                 print(f"  {b.signature:52s} {b.doc}")
         return EXIT_OK
+    if topic == "learn":
+        from .interp.learn_block import LEARN_HELP  # noqa: PLC0415
+        print(LEARN_HELP)
+        return EXIT_OK
     b = BUILTINS.get(topic)
     if b is None:
         close = [n for n in BUILTINS if topic.lower() in n.lower()]
@@ -282,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     repl.add_argument("--seed", type=int, default=None)
     repl.set_defaults(func=cmd_repl)
 
-    helpp = sub.add_parser("help", help="builtin reference: `tl help builtins` or `tl help NAME`")
+    helpp = sub.add_parser("help", help="builtin reference: `tl help builtins`, `tl help NAME`, `tl help learn`")
     helpp.add_argument("topic", nargs="?", default=None)
     helpp.set_defaults(func=cmd_help)
 

@@ -21,6 +21,23 @@ from .values import UNSET
 
 SETTINGS = ("optimizer", "lr", "epochs", "clip_grad_norm", "scheduler", "objective")
 
+LEARN_HELP = """learn { SETTINGS and STATEMENTS }   (docs/learning.md; examples/learning/)
+
+Form A, an explicit loop; each backward(loss) is one step (gradients, clipping, update, zero):
+    learn {
+        optimizer: adam(lr = 0.05)
+        epochs: 600
+        for epoch in range(epochs) { backward(mean((matmul(X, W) - Y) ** 2)) }
+    }
+Form B, declarative; statements and objective evaluated once per epoch, then one step:
+    learn { let p = matmul(X, W)  objective: mean((p - Y) ** 2), optimizer: sgd(lr: 0.1), epochs: 100 }
+
+settings: optimizer (sgd/adam/adamw), lr, epochs, clip_grad_norm, scheduler (step_lr/exponential_lr/
+cosine_lr), objective. Inside the block `epochs` and `optimizer` are bound, dropout(x, p) is active,
+set_lr(optimizer, lr) changes the rate. Learnables: learnable(t) or `tensor w: f32[n] learnable = ...`.
+Outside learn blocks: backward(loss), grad(W), zero_grad(), detach(x), clip_grad_norm(max).
+See `tl help builtins` (category learning)."""
+
 
 @dataclass(frozen=True)
 class LearnEpochs(ast.Expr):
