@@ -59,7 +59,7 @@ def _median(xs):
 
 def _worker_tl(args) -> dict:
     os.environ["TL_THREADS"] = str(args.threads)
-    from tensorlogic.models.llm_session import LlmSession
+    from tensorlogic.apps.llm_session import LlmSession
 
     t0 = time.perf_counter()
     session = LlmSession(args.model, context=len(args.prompt_ids) + args.decode_tokens + 8)

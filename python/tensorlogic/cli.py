@@ -5,7 +5,7 @@
     tl check FILE...        parse and static checks only (undefined names, arity, break outside loops)
     tl repl                 interactive prompt (also reads piped input)
     tl help builtins | tl help NAME
-    tl generate | chat | model ...   (model commands, from tensorlogic.models.cli)
+    tl generate | chat | model ...   (model commands, from tensorlogic.apps.model_commands)
     tl --version
 
 Exit status: 0 success; 1 a TL error (syntax, runtime, import) or a failed test; 2 a usage error
@@ -20,6 +20,8 @@ import sys
 import traceback
 
 from . import __version__
+from .apps.console import silence_stdout
+from .apps.model_commands import register_commands as register_model_commands
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LEAK = 0, 1, 2, 3
 
@@ -53,11 +55,9 @@ def _select_backend(name: str | None) -> str | None:
     """Initialize `_core` on the requested backend; returns an error line or None."""
     if name is None and not os.environ.get("TL_BACKEND"):
         return None
+    from .builtins.core import init_backend
     try:
-        from .builtins.convert import CORE_AVAILABLE, core
-        if not CORE_AVAILABLE:
-            return "tl: the tensor runtime (tensorlogic._core) is not built"
-        core.init(name or os.environ.get("TL_BACKEND"))
+        init_backend(name or os.environ.get("TL_BACKEND"))
     except Exception as e:  # BackendUnavailable and friends: one line
         return f"tl: backend {name or os.environ.get('TL_BACKEND')}: {str(e).splitlines()[0] if str(e) else e}"
     return None
@@ -75,23 +75,15 @@ def _print_error(err: BaseException, debug: bool) -> None:
 
 
 def _release_everything(interp) -> None:
+    from .builtins.models import release_all
     interp.close()
-    try:
-        from .builtins import models as model_builtins  # the models helper's registry of open models
-        release = getattr(model_builtins, "release_all", None) or getattr(model_builtins, "close_all_models", None)
-        if release is not None:
-            release()
-    except ImportError:
-        pass
+    release_all()
 
 
 def _memory_check(out) -> int:
     import gc
 
-    from .builtins.convert import CORE_AVAILABLE, core
-    if not CORE_AVAILABLE:
-        out.write("memory check: tensor runtime not built; nothing to check\n")
-        return EXIT_OK
+    from .builtins.core import core
     gc.collect()
     core.synchronize()
     core.clear_cache()
@@ -290,12 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     helpp.add_argument("topic", nargs="?", default=None)
     helpp.set_defaults(func=cmd_help)
 
-    try:
-        from .models.cli import register_commands
-    except ImportError:
-        register_commands = None
-    if register_commands is not None:
-        register_commands(sub)
+    register_model_commands(sub)
     return parser
 
 
@@ -313,15 +300,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         silence_stdout()
         return EXIT_OK
-
-
-def silence_stdout() -> None:
-    """After stdout's reader went away (`tl ... | head`): point stdout at /dev/null, so that the
-    flush Python does at exit stays quiet."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

@@ -354,14 +354,6 @@ def test_logic_statements_run_through_the_logic_engine():
         }""") == "Ancestor(X, carol): alice, bob\n2\n"
 
 
-def test_logic_without_the_engine_is_a_clear_error(monkeypatch):
-    import sys
-    monkeypatch.setitem(sys.modules, "tensorlogic.logic", None)
-    result = tensorlogic.run("Anc(X, Y) <- Par(X, Y)\nmain { Par(a, b) }")
-    assert result.error is not None
-    assert "logic rules are not available in this build" in result.error.message
-
-
 def test_env_input_and_seeded_sampling(monkeypatch):
     monkeypatch.setenv("TL_TEST_VALUE", "hello")
     assert out('main { print(env("TL_TEST_VALUE"), env("TL_UNSET_X", "dflt"), input(), input()) }',

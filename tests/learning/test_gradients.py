@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from tensorlogic.autograd import tape
-from tensorlogic.autograd.traced_core import core, enable, raw_core
+from tensorlogic.builtins.autograd import tape
+from tensorlogic.builtins.autograd.traced_core import core, enable, raw_core
 
 enable()
 RNG = np.random.default_rng(7)

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from tensorlogic.autograd import tape
-from tensorlogic.autograd.optimizers import SGD, Adam, AdamW, LRScheduler, clip_grad_norm
-from tensorlogic.autograd.traced_core import core, enable, raw_core
+from tensorlogic.builtins.autograd import tape
+from tensorlogic.builtins.autograd.optimizers import SGD, Adam, AdamW, LRScheduler, clip_grad_norm
+from tensorlogic.builtins.autograd.traced_core import core, enable, raw_core
 
 enable()
 A = np.array([[1.0, 0.5, 2.0], [0.2, 3.0, 1.0]])

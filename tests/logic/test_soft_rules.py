@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from logic_support import MODES, mode  # noqa: F401 (mode is a fixture)
 
 from tensorlogic.logic import ConvergenceError, LogicEngine, parse_atom, parse_rule
-from tensorlogic.logic.builtins import sigmoid_t
+from tensorlogic.builtins.logic import sigmoid_t
 
 
 def smokers(mode: str, temperature):

@@ -12,7 +12,7 @@ core = pytest.importorskip("tensorlogic._core")
 from reference_paths import REFERENCE_DIR  # noqa: E402
 from numpy_llama import NumpyLlama  # noqa: E402
 from tensorlogic.models.gguf_file import GGUFFile  # noqa: E402
-from tensorlogic.models.llm_session import LlmSession  # noqa: E402
+from tensorlogic.apps.llm_session import LlmSession  # noqa: E402
 from tensorlogic.models.testing import write_tiny_llama  # noqa: E402
 
 TINY_CASES = [

@@ -44,7 +44,7 @@ REPORT: dict = {}
 
 
 def _generate(path: Path, backend: str, prompt_ids: list[int], n_new: int):
-    from tensorlogic.models.llm_session import LlmSession
+    from tensorlogic.apps.llm_session import LlmSession
 
     gc.collect()
     with LlmSession(path, backend=backend, context=len(prompt_ids) + n_new + 1) as s:

@@ -2,8 +2,8 @@
 
 Invariants: a flat numeric list becomes a 1-D tensor wherever a tensor is expected (a nested one an
 N-D tensor); an integral float (2.0) or a one-element integer tensor is accepted wherever an int is;
-every rejection raises BuiltinArgError naming what was expected and what came. `core` is the
-`tensorlogic._core` module as autograd traces it, or a stand-in that raises one clear error if the runtime is not built.
+every rejection raises BuiltinArgError naming what was expected and what came. `core` and `Tensor`
+are re-exported from builtins/core.py, the one module that imports the runtime.
 """
 from __future__ import annotations
 
@@ -12,32 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from .core import Tensor, core  # noqa: F401 - re-exported for the builtin modules
+
 
 class BuiltinArgError(Exception):
     """A builtin got a value it cannot use; the interpreter adds the builtin's name and the line."""
-
-
-class _MissingCore:
-    def __init__(self, reason: str):
-        self._reason = reason
-
-    def __getattr__(self, name: str):
-        raise BuiltinArgError(f"the tensor runtime is not available ({self._reason}); "
-                              "build tensorlogic._core (see docs/develop.md)")
-
-
-try:
-    # `_core` with its differentiable ops taped once a learnable exists (autograd/traced_core.py)
-    from tensorlogic.autograd.traced_core import core
-    Tensor = core.Tensor
-    CORE_AVAILABLE = True
-except ImportError as _err:  # pragma: no cover - only before the native module is built
-    core = _MissingCore(str(_err))  # type: ignore[assignment]
-
-    class Tensor:  # type: ignore[no-redef]
-        """Placeholder so isinstance checks work without the runtime."""
-
-    CORE_AVAILABLE = False
 
 
 DTYPE_ALIASES = {

@@ -1,15 +1,16 @@
 """Learning builtins: learnable tensors, gradients, dropout, optimizers and learning-rate schedules.
 
 Invariant: these only translate TL values; the tape, the rules and the optimizer updates live in
-`tensorlogic.autograd`. Inside a `learn` block `backward(loss)` is a whole training step; outside it
+`builtins/autograd/`. Inside a `learn` block `backward(loss)` is a whole training step; outside it
 only accumulates gradients (`grad(W)` reads them, `zero_grad()` clears them).
 """
 from __future__ import annotations
 
-from ..autograd import session as learn_session
-from ..autograd import tape
-from ..autograd.optimizers import SGD, Adam, AdamW, LRScheduler, Optimizer, clip_grad_norm
-from ..autograd.tape import AutogradError
+from .autograd import session as learn_session
+from .autograd import tape
+from .autograd.optimizers import SGD, Adam, AdamW, LRScheduler, Optimizer, clip_grad_norm
+from .autograd.session import LearnSession
+from .autograd.tape import AutogradError
 from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_tensor, type_name
 from .registry import REQUIRED, bind_keywords, builtin
 
@@ -210,3 +211,78 @@ def cosine_lr(*args):
     if t_max <= 0:
         raise BuiltinArgError(f"t_max must be positive, got {t_max}")
     return LRScheduler("cosine_lr", t_max=t_max, eta_min=_nonneg(a["eta_min"], "eta_min"))
+
+
+# ---------------------------------------------------------------- what the interpreter's learn block calls
+
+LEARN_SETTINGS = ("optimizer", "lr", "epochs", "clip_grad_norm", "scheduler", "objective")
+
+
+def start_learn(values: dict) -> LearnSession:
+    """A session from a learn block's evaluated settings (everything but `objective`)."""
+    opt = values.get("optimizer")
+    if opt is None:
+        if "lr" not in values:
+            raise BuiltinArgError("a learn block needs `optimizer: sgd(...)/adam(...)/adamw(...)` or `lr: RATE`")
+        opt = SGD(lr=_positive(values["lr"], "lr"))
+    elif not isinstance(opt, Optimizer):
+        raise BuiltinArgError(f"optimizer must be sgd(...), adam(...) or adamw(...), got {type_name(opt)}")
+    elif "lr" in values:
+        opt.lr = opt.base_lr = _positive(values["lr"], "lr")
+    epochs = values.get("epochs")
+    if epochs is not None:
+        epochs = to_int(epochs, "epochs")
+        if epochs < 0:
+            raise BuiltinArgError(f"epochs must be >= 0, got {epochs}")
+    clip = values.get("clip_grad_norm")
+    if clip is not None:
+        clip = _positive(clip, "clip_grad_norm")
+    sched = values.get("scheduler")
+    if sched is not None and not isinstance(sched, LRScheduler):
+        raise BuiltinArgError(f"scheduler must be step_lr(...), exponential_lr(...) or cosine_lr(...), "
+                              f"got {type_name(sched)}")
+    opt.steps = 0
+    return LearnSession(opt, epochs, clip, sched)
+
+
+class running_learn_block:
+    """`with running_learn_block(session):` the extent of a learn block (training on, state dropped at the end)."""
+
+    def __init__(self, session: LearnSession):
+        self.running = learn_session.running(session)
+
+    def __enter__(self):
+        try:
+            return self.running.__enter__()
+        except AutogradError as e:
+            raise BuiltinArgError(str(e)) from None
+
+    def __exit__(self, *exc):
+        return self.running.__exit__(*exc)
+
+
+def learn_step(session: LearnSession, loss) -> None:
+    """One training step on `loss` (form B's objective)."""
+    if not isinstance(loss, Tensor):
+        raise BuiltinArgError(f"the objective must be a tensor computed from learnable tensors, got "
+                              f"{type_name(loss)}")
+    try:
+        session.step(loss)
+    except AutogradError as e:
+        raise BuiltinArgError(str(e)) from None
+
+
+class EpochCounter:
+    """The iterable of a learn block's outer `for`: each item starts an epoch of the running session."""
+
+    tl_type_name = "range"
+
+    def __init__(self, items):
+        self.items = items
+
+    def tl_iter(self):
+        session = learn_session.current()
+        for epoch, item in enumerate(self.items):
+            if session is not None:
+                session.begin_epoch(epoch)
+            yield item

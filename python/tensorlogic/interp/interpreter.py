@@ -14,44 +14,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-import numpy as np
-
 from .. import builtins as _builtins_pkg  # noqa: F401 - registers every builtin
-from ..builtins.convert import CORE_AVAILABLE, core
+from ..builtins.run_context import RunContext
 from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLImportError, TLRuntimeError
 from ..lang.parser import parse, read_source
-from .compiler import Compiler, CompileError, _NonLocalReturn
+from .compiler import Compiler
+from .control import CompileError, NonLocalReturn
+from .logic_bridge import ProgramLogic
 from .scope import FunctionScopeInfo, Scope
 from .values import UNSET, FunctionValue, StructType
-
-
-class RunContext:
-    """What builtins with `needs_ctx=True` receive: output, input, the seeded generator, the program."""
-
-    def __init__(self, interp: "Interpreter", out: TextIO, stdin: TextIO | None, seed: int | None):
-        self.interp = interp
-        self.out = out
-        self.stdin = stdin
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
-        self.base_dir = os.getcwd()
-
-    @property
-    def logic_engine(self):
-        """The run's LogicEngine (created on first use); logic builtins reach it here."""
-        return self.interp.logic_engine()
-
-    def write(self, text: str) -> None:
-        self.out.write(text)
-
-    def reseed(self, seed: int | None) -> None:
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
-
-    def call(self, fn, args: list) -> Any:
-        """Call a TL function value (user function or builtin) from a builtin."""
-        return self.interp.call_value(fn, list(args))
 
 
 @dataclass
@@ -72,7 +44,7 @@ class LoadedProgram:
     benches: list[tuple[str, Callable, FunctionScopeInfo]] = field(default_factory=list)
 
 
-class Interpreter:
+class Interpreter(ProgramLogic):
     def __init__(self, out: TextIO | None = None, stdin: TextIO | None = None, seed: int | None = None):
         self.globals: dict[str, Any] = {}
         self.global_names: set[str] = set()
@@ -92,17 +64,9 @@ class Interpreter:
         self.top_info = FunctionScopeInfo("<top level>")
         self.top_scope = Scope(None, self.top_info, is_global=True)
         self.top_frame: list = []
-        if seed is not None:
-            self._seed_core(seed)
         # a TL call takes a handful of Python frames; leave room for MAX_CALL_DEPTH TL calls
         if sys.getrecursionlimit() < 20000:
             sys.setrecursionlimit(20000)
-
-    @staticmethod
-    def _seed_core(seed: int) -> None:
-        seeder = getattr(core, "manual_seed", None) if CORE_AVAILABLE else None
-        if seeder is not None:
-            seeder(seed)
 
     # ------------------------------------------------------------ loading
 
@@ -233,84 +197,9 @@ class Interpreter:
             for lit in node.body:
                 if lit.atom is not None:
                     self.relations.add(lit.atom.relation)
-        if self._logic_decls:
-            self.require_logic(compiler.span(prog.items[0]) if prog.items else None)
         return out
 
-    # ------------------------------------------------------------ logic bridge
-
-    def is_relation(self, name: str) -> bool:
-        return name in self.relations
-
-    def require_logic(self, span: SourceSpan | None) -> None:
-        try:
-            import tensorlogic.logic  # noqa: F401
-        except ImportError:
-            raise TLRuntimeError("logic rules are not available in this build (tensorlogic.logic is missing)",
-                                 span) from None
-
-    def logic_terms(self):
-        import tensorlogic.logic as logic
-        return logic
-
-    def logic_engine(self, span: SourceSpan | None = None, flush: bool = True, needed: str | None = None):
-        """The run's LogicEngine. Rules wait in `pending_rules` until something reads the relations
-        (a query, relation_tensor, infer), so facts asserted after a rule can still define the
-        relations its body uses. A rule whose body names a relation nobody has defined yet stays
-        pending; it is an error only when the relation read (`needed`, or all for None) depends on it."""
-        engine = self._engine(span)
-        if flush and self.pending_rules:
-            pending = self.pending_rules
-            heads = {rule.head.relation for rule in pending}
-            ready, waiting = [], []
-            for rule in pending:
-                known = all(engine.has_relation(a.relation) or a.relation in heads
-                            for a in rule.body if hasattr(a, "relation"))  # not comparisons
-                (ready if known or needed is None or rule.head.relation == needed else waiting).append(rule)
-            self.pending_rules = waiting
-            for rule in ready:
-                try:
-                    engine.add_rule(rule)
-                except TLError:
-                    raise
-                except Exception as e:
-                    raise self.logic_error(e, getattr(rule, "pos", None) or span) from None
-        return engine
-
-    def _engine(self, span: SourceSpan | None):
-        if self._logic is None:
-            self.require_logic(span)
-            from tensorlogic.logic import LogicEngine
-            engine = LogicEngine()
-            for declare in self._logic_decls:
-                try:
-                    declare(engine)
-                except Exception as e:
-                    raise self.logic_error(e, span) from None
-            self._logic = engine
-        return self._logic
-
-    def logic_error(self, exc: BaseException, span: SourceSpan | None) -> TLError:
-        pos = getattr(exc, "pos", None)
-        message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-        err = TLRuntimeError(message, pos if isinstance(pos, SourceSpan) else span)
-        exc.__traceback__ = None
-        return err
-
-    def tensor_equation_evaluator(self, span: SourceSpan | None):
-        """`evaluate(equation_ast, lookup, call) -> tensor` from the logic package."""
-        try:
-            from tensorlogic.logic.tensor_equation import evaluate_tensor_equation
-        except ImportError:
-            raise TLRuntimeError("tensor equations are not available in this build "
-                                 "(tensorlogic.logic.tensor_equation is missing)", span) from None
-        return evaluate_tensor_equation
-
     # ------------------------------------------------------------ running
-
-    def _run_logic_decls(self) -> None:
-        if self._logic_decls and self._logic is None:
-            self._engine(None)
 
     def run_top_level(self, loaded: LoadedProgram) -> None:
         self._run_logic_decls()
@@ -356,8 +245,7 @@ class Interpreter:
                 start = time.perf_counter()
                 try:
                     _run_guarded(body, frame, f"bench {name}")
-                    if CORE_AVAILABLE:
-                        core.synchronize()
+                    self.ctx.wait_for_device()
                 finally:
                     frame.clear()
                 elapsed = time.perf_counter() - start
@@ -394,7 +282,7 @@ class Interpreter:
 def _run_guarded(body: Callable, frame: list, where: str):
     try:
         return body(frame)
-    except _NonLocalReturn:
+    except NonLocalReturn:
         return None
     except TLError:
         raise

@@ -1,12 +1,20 @@
 """The few tensor operations dense logic evaluation needs, on NumPy or on `tensorlogic._core`.
 
 Invariant: both classes compute the same float32 results for the same inputs (the tests check the
-core one against the NumPy one when `_core` is importable); everything above this file is
-backend-agnostic and only calls these methods.
+core one against the NumPy one); everything above this file is backend-agnostic and only calls these
+methods. `CoreOps` is handed the runtime module; this package never imports it.
 """
 from __future__ import annotations
 
 import numpy as np
+
+
+def sigmoid_t_host(x: np.ndarray, temperature: float) -> np.ndarray:
+    """sigmoid(x / T) for T > 0; the hard step (x > 0) for T = 0 (NumPy, float32)."""
+    x = np.asarray(x, dtype=np.float32)
+    if temperature == 0:
+        return (x > 0).astype(np.float32)
+    return (1.0 / (1.0 + np.exp(-x.astype(np.float64) / temperature))).astype(np.float32)
 
 
 class NumpyOps:
@@ -153,9 +161,6 @@ class CoreOps:
 
 
 def default_ops():
-    """CoreOps when the native runtime is importable, else NumpyOps."""
-    try:
-        from tensorlogic.autograd.traced_core import core  # noqa: PLC0415 - taped when learning
-    except ImportError:
-        return NumpyOps()
-    return CoreOps(core)
+    """NumpyOps: the logic package never imports the runtime itself. A caller with a device passes
+    `CoreOps(core)` (the interpreter does, through `tensorlogic.builtins.logic.device_ops`)."""
+    return NumpyOps()

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .contraction import contract
-from .dense_ops import NumpyOps, default_ops
+from .dense_ops import NumpyOps, default_ops, sigmoid_t_host
 from .errors import LogicError
 
 
@@ -203,7 +203,6 @@ class _Evaluator:
             result = self.call(name, [host] + extra)
             result = self.to_host(result, f"{name}(...)", node)
         elif name == "sigmoid_t" and len(extra) == 1:
-            from .builtins import sigmoid_t_host  # noqa: PLC0415
             result = sigmoid_t_host(host, extra[0])
         elif name in _HOST_FUNCTIONS and not extra:
             result = _HOST_FUNCTIONS[name](host).astype(np.float32)

@@ -14,7 +14,7 @@ import tempfile
 CHILD = """
 import gc, sys
 from tensorlogic import _core
-from tensorlogic.models.llm_session import LlmSession
+from tensorlogic.apps.llm_session import LlmSession
 with LlmSession(sys.argv[1], backend="cuda", context=256) as s:
     s.generate(list(range(3, 43)), int(sys.argv[2]), stop_at_eog=False)
 gc.collect()

@@ -16,6 +16,8 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
+from ..core import Tensor, core, runtime
+
 
 class AutogradError(Exception):
     """A gradient request that cannot be served (e.g. backward of something that is not a tensor)."""
@@ -101,7 +103,6 @@ def record(rule: Callable, args: tuple, kw: dict, out) -> None:
 
 
 def _is_tensor(v) -> bool:
-    from .traced_core import Tensor  # noqa: PLC0415
     return v.__class__ is Tensor
 
 
@@ -131,7 +132,6 @@ class no_recording:
 
 def backward(loss, seed=None) -> int:
     """Accumulate d(sum of loss)/d(param) into every reachable learnable's `grad`; returns how many."""
-    from .traced_core import core  # noqa: PLC0415
     if not _is_tensor(loss):
         raise AutogradError("backward needs a tensor computed from learnable tensors")
     if id(loss) not in TRACKED:
@@ -205,7 +205,6 @@ def zero_grad(params: list[Param] | None = None) -> None:
 
 def grad_of(tensor):
     """The accumulated gradient of a learnable (zeros if none yet)."""
-    from .traced_core import core  # noqa: PLC0415
     param = param_of(tensor)
     if param is None:
         raise AutogradError("grad needs a learnable tensor (declare it with learnable(...) or "
@@ -217,5 +216,4 @@ def grad_of(tensor):
 
 def detach(tensor):
     """A view of tensor's data that no gradient flows through."""
-    from .traced_core import raw_core  # noqa: PLC0415
-    return raw_core.reshape(tensor, list(tensor.shape))
+    return runtime.reshape(tensor, list(tensor.shape))

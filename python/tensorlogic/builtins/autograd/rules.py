@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .traced_core import Tensor, core
+from ..core import Tensor, core
 
 RULES: dict[str, object] = {}
 FLOAT_DTYPES = ("f32", "f16", "bf16")

@@ -1,4 +1,4 @@
-"""`core`: the `_core` module as the rest of the Python layer calls it, with ops taped for autograd.
+"""Taping the runtime's ops: `enable()` turns builtins/core.py's `core` into the traced runtime.
 
 Until the first learnable tensor exists, `core`'s attributes are `_core`'s own functions (no cost for
 programs that never learn). `enable()` then replaces every differentiable op with a wrapper that runs
@@ -12,18 +12,12 @@ input is tracked; ops with no gradient (comparisons, argmax, creation) are never
 from __future__ import annotations
 
 import math
-import types
 
 import numpy as np
 
-from tensorlogic import _core as raw_core  # type: ignore[attr-defined]
-
+from ..core import Tensor, core
+from ..core import runtime as raw_core
 from .tape import STATE, TRACKED, record
-
-Tensor = raw_core.Tensor
-
-core = types.ModuleType("tensorlogic.autograd.core")
-core.__dict__.update({k: v for k, v in vars(raw_core).items() if not k.startswith("__")})
 
 DIFFERENTIABLE = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "mod", "where", "neg", "abs", "exp",
                   "log", "sqrt", "rsqrt", "square", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "silu",

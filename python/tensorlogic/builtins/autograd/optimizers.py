@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from .tape import AutogradError, Param, no_recording
-from .traced_core import core
+from ..core import core
 
 FLOAT32 = "f32"
 

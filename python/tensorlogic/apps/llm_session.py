@@ -12,15 +12,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from ..builtins.convert import BuiltinArgError
+from ..builtins.core import RuntimeFailure, init_backend, memory_stats
+from ..builtins.models import KVCacheValue, SamplerValue, load_model_value
 from ..builtins.registry import TLObject
-from .errors import ModelError
-
-if TYPE_CHECKING:
-    from ..builtins.models import KVCacheValue
+from ..interp.interpreter import Interpreter
+from ..lang.errors import TLError
+from ..models.errors import ModelError
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
 CHAT_CONTEXT = 2048  # default KV cache length of `tl chat`; `tl generate` sizes it to the request
@@ -112,20 +114,11 @@ class LlmSession:
 
     def __init__(self, path: str | Path, backend: str | None = None, context: int | None = None,
                  progress: bool = False, weight_mode: str = "native"):
-        try:
-            from .. import _core as core  # noqa: F401
-        except ImportError as e:
-            raise ModelError(f"the tensor runtime (tensorlogic._core) is not available: {e}") from None
-        from ..builtins.convert import BuiltinArgError
-        from ..builtins.models import load_model_value
-        from ..interp.interpreter import Interpreter
-
         if backend:
             try:
-                core.init(backend)
-            except core.TLRuntimeError as e:
+                init_backend(backend)
+            except RuntimeFailure as e:
                 raise ModelError(f"backend {backend}: {e}") from None
-        self.core = core
         started = time.perf_counter()
         try:
             self.model = load_model_value(str(path), weight_mode, progress)
@@ -139,8 +132,6 @@ class LlmSession:
         self.requested_context = context
         self.cache: KVCacheValue | None = None
         self.cached_ids: list[int] = []
-        from ..lang.errors import TLError
-
         self.interp = Interpreter(out=sys.stdout)
         try:
             self.interp.load_file(str(STDLIB_DIR / "llama.tl"))
@@ -183,8 +174,6 @@ class LlmSession:
         return min(self.requested_context or self.config.context_length, self.config.context_length)
 
     def _ensure_cache(self, needed: int) -> None:
-        from ..builtins.models import KVCacheValue
-
         if self.cache is None:
             cfg = self.config
             cap = min(self.requested_context or needed, cfg.context_length)
@@ -194,9 +183,6 @@ class LlmSession:
                  top_p: float = 1.0, seed: int | None = None, stop_at_eog: bool = True,
                  on_text: Callable[[str], None] | None = None, keep_logits: bool = False,
                  track_memory: bool = False, sampler=None) -> GenerationResult:
-        from ..builtins.models import SamplerValue
-        from ..lang.errors import TLError
-
         if not prompt_ids:
             raise ModelError("the prompt is empty (no tokens)")
         self._ensure_cache(len(prompt_ids) + max_tokens)
@@ -215,7 +201,7 @@ class LlmSession:
             sampler = SamplerValue(temperature, top_k, top_p, seed)
         stop_ids = sorted(self.tokenizer.tok.eog_ids) if stop_at_eog else []
         stream = _TokenStream(self.tokenizer.tok, on_text, keep_logits,
-                              self.core.memory_stats if track_memory else None)
+                              memory_stats if track_memory else None)
         self.cached_ids = list(prompt_ids[:start])
         stopped_by = "max_tokens"
         try:

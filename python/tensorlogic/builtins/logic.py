@@ -1,8 +1,9 @@
-"""TL builtins of the logic engine: `sigmoid_t`, `relation_tensor`, `infer`, `entities`.
+"""TL builtins of the logic engine: `sigmoid_t`, `relation_tensor`, `infer`, `entities`, and the
+engine's device ops.
 
-The language helper's builtin loader imports this module once, which registers these names in the
-one builtin table (builtins/registry.py). Builtins that need the program's relations take the
-interpreter's call context, which must carry the run's LogicEngine as `ctx.logic_engine`.
+Builtins that need the program's relations take the interpreter's call context, which carries the
+run's LogicEngine as `ctx.logic_engine`. The logic package itself computes with NumPy or with the
+ops object it is given; `device_ops()` here is the one that runs on `_core`.
 """
 from __future__ import annotations
 
@@ -10,25 +11,15 @@ import math
 
 import numpy as np
 
-from tensorlogic.builtins.registry import builtin
-
-from .errors import LogicError
-
-
-def sigmoid_t_host(x: np.ndarray, temperature: float) -> np.ndarray:
-    """sigmoid(x / T) for T > 0; the hard step (x > 0) for T = 0 (NumPy, float32)."""
-    x = np.asarray(x, dtype=np.float32)
-    if temperature == 0:
-        return (x > 0).astype(np.float32)
-    return (1.0 / (1.0 + np.exp(-x.astype(np.float64) / temperature))).astype(np.float32)
+from ..logic.dense_ops import CoreOps, sigmoid_t_host
+from ..logic.errors import LogicError
+from .core import Tensor, core
+from .registry import builtin
 
 
-def _core_module():
-    try:
-        from tensorlogic import _core  # noqa: PLC0415
-    except ImportError:
-        return None
-    return _core
+def device_ops() -> CoreOps:
+    """The logic engine's dense ops on the current device (what TL programs use)."""
+    return CoreOps(core)
 
 
 def _temperature(value) -> float:
@@ -51,14 +42,13 @@ def sigmoid_t(x, temperature):
             return 1.0 if x > 0 else 0.0
         z = -x / temperature
         return 0.0 if z > 700 else 1.0 / (1.0 + math.exp(z))
-    core = _core_module()
-    if core is not None and isinstance(x, core.Tensor):
+    if isinstance(x, Tensor):
         x32 = x if x.dtype == "f32" else core.astype(x, "f32")
         if temperature == 0:
             return core.astype(core.gt(x32, 0.0), "f32")
         return core.sigmoid(core.div(x32, temperature))
     host = sigmoid_t_host(np.asarray(x, dtype=np.float32), temperature)
-    return core.from_numpy(host) if core is not None else host
+    return core.from_numpy(host)
 
 
 def _engine(ctx):
@@ -82,9 +72,6 @@ def _relation_name(value) -> str:
          min_args=1, max_args=1, needs_ctx=True, category="logic")
 def relation_tensor(ctx, relation):
     array = _engine(ctx).relation_tensor(_relation_name(relation))
-    core = _core_module()
-    if core is None:
-        return array
     return core.from_numpy(array, dtype="bool" if array.dtype == np.bool_ else "f32")
 
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import ModelError
+from ..models.errors import ModelError
 
 
 def register_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -88,13 +88,13 @@ def _fail(message: str) -> int:
 
 
 def resolve_model_path(model: str | None, progress: bool = True) -> Path:
-    from .fetch import resolve_model
+    from ..models.fetch import resolve_model
 
     return resolve_model(model, progress)
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
-    from .fetch import fetch_model
+    from ..models.fetch import fetch_model
 
     try:
         path = fetch_model(args.name, progress=sys.stderr.isatty(), verify=args.verify)
@@ -105,7 +105,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .info import format_info, model_info
+    from ..models.info import format_info, model_info
 
     try:
         info = model_info(resolve_model_path(args.path))
@@ -116,7 +116,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from .fetch import DEFAULT_MODEL, KNOWN_MODELS, cache_dir
+    from ..models.fetch import DEFAULT_MODEL, KNOWN_MODELS, cache_dir
 
     for name, spec in KNOWN_MODELS.items():
         path = cache_dir() / spec.filename
@@ -156,7 +156,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 def _run_with_session(args: argparse.Namespace, command) -> int:
     """Open the model named by args and run `command(session, args, sampling)`, turning every way it
     can end into an exit status with at most one line on stderr."""
-    from ..cli import silence_stdout
+    from .console import silence_stdout
     from .llm_session import OutputClosed
 
     try:

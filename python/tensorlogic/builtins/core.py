@@ -1,0 +1,33 @@
+"""The one import of the native runtime `tensorlogic._core` on the Python side.
+
+Invariant: no other module of the package imports `_core`; builtins, the logic engine's device ops,
+autograd and the applications reach the runtime through `core` here (or the few helpers below), and the
+interpreter (`interp/`) reaches it only through builtins, never directly (tests/test_layers.py).
+"""
+from __future__ import annotations
+
+import types
+
+from tensorlogic import _core as runtime  # type: ignore[attr-defined]
+
+# What every builtin calls: the runtime's own functions until the first learnable tensor exists; then
+# autograd/traced_core.py replaces the differentiable ones with wrappers that also tape them.
+core = types.ModuleType("tensorlogic.builtins.core.core")
+core.__dict__.update({k: v for k, v in vars(runtime).items() if not k.startswith("__")})
+
+Tensor = runtime.Tensor
+RuntimeFailure = runtime.TLRuntimeError  # every error the runtime raises derives from it
+
+
+def init_backend(name: str) -> None:
+    """Start the device on backend `name` (cpu, cuda, metal); raises the runtime's error if it can't."""
+    core.init(name)
+
+
+def synchronize() -> None:
+    """Wait until the device has finished all queued work."""
+    core.synchronize()
+
+
+def memory_stats() -> dict:
+    return dict(core.memory_stats())

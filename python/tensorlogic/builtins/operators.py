@@ -1,0 +1,282 @@
+"""What TL's operators, indexing, casts and array literals do to values: the runtime semantics the
+compiled interpreter code calls, so that the interpreter itself never touches the device.
+
+Invariants: numeric arrays act as tensors in arithmetic (a list literal of numbers becomes a
+tensor), strings concatenate with `+`, int / int is exact when it divides and a float otherwise; every
+rejection raises BuiltinArgError (or the runtime's own error), never a bare Python error that a
+caller would have to translate, except TypeError for an operator Python itself refuses (the caller
+names the operand types).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+from .convert import BuiltinArgError, Tensor, core, dtype_of, is_numeric_list, list_to_numpy, to_bool, to_int
+from .convert import type_name
+from .formatting import format_value
+
+SCALAR_INT_TYPES = {"int", "i32", "i64", "int32", "int64", "usize", "isize", "i16", "int16"}
+SCALAR_FLOAT_TYPES = {"float", "f32", "f64", "f16", "float32", "float64", "float16", "bf16", "bfloat16"}
+STRING_TYPES = ("string", "str", "String")
+CAST_DTYPES = {"f32": "f32", "float32": "f32", "float": "f32", "f16": "f16", "float16": "f16",
+               "bf16": "bf16", "bfloat16": "bf16", "i32": "i32", "int32": "i32", "i64": "i64",
+               "int64": "i64", "int": "i64", "bool": "bool", "f64": "f32", "float64": "f32"}
+
+
+def tensor_from_list(v: list):
+    """A numeric (nested) list as a tensor: f32 for floats, i64 for ints."""
+    return core.from_numpy(list_to_numpy(v))
+
+
+def array_value(vals: list):
+    """The value of an array literal: a tensor when it is a nested numeric list (a matrix literal),
+    else the list itself."""
+    for v in vals:
+        if v.__class__ is list and v and is_numeric_list(vals):
+            return tensor_from_list(vals)
+    return vals
+
+
+def binary(op: str, a, b):
+    """`a op b` for every binary operator but && and ||: lists become tensors, strings
+    concatenate, ints divide exactly."""
+    if a.__class__ is list or b.__class__ is list:
+        if op == "+" and a.__class__ is list and b.__class__ is list and not (
+                is_numeric_list(a) and is_numeric_list(b)):
+            return a + b
+        if op in ("==", "!=") and a.__class__ is list and b.__class__ is list:
+            return (a == b) if op == "==" else (a != b)
+        a = _list_operand(a)
+        b = _list_operand(b)
+    if op == "+" and (a.__class__ is str or b.__class__ is str):
+        return (a if a.__class__ is str else format_value(a)) + (b if b.__class__ is str else format_value(b))
+    fn = PY_BINARY[op]
+    return fn(a, b)
+
+
+def _list_operand(v):
+    if v.__class__ is list:
+        if not is_numeric_list(v):
+            raise BuiltinArgError("only numeric arrays take part in arithmetic")
+        return tensor_from_list(v)
+    return v
+
+
+def _div(a, b):
+    if a.__class__ is int and b.__class__ is int:
+        if b == 0:
+            raise ZeroDivisionError
+        q, r = divmod(a, b)
+        return q if r == 0 else a / b
+    try:
+        return a / b
+    except ZeroDivisionError:
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            if a == 0 or a != a:
+                return math.nan
+            return math.copysign(math.inf, a) * math.copysign(1.0, b)
+        raise
+
+
+def _matmul(a, b):
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise BuiltinArgError(f"'@' multiplies tensors, got {type_name(a)} and {type_name(b)}")
+    return a @ b
+
+
+# Python's own operator is right for numbers, strings and tensors; the compiled code calls these
+# directly on the fast path and falls back to `binary` for lists and failures.
+PY_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "⊙": operator.mul,
+    "/": _div,
+    "%": operator.mod,
+    "@": _matmul,
+    "**": operator.pow,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+def negate(v):
+    """`-v`; TypeError for values that have no negation (the caller names the type)."""
+    if v.__class__ is list:
+        v = _list_operand(v)
+    if isinstance(v, (str, bool)):
+        raise TypeError
+    return -v
+
+
+def is_elementwise_not(v) -> bool:
+    """`!v` works elementwise (instead of on one truth value) for tensors of more than one element."""
+    return isinstance(v, Tensor) and v.numel != 1
+
+
+def logical_not(v):
+    return core.logical_not(v)
+
+
+def truth(v) -> bool:
+    """The truth value of a condition (`if`, `while`, `&&`, `!`)."""
+    return to_bool(v)
+
+
+def index_key(v):
+    """A TL index value as a Python index (int, slice)."""
+    if v.__class__ is int:
+        return v
+    if v.__class__ is slice:
+        return v
+    return to_int(v, "index")
+
+
+def slice_bound(v):
+    if v.__class__ is int:
+        return v
+    return to_int(v, "slice bound")
+
+
+def _is_struct(o) -> bool:
+    return isinstance(getattr(o, "fields", None), dict) and hasattr(getattr(o, "type", None), "field_names")
+
+
+def get_item(o, keys: tuple):
+    """`o[k0, k1, ...]`."""
+    if isinstance(o, Tensor):
+        k = tuple(index_key(x) for x in keys)
+        return o[k[0]] if len(k) == 1 else o[k]
+    if isinstance(o, (list, str, range, tuple)):
+        v = o
+        for x in keys:
+            if isinstance(v, Tensor):
+                return get_item(v, (x,))
+            if not isinstance(v, (list, str, range, tuple)):
+                raise BuiltinArgError(f"cannot index {type_name(v)}")
+            k = index_key(x)
+            if k.__class__ is int and not -len(v) <= k < len(v):
+                raise BuiltinArgError(f"index {k} is out of range for {type_name(v)} of length {len(v)}")
+            v = v[k]
+            if isinstance(v, range):
+                v = list(v)
+        return v
+    if len(keys) == 1 and isinstance(keys[0], str):
+        key = keys[0]
+        if _is_struct(o):
+            if key in o.fields:
+                return o.fields[key]
+            raise BuiltinArgError(f"struct {o.type.name} has no field '{key}'")
+        if isinstance(o, dict):
+            if key in o:
+                return o[key]
+            raise BuiltinArgError(f"no key '{key}'")
+        try:
+            return get_field(o, key)
+        except AttributeError:
+            raise BuiltinArgError(f"{type_name(o)} has no entry '{key}'") from None
+    index = getattr(o, "tl_index", None)
+    if index is not None:
+        v = o
+        for x in keys:
+            v = v.tl_index(x) if hasattr(v, "tl_index") else get_item(v, (x,))
+        return v
+    raise BuiltinArgError(f"cannot index {type_name(o)}")
+
+
+def set_item(container, key: list, v) -> None:
+    """`container[k0, k1, ...] = v`."""
+    if isinstance(container, Tensor):
+        k = tuple(index_key(x) for x in key)
+        if isinstance(v, list):
+            v = tensor_from_list(v)
+        elif not isinstance(v, (Tensor, int, float)):
+            raise BuiltinArgError(f"cannot store {type_name(v)} into a tensor")
+        container[k if len(k) != 1 else k[0]] = v
+        return
+    if isinstance(container, list):
+        target = container
+        for x in key[:-1]:
+            target = target[index_key(x)]
+        target[index_key(key[-1])] = v
+        return
+    raise BuiltinArgError(f"cannot assign into {type_name(container)}")
+
+
+def get_field(o, name: str):
+    """`o.name` for host values; AttributeError when there is no such field (the caller names it)."""
+    getter = getattr(o, "tl_get_field", None)
+    if getter is not None:
+        return getter(name)
+    if isinstance(o, Tensor):
+        if name == "shape":
+            return list(o.shape)
+        if name == "dtype":
+            return o.dtype
+        if name == "ndim":
+            return o.ndim
+        if name == "numel":
+            return o.numel
+    if isinstance(o, dict):
+        if name in o:
+            return o[name]
+    raise AttributeError(name)
+
+
+def iterate(v):
+    """What `for x in v` walks: list items, characters, a tensor's rows, a host object's items."""
+    if isinstance(v, (list, range, str, tuple)):
+        return list(v) if isinstance(v, list) else v
+    if isinstance(v, Tensor):
+        if v.ndim == 0:
+            raise BuiltinArgError("cannot iterate over a 0-d tensor")
+        return (v[i] for i in range(v.shape[0]))
+    it = getattr(v, "tl_iter", None)
+    if it is not None:
+        return it()
+    if isinstance(v, int):
+        raise BuiltinArgError(f"cannot iterate over int {v} (use range({v}))")
+    raise BuiltinArgError(f"cannot iterate over {type_name(v)}")
+
+
+def is_cast_type(tname: str) -> bool:
+    return tname in CAST_DTYPES or tname in STRING_TYPES
+
+
+def cast(v, tname: str):
+    """`v as tname`."""
+    if tname in STRING_TYPES:
+        return format_value(v)
+    if isinstance(v, Tensor):
+        return v.astype(CAST_DTYPES[tname])
+    if v.__class__ is list:
+        return tensor_from_list(v).astype(CAST_DTYPES[tname])
+    if tname in SCALAR_INT_TYPES:
+        if isinstance(v, str):
+            try:
+                return int(v.strip())
+            except ValueError:
+                raise BuiltinArgError(f"cannot convert string {v!r} to int") from None
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise BuiltinArgError(f"cannot convert {v} to int")
+        return int(v)
+    if tname in SCALAR_FLOAT_TYPES:
+        if isinstance(v, str):
+            try:
+                return float(v.strip())
+            except ValueError:
+                raise BuiltinArgError(f"cannot convert string {v!r} to float") from None
+        return float(v)
+    if tname == "bool":
+        if isinstance(v, str):
+            raise BuiltinArgError("cannot convert a string to bool")
+        return bool(v)
+    dtype_of(tname)
+    return v

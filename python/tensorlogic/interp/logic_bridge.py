@@ -1,0 +1,255 @@
+"""Compiling the logic statements (facts, rules, queries, tensor equations) into calls on the
+program's LogicEngine.
+
+Invariants: the engine only ever sees its own terms (`Name`, `Const`, `Atom`, `Rule`) built from
+constants that are names, strings or integers; rules wait in `interp.pending_rules` until something
+reads the relations; every engine error becomes a TLError at the statement that caused it.
+`LogicCompiler` is the Compiler's part, `ProgramLogic` the Interpreter's (the run's engine).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from .. import logic
+from ..builtins import registry
+from ..builtins.convert import Tensor, type_name
+from ..builtins.logic import device_ops
+from ..lang import ast
+from ..lang.errors import SourceSpan, TLError, TLRuntimeError
+from ..logic.tensor_equation import evaluate_tensor_equation
+from .control import CompileError
+from .scope import Scope
+from .values import BuiltinValue
+
+
+class LogicCompiler:
+    """The logic half of the Compiler (compiler.py mixes the halves together)."""
+
+    def _terms(self, atom: ast.Atom, scope: Scope):
+        """Closures producing the engine's terms for an atom's arguments."""
+        makers = []
+        for arg in atom.args:
+            pos = self.span(arg)
+            if isinstance(arg, ast.Name):
+                makers.append(lambda f, n=arg.id, p=pos: self.interp.logic_terms().Name(n, p))
+            else:
+                ev = self.compile_expr(arg, scope)
+
+                def make(f, ev=ev, p=pos, node=arg):
+                    v = ev(f)
+                    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                        raise self.error(f"a logic constant must be a name, string or integer, got {type_name(v)}",
+                                         node)
+                    if isinstance(v, float):
+                        if v != int(v):
+                            raise self.error(f"a logic constant must be an integer, got {v!r}", node)
+                        v = int(v)
+                    return self.interp.logic_terms().Const(v, p)
+                makers.append(make)
+        return makers
+
+    def _atom_builder(self, atom: ast.Atom, scope: Scope, negated: bool = False):
+        makers = self._terms(atom, scope)
+        pos = self.span(atom)
+        relation = atom.relation
+
+        def build(f):
+            return self.interp.logic_terms().Atom(relation, tuple(m(f) for m in makers), negated, pos)
+        return build
+
+    def _logic_call(self, node, fn):
+        try:
+            return fn()
+        except TLError:
+            raise
+        except Exception as e:
+            pos = getattr(e, "pos", None)
+            if isinstance(pos, tuple) and len(pos) == 2 and isinstance(pos[0], int):
+                e.pos = self.span(ast.Node(pos[0], pos[1] or 1))
+            raise self.interp.logic_error(e, self.span(node)) from None
+
+    def stmt_Fact(self, stmt: ast.Fact, scope: Scope):
+        build = self._atom_builder(stmt.atom, scope)
+        weight = self.compile_expr(stmt.weight, scope) if stmt.weight is not None else None
+        interp = self.interp
+
+        def ex_fact(f):
+            atom = build(f)
+            w = 1.0
+            if weight is not None:
+                wv = weight(f)
+                try:
+                    w = float(wv) if not isinstance(wv, Tensor) else float(wv.item())
+                except Exception:
+                    raise self.error(f"a fact's weight must be a number, got {type_name(wv)}", stmt) from None
+            engine = interp.logic_engine(self.span(stmt), flush=False)
+            self._logic_call(stmt, lambda: engine.add_fact(atom, weight=w, pos=atom.pos))
+        return ex_fact
+
+    def _comparison_builder(self, lit: ast.BodyLiteral, scope: Scope):
+        """`X != Y`, `X < 3` in a rule body: the engine's Comparison of two terms."""
+        expr = lit.expr
+        if lit.negated or not (isinstance(expr, ast.BinOp) and expr.op in ("==", "!=", "<", "<=", ">", ">=")):
+            raise self.error("a rule body is a list of atoms like Parent(X, Y), 'not Q(X)' and comparisons "
+                             "like X != Y", lit, CompileError)
+        left, right = self._terms(ast.Atom(expr.line, expr.column, "", (expr.left, expr.right)), scope)
+        pos, op = self.span(expr), expr.op
+        return lambda f: self.interp.logic_terms().Comparison(op, left(f), right(f), pos)
+
+    def stmt_Rule(self, stmt: ast.Rule, scope: Scope):
+        head = self._atom_builder(stmt.head, scope)
+        body = []
+        for lit in stmt.body:
+            if lit.atom is None:
+                body.append(self._comparison_builder(lit, scope))
+                continue
+            body.append(self._atom_builder(lit.atom, scope, negated=lit.negated))
+        temperature = None
+        for ann in stmt.annotations:
+            if ann.name != "temperature" or len(ann.args) != 1:
+                raise self.error(f"unknown annotation @{ann.name} (rules take @temperature(T))", ann, CompileError)
+            temperature = self.compile_expr(ann.args[0], scope)
+        interp = self.interp
+        pos = self.span(stmt)
+
+        def ex_rule(f):
+            t = None
+            if temperature is not None:
+                tv = temperature(f)
+                if isinstance(tv, bool) or not isinstance(tv, (int, float)):
+                    raise self.error(f"@temperature takes a number, got {type_name(tv)}", stmt)
+                t = float(tv)
+            rule = interp.logic_terms().Rule(head(f), tuple(b(f) for b in body), t, pos)
+            interp.logic_engine(pos, flush=False)
+            interp.pending_rules.append(rule)  # added before the next query (facts may come later)
+        return ex_rule
+
+    def _query(self, expr: ast.Query, scope: Scope, print_answers: bool):
+        build = self._atom_builder(expr.atom, scope)
+        interp = self.interp
+
+        def ev_query(f):
+            atom = build(f)
+            result = self._logic_call(expr, lambda: interp.logic_engine(self.span(expr), needed=atom.relation)
+                                      .query(atom))
+            if print_answers:
+                interp.ctx.write(result.text() + "\n")
+                return None
+            return result.value
+        return ev_query
+
+    def stmt_TensorEquation(self, stmt: ast.TensorEquation, scope: Scope):
+        store = self._store(stmt.name, scope, stmt, declare=False)
+        interp = self.interp
+        readers: dict[str, Callable] = {}
+        for name in _indexed_names(stmt.value):
+            readers[name] = self.compile_expr(ast.Name(stmt.line, stmt.column, name), scope)
+
+        def ex_equation(f):
+            def lookup(name: str):
+                reader = readers.get(name)
+                if reader is None:
+                    raise self.error(f"tensor equation uses unknown tensor '{name}'", stmt)
+                return reader(f)
+            def call(name: str, argv: list):
+                target = interp.functions.get(name)
+                if target is None:
+                    b = registry.BUILTINS.get(name)
+                    if b is None:
+                        raise self.error(f"undefined function '{name}' in tensor equation", stmt)
+                    target = BuiltinValue(b)
+                return interp.call_value(target, list(argv))
+            evaluate = interp.tensor_equation_evaluator(self.span(stmt))
+            result = self._logic_call(stmt, lambda: evaluate(stmt, lookup, call))
+            store(f, result)
+        return ex_equation
+
+    def expr_Query(self, e: ast.Query, scope: Scope):
+        return self._query(e, scope, print_answers=False)
+
+
+
+class ProgramLogic:
+    """The Interpreter's side of the bridge: the run's LogicEngine, created on first use with the
+    declared relations and entities, computing on the device."""
+
+    def is_relation(self, name: str) -> bool:
+        return name in self.relations
+
+    def logic_terms(self):
+        """The logic package, whose term classes (Name, Const, Atom, Rule) the compiled code builds."""
+        return logic
+
+    def logic_engine(self, span: SourceSpan | None = None, flush: bool = True, needed: str | None = None):
+        """The run's LogicEngine. Rules wait in `pending_rules` until something reads the relations
+        (a query, relation_tensor, infer), so facts asserted after a rule can still define the
+        relations its body uses. A rule whose body names a relation nobody has defined yet stays
+        pending; it is an error only when the relation read (`needed`, or all for None) depends on it."""
+        engine = self._engine(span)
+        if flush and self.pending_rules:
+            pending = self.pending_rules
+            heads = {rule.head.relation for rule in pending}
+            ready, waiting = [], []
+            for rule in pending:
+                known = all(engine.has_relation(a.relation) or a.relation in heads
+                            for a in rule.body if hasattr(a, "relation"))  # not comparisons
+                (ready if known or needed is None or rule.head.relation == needed else waiting).append(rule)
+            self.pending_rules = waiting
+            for rule in ready:
+                try:
+                    engine.add_rule(rule)
+                except TLError:
+                    raise
+                except Exception as e:
+                    raise self.logic_error(e, getattr(rule, "pos", None) or span) from None
+        return engine
+
+    def _engine(self, span: SourceSpan | None):
+        if self._logic is None:
+            engine = logic.LogicEngine(dense_evaluator=device_ops())
+            for declare in self._logic_decls:
+                try:
+                    declare(engine)
+                except Exception as e:
+                    raise self.logic_error(e, span) from None
+            self._logic = engine
+        return self._logic
+
+    def logic_error(self, exc: BaseException, span: SourceSpan | None) -> TLError:
+        pos = getattr(exc, "pos", None)
+        message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        err = TLRuntimeError(message, pos if isinstance(pos, SourceSpan) else span)
+        exc.__traceback__ = None
+        return err
+
+    def tensor_equation_evaluator(self, span: SourceSpan | None):
+        """`evaluate(equation_ast, lookup, call) -> tensor` on the device."""
+        return functools.partial(evaluate_tensor_equation, ops=device_ops())
+
+    def _run_logic_decls(self) -> None:
+        if self._logic_decls and self._logic is None:
+            self._engine(None)
+
+
+def _indexed_names(expr) -> list[str]:
+    names: list[str] = []
+    stack = [expr]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ast.IndexedTensor):
+            names.append(x.name)
+        elif isinstance(x, ast.Index) and isinstance(x.obj, ast.Name):
+            names.append(x.obj.id)
+            stack.extend(i for i in x.indices if not isinstance(i, (ast.Slice, ast.Name)))  # letters are no tensors
+        elif isinstance(x, ast.Name):
+            names.append(x.id)
+        elif isinstance(x, ast.JuxtProduct):
+            stack.extend(x.factors)
+        elif isinstance(x, ast.BinOp):
+            stack += [x.left, x.right]
+        elif isinstance(x, ast.UnaryOp):
+            stack.append(x.operand)
+        elif isinstance(x, ast.Call):
+            stack.extend(x.args)
+    return names
