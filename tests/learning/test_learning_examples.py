@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -38,3 +40,15 @@ def test_learning_example(name):
     result = tensorlogic.run(os.path.join(EXAMPLES, f"{name}.tl"))
     assert result.error is None, result.error_text
     assert same_up_to_rounding(result.output, expected), result.output
+
+
+def test_training_under_poison_and_delay_injection_gives_the_same_result():
+    """Parameters are written in place while earlier reads may still be queued: with recycled buffers
+    poisoned and random kernel delays, XOR still trains to the same predictions."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
+    env = dict(os.environ, TL_DEBUG_POISON="1", TL_DEBUG_DELAY_US="50", PYTHONPATH=package_parent)
+    proc = subprocess.run([sys.executable, "-m", "tensorlogic", "run", os.path.join(EXAMPLES, "mlp_xor.tl")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(EXPECTED, "mlp_xor.out"), encoding="utf-8") as f:
+        assert same_up_to_rounding(proc.stdout, f.read()), proc.stdout
