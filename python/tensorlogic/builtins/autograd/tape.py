@@ -99,6 +99,8 @@ def live_params() -> list[Param]:
 
 
 def record(rule: Callable, args: tuple, kw: dict, out) -> None:
+    if id(out) in TRACKED:  # an op handed back a tracked tensor itself: it already has its entry
+        return
     TRACKED[id(out)] = Node(rule, args, kw, out)
 
 
