@@ -402,10 +402,25 @@ def _stack(g, out, needs, tensors, dim=0):
     return [[_float_grad(core.select(g, d, i), t) if _t(t) else None for i, t in enumerate(tensors)], None]
 
 
-def _one_hot_rows(ids, rows: int, dtype: str):
-    """[n, rows] one-hot matrix of the flattened integer ids (a matmul with it scatters-adds rows)."""
+ONE_HOT_ELEMENTS = 1 << 22  # at most this many one-hot entries at a time (16 MiB in f32)
+
+
+def _scatter_add_rows(ids, g2, rows: int):
+    """[rows, D] sums of the rows of g2 [n, D] by their integer ids [n]: one-hot(ids)^T @ g2, in chunks
+    of ids so the one-hot matrix stays within ONE_HOT_ELEMENTS (no scatter kernel is needed)."""
     flat = core.reshape(core.contiguous(ids), [-1, 1])
-    return core.astype(core.eq(flat, core.arange(0, rows, 1, flat.dtype)), dtype)
+    n = flat.shape[0]
+    chunk = max(1, ONE_HOT_ELEMENTS // max(rows, 1))
+    positions = core.arange(0, rows, 1, flat.dtype)
+    total = None
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        part_ids = flat if (start, stop) == (0, n) else core.slice(flat, 0, start, stop)
+        part_g = g2 if (start, stop) == (0, n) else core.slice(g2, 0, start, stop)
+        one_hot = core.astype(core.eq(part_ids, positions), g2.dtype)
+        summed = core.matmul(core.transpose(one_hot, 0, 1), part_g)
+        total = summed if total is None else core.add(total, summed)
+    return total if total is not None else core.zeros([rows, g2.shape[1]], g2.dtype)
 
 
 @rule("embedding")
@@ -413,8 +428,7 @@ def _embedding(g, out, needs, table, ids):
     if not needs[0]:
         return [None, None]
     g2 = core.reshape(core.contiguous(g), [-1, table.shape[1]])
-    one_hot = _one_hot_rows(ids, table.shape[0], g.dtype)
-    return [_float_grad(core.matmul(core.transpose(one_hot, 0, 1), g2), table), None]
+    return [_float_grad(_scatter_add_rows(ids, g2, table.shape[0]), table), None]
 
 
 @rule("index_select")
@@ -423,8 +437,7 @@ def _index_select(g, out, needs, x, dim, ids):
     moved = core.contiguous(core.transpose(g, 0, d)) if d else core.contiguous(g)
     rest = list(moved.shape[1:])
     g2 = core.reshape(moved, [moved.shape[0], -1])
-    one_hot = _one_hot_rows(ids, x.shape[d], g.dtype)
-    gx = core.reshape(core.matmul(core.transpose(one_hot, 0, 1), g2), [x.shape[d]] + rest)
+    gx = core.reshape(_scatter_add_rows(ids, g2, x.shape[d]), [x.shape[d]] + rest)
     if d:
         gx = core.transpose(gx, 0, d)
     return [_float_grad(core.contiguous(gx), x), None, None]
