@@ -6,7 +6,8 @@ written in TL (a `learn` block) against the same step in PyTorch eager, on the C
 TL's time per step is (time of a run with 10 + S steps - time of a run with 10 steps) / S, so
 parsing, start-up and warm-up cancel; it includes the interpreter, the tape, backward and the
 optimizer. PyTorch (if importable; put it on PYTHONPATH) runs the same shapes and update rule with
-the same thread count; the same step written by hand in NumPy is always measured as a second peer. Prints one table: ms/step, steps/s, and TL's speed as a fraction of PyTorch's.
+the same thread count; the same step written by hand in NumPy is always measured as a second peer.
+Prints one table: ms/step, steps/s, and TL's speed as a fraction of each peer's.
 """
 from __future__ import annotations
 

@@ -28,9 +28,9 @@ def make_learnable(value, what: str = "value"):
     return fresh
 
 
-def _bind(name: str, params, args):
+def _bind(params, args):
     try:
-        return bind_keywords(name, params, args)
+        return bind_keywords(params, args)
     except ValueError as e:
         raise BuiltinArgError(str(e)) from None
 
@@ -137,14 +137,13 @@ def _make(cls, **kw):
          "stochastic gradient descent; arguments by position or name (sgd(lr = 0.1, momentum = 0.9))",
          min_args=1, max_args=4, category=C)
 def sgd(*args):
-    a = _bind("sgd", [("lr", REQUIRED), ("momentum", 0.0), ("nesterov", False), ("weight_decay", 0.0)], args)
+    a = _bind([("lr", REQUIRED), ("momentum", 0.0), ("nesterov", False), ("weight_decay", 0.0)], args)
     return _make(SGD, lr=_positive(a["lr"], "lr"), momentum=_nonneg(a["momentum"], "momentum"),
                  nesterov=to_bool(a["nesterov"], "nesterov"), weight_decay=_nonneg(a["weight_decay"], "weight_decay"))
 
 
-def _adam_args(name, args, default_wd):
-    a = _bind(name, [("lr", 0.001), ("beta1", 0.9), ("beta2", 0.999), ("eps", 1e-8), ("weight_decay", default_wd)],
-              args)
+def _adam_args(args, default_wd):
+    a = _bind([("lr", 0.001), ("beta1", 0.9), ("beta2", 0.999), ("eps", 1e-8), ("weight_decay", default_wd)], args)
     return dict(lr=_positive(a["lr"], "lr"), beta1=to_float(a["beta1"], "beta1"), beta2=to_float(a["beta2"], "beta2"),
                 eps=_positive(a["eps"], "eps"), weight_decay=_nonneg(a["weight_decay"], "weight_decay"))
 
@@ -153,13 +152,13 @@ def _adam_args(name, args, default_wd):
          "Adam (L2 weight decay added to the gradient); defaults lr 0.001, betas 0.9/0.999, eps 1e-8",
          min_args=0, max_args=5, category=C)
 def adam(*args):
-    return _make(Adam, **_adam_args("adam", args, 0.0))
+    return _make(Adam, **_adam_args(args, 0.0))
 
 
 @builtin("adamw", "adamw([lr], [beta1], [beta2], [eps], [weight_decay])",
          "AdamW (decoupled weight decay, default 0.01); other defaults as adam", min_args=0, max_args=5, category=C)
 def adamw(*args):
-    return _make(AdamW, **_adam_args("adamw", args, 0.01))
+    return _make(AdamW, **_adam_args(args, 0.01))
 
 
 @builtin("set_lr", "set_lr(optimizer, lr)", "change the optimizer's learning rate (a schedule restarts from it)",
@@ -190,7 +189,7 @@ def clip_grad_norm_builtin(max_norm):
 @builtin("step_lr", "step_lr(step_size, [gamma])", "lr * gamma ** (epoch / step_size, rounded down); gamma 0.1",
          min_args=1, max_args=2, category=C)
 def step_lr(*args):
-    a = _bind("step_lr", [("step_size", REQUIRED), ("gamma", 0.1)], args)
+    a = _bind([("step_size", REQUIRED), ("gamma", 0.1)], args)
     size = to_int(a["step_size"], "step_size")
     if size <= 0:
         raise BuiltinArgError(f"step_size must be positive, got {size}")
@@ -199,14 +198,14 @@ def step_lr(*args):
 
 @builtin("exponential_lr", "exponential_lr(gamma)", "lr * gamma ** epoch", min_args=1, max_args=1, category=C)
 def exponential_lr(*args):
-    a = _bind("exponential_lr", [("gamma", REQUIRED)], args)
+    a = _bind([("gamma", REQUIRED)], args)
     return LRScheduler("exponential_lr", gamma=_positive(a["gamma"], "gamma"))
 
 
 @builtin("cosine_lr", "cosine_lr(t_max, [eta_min])", "cosine annealing from lr down to eta_min over t_max epochs",
          min_args=1, max_args=2, category=C)
 def cosine_lr(*args):
-    a = _bind("cosine_lr", [("t_max", REQUIRED), ("eta_min", 0.0)], args)
+    a = _bind([("t_max", REQUIRED), ("eta_min", 0.0)], args)
     t_max = to_int(a["t_max"], "t_max")
     if t_max <= 0:
         raise BuiltinArgError(f"t_max must be positive, got {t_max}")

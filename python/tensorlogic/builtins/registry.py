@@ -63,9 +63,10 @@ class KeywordArg:
     tl_type_name = "named argument"
 
 
-def bind_keywords(fn_name: str, params: list[tuple[str, Any]], args: tuple) -> dict[str, Any]:
+def bind_keywords(params: list[tuple[str, Any]], args: tuple) -> dict[str, Any]:
     """Positional arguments then `name = value` ones onto `params` [(name, default)]; a missing
-    argument has default `REQUIRED`. Raises ValueError with one line on a bad call."""
+    argument has default `REQUIRED`. Raises ValueError with one line on a bad call (the interpreter
+    adds the builtin's name when it reports it)."""
     names = [p for p, _ in params]
     bound: dict[str, Any] = {}
     seen_keyword = False
@@ -73,20 +74,20 @@ def bind_keywords(fn_name: str, params: list[tuple[str, Any]], args: tuple) -> d
         if isinstance(a, KeywordArg):
             seen_keyword = True
             if a.name not in names:
-                raise ValueError(f"{fn_name} has no argument '{a.name}' (it takes {', '.join(names)})")
+                raise ValueError(f"no argument named '{a.name}' (it takes {', '.join(names)})")
             if a.name in bound:
-                raise ValueError(f"{fn_name}: argument '{a.name}' given twice")
+                raise ValueError(f"argument '{a.name}' given twice")
             bound[a.name] = a.value
         else:
             if seen_keyword:
-                raise ValueError(f"{fn_name}: a positional argument follows a named one")
+                raise ValueError("a positional argument follows a named one")
             if i >= len(names):
-                raise ValueError(f"{fn_name} takes at most {len(names)} arguments")
+                raise ValueError(f"takes at most {len(names)} arguments")
             bound[names[i]] = a
     for name, default in params:
         if name not in bound:
             if default is REQUIRED:
-                raise ValueError(f"{fn_name} needs '{name}'")
+                raise ValueError(f"needs '{name}'")
             bound[name] = default
     return bound
 

@@ -187,8 +187,10 @@ class Adam(Optimizer):
                 g = core.add(g, core.mul(w, self.weight_decay))
         m = self.m.get(p)
         v = self.v.get(p)
-        m = core.mul(g, 1 - b1) if m is None else core.add(core.mul(m, b1), core.mul(g, 1 - b1))
-        v = core.mul(core.mul(g, g), 1 - b2) if v is None else core.add(core.mul(v, b2), core.mul(core.mul(g, g), 1 - b2))
+        g_part = core.mul(g, 1 - b1)
+        m = g_part if m is None else core.add(core.mul(m, b1), g_part)
+        sq_part = core.mul(core.mul(g, g), 1 - b2)
+        v = sq_part if v is None else core.add(core.mul(v, b2), sq_part)
         self.m[p], self.v[p] = m, v
         t = self.steps
         step_size = self.lr / (1 - b1 ** t)
