@@ -154,6 +154,7 @@ def test_gradients_flow_through_user_functions_structs_and_tensor_equations():
     ("dropout([1.0], 1.5)", "p must be in [0, 1)"),
     ("learn { scheduler: 3, lr: 0.1 }", "scheduler must be step_lr"),
     ("step_lr(step_size = 0)", "step_size must be positive"),
+    ("fn f(a) { a }\nprint(f(a = 2))", "f is a TL function: pass 'a' by position"),
 ])
 def test_bad_learning_programs_get_one_line_errors(source, message):
     text = error(source)
