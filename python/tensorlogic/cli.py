@@ -4,7 +4,7 @@
     tl test FILE            same as `tl run --test FILE`
     tl check FILE...        parse and static checks only (undefined names, arity, break outside loops)
     tl repl                 interactive prompt (also reads piped input)
-    tl help builtins | tl help NAME
+    tl help builtins | tl help NAME | tl help learn
     tl generate | chat | model ...   (model commands, from tensorlogic.apps.model_commands)
     tl --version
 
