@@ -116,6 +116,7 @@ void bind_ops(py::module_& m) {
       {"logical_and", BinaryOp::LogicalAnd, "Elementwise logical and (bool)."},
       {"logical_or", BinaryOp::LogicalOr, "Elementwise logical or (bool)."},
   };
+  static_assert(sizeof(bins) / sizeof(bins[0]) == kBinaryOpCount, "bind every BinaryOp");
   for (const BinDef& d : bins) {
     BinaryOp op = d.op;
     const char* name = d.name;
@@ -135,6 +136,7 @@ void bind_ops(py::module_& m) {
       {"logical_not", UnaryOp::LogicalNot, "Elementwise not (bool)."},
       {"step", UnaryOp::Step, "1 where x > 0 else 0, in x's dtype (Tensor Logic's step)."},
   };
+  static_assert(sizeof(uns) / sizeof(uns[0]) + 2 == kUnaryOpCount, "bind every UnaryOp (gelu binds two)");
   for (const UnDef& d : uns) {
     UnaryOp op = d.op;
     const char* name = d.name;
@@ -175,6 +177,7 @@ void bind_ops(py::module_& m) {
       {"argmax", ReduceOp::ArgMax, "Index of the maximum (i64, first on ties)."},
       {"argmin", ReduceOp::ArgMin, "Index of the minimum (i64, first on ties)."},
   };
+  static_assert(sizeof(reds) / sizeof(reds[0]) == kReduceOpCount, "bind every ReduceOp");
   for (const RedDef& d : reds) {
     ReduceOp op = d.op;
     const char* name = d.name;
@@ -182,6 +185,26 @@ void bind_ops(py::module_& m) {
             return reduce(op, as_tensor(x, name), opt_int(dim, "dim"), keepdim);
           }, py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false, d.doc);
   }
+  m.def("kernel_ops", [] {
+          py::list binary, unary, reduction;
+          for (const BinDef& d : bins) binary.append(d.name);
+          for (const UnDef& d : uns) unary.append(d.name);
+          unary.append("gelu");
+          for (const RedDef& d : reds) reduction.append(d.name);
+          py::dict out;
+          out["binary"] = binary;
+          out["unary"] = unary;
+          out["reduce"] = reduction;
+          return out;
+        },
+        "The elementwise and reduction ops of the kernel table by family: {'binary': [...], "
+        "'unary': [...], 'reduce': [...]} (every value of the kernels' op enums, by its Python name).");
+  m.def("dtypes", [] {
+          py::list out;
+          for (int i = 0; !is_quantized(static_cast<DType>(i)); ++i) out.append(dtype_name(static_cast<DType>(i)));
+          return out;
+        },
+        "The plain (not block-quantized) element types, by name: f32, f16, bf16, i32, i64, bool.");
   m.def("softmax", [](py::handle x, int64_t dim) { return softmax(as_tensor(x, "softmax"), dim); },
         py::arg("x"), py::arg("dim") = -1, "Numerically stable softmax over `dim`.");
   m.def("log_softmax", [](py::handle x, int64_t dim) { return log_softmax(as_tensor(x, "log_softmax"), dim); },

@@ -63,6 +63,13 @@ enum class UnaryOp : uint8_t {
 
 enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin };
 
+// How many values each op enum has (keep them last-value + 1 when adding one). The bindings bind
+// every value and fail to compile otherwise; `_core.kernel_ops()` lists them, and the cross-backend
+// tests take their op lists from there, so a new op cannot ship untested on another backend.
+constexpr int kBinaryOpCount = static_cast<int>(BinaryOp::LogicalOr) + 1;
+constexpr int kUnaryOpCount = static_cast<int>(UnaryOp::Step) + 1;
+constexpr int kReduceOpCount = static_cast<int>(ReduceOp::ArgMin) + 1;
+
 class Kernels {
  public:
   virtual ~Kernels() = default;

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lang.errors import TLError
+from .lang.errors import TLError, TLInternalError
 
 
 @dataclass
@@ -25,6 +25,11 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.error is None and self.tests_failed == 0
+
+    @property
+    def internal_error(self) -> bool:
+        """The error is a bug in TensorLogic (a Python exception inside a builtin), not the program's."""
+        return isinstance(self.error, TLInternalError)
 
     @property
     def error_text(self) -> str:

@@ -10,7 +10,8 @@
 
 Exit status: 0 success; 1 a TL error (syntax, runtime, import) or a failed test; 2 a usage error
 (bad options, missing/unreadable file); 3 `--memory-check` found device bytes still live after
-teardown. Invariant: a TL user never sees a Python traceback unless they pass --debug.
+teardown; 4 an internal error (a bug in TensorLogic, not in the program). Invariant: a TL user never
+sees a Python traceback unless they pass --debug.
 """
 from __future__ import annotations
 
@@ -20,10 +21,9 @@ import sys
 import traceback
 
 from . import __version__
-from .apps.console import silence_stdout
+from .apps.console import EXIT_ERROR, EXIT_INTERNAL, EXIT_LEAK, EXIT_OK, EXIT_USAGE, silence_stdout
 from .apps.model_commands import register_commands as register_model_commands
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LEAK = 0, 1, 2, 3
 
 
 class _ArgParser(argparse.ArgumentParser):
@@ -63,19 +63,26 @@ def _select_backend(name: str | None) -> str | None:
     return None
 
 
-def _print_error(err: BaseException, debug: bool) -> None:
-    from .lang.errors import TLError
+def _print_error(err: BaseException, debug: bool) -> int:
+    """Print `err` for the user; returns the exit status it means."""
+    from .lang.errors import TLError, TLInternalError
     if debug:
         traceback.print_exception(err)
+        if isinstance(err, TLInternalError) and err.python_traceback:
+            sys.stderr.write("the Python exception inside TensorLogic:\n" + err.python_traceback)
+    if isinstance(err, TLInternalError):
+        sys.stderr.write(err.format() + "\n")
+        return EXIT_INTERNAL
     if isinstance(err, TLError):
         sys.stderr.write(err.format() + "\n")
-    else:
-        sys.stderr.write(f"tl: internal error: {type(err).__name__}: {err}\n"
-                         "(this is a bug in TensorLogic; run with --debug for the Python traceback)\n")
+        return EXIT_ERROR
+    sys.stderr.write(f"tl: internal error: {type(err).__name__}: {err}\n"
+                     "(this is a bug in TensorLogic; run with --debug for the Python traceback)\n")
+    return EXIT_INTERNAL
 
 
 def _release_everything(interp) -> None:
-    from .builtins.models import release_all
+    from .builtins.memory import release_all
     interp.close()
     release_all()
 
@@ -129,8 +136,7 @@ def cmd_run(args) -> int:
                 interp.run_main(loaded)
         except TLError as e:
             _drop_traceback(e, args.debug)
-            _print_error(e, args.debug)
-            status = EXIT_ERROR
+            status = _print_error(e, args.debug)
         except KeyboardInterrupt:
             sys.stderr.write("tl: interrupted\n")
             status = EXIT_ERROR
@@ -138,8 +144,7 @@ def cmd_run(args) -> int:
             raise  # stdout's reader went away (`tl run ... | head`): main() ends quietly
         except Exception as e:  # noqa: BLE001 - an interpreter bug: one message, never a raw traceback
             _drop_traceback(e, args.debug)
-            _print_error(e, args.debug)
-            status = EXIT_ERROR
+            status = _print_error(e, args.debug)
         sys.stdout.flush()
     finally:
         _release_everything(interp)
@@ -173,10 +178,13 @@ def _run_tests(interp, loaded) -> int:
             _drop_traceback(outcome.error, False)
             print("    " + outcome.error.format().replace("\n", "\n    "))
         sys.stdout.flush()
+    from .lang.errors import TLInternalError
     outcomes = interp.run_tests(loaded, report)
     passed = sum(o.passed for o in outcomes)
     failed = len(outcomes) - passed
     print(f"{passed} passed, {failed} failed")
+    if any(isinstance(o.error, TLInternalError) for o in outcomes):
+        return EXIT_INTERNAL
     return EXIT_OK if failed == 0 else EXIT_ERROR
 
 

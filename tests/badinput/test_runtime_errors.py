@@ -9,7 +9,6 @@ import re
 import pytest
 
 import tensorlogic
-from tensorlogic.lang.errors import TLError
 
 pytest.importorskip("tensorlogic._core")
 
@@ -17,10 +16,8 @@ pytest.importorskip("tensorlogic._core")
 def tl_error(expr: str) -> str:
     r = tensorlogic.run("main { print(" + expr + ") }", filename="bad.tl")
     assert r.error is not None, f"{expr} ran: {r.output!r}"
-    assert isinstance(r.error, TLError), type(r.error)
-    text = r.error.format()
-    assert "internal error" not in text and "Traceback" not in text
-    return text.splitlines()[0]
+    assert not r.internal_error, r.error_text
+    return r.error.format().splitlines()[0]
 
 
 A, B = "ones([2, 3])", "ones([4, 5])"
@@ -63,7 +60,7 @@ def test_nn_and_shape_ops_name_the_shapes(expr, needles):
 
 def test_tensor_larger_than_memory_is_out_of_memory_and_the_next_op_works():
     r = tensorlogic.run("main {\n let big = zeros([200000, 200000])\n}", filename="oom.tl")
-    assert isinstance(r.error, TLError) and "out of memory" in r.error.format()
+    assert r.error is not None and not r.internal_error and "out of memory" in r.error.format()
     assert "[200000, 200000]" in r.error.format()
     ok = tensorlogic.run("main { print(to_float(sum(ones([1000, 1000]) * 2.0))) }")
     assert ok.error is None and float(ok.output) == 2000000.0

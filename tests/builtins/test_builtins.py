@@ -268,6 +268,48 @@ def test_kv_cache_growing_and_preallocated():
         "let p = KVCache::with_capacity(1, 2, 1, 2)\np.append(0, ones([3, 1, 2]), ones([3, 1, 2]))").error.message
 
 
+def test_one_kv_cache_answers_both_method_sets():
+    """`KVCache::with_capacity` takes write/keys/values; `llama_kv_cache`-style caches take
+    set/append/get_k/get_v: one class, so each constructor answers both."""
+    result = tensorlogic.run("""
+        let p = KVCache::with_capacity(1, 8, 2, 4)
+        p.write(0, 0, ones([3, 2, 4]), ones([3, 2, 4]) * 2.0)
+        p.append(0, zeros([1, 2, 4]), zeros([1, 2, 4]))
+        let keys = p.keys(0)
+        let values2 = p.values(0, 2)
+        let g = KVCache::new_f16(1)
+        g.write(0, 0, ones([2, 1, 3]), ones([2, 1, 3]))
+        g.write(0, 1, zeros([1, 1, 3]), zeros([1, 1, 3]))
+        let gk = g.get_k(0)
+        print(p.length, g.len(0), p, g)
+        """)
+    assert result.error is None, result.error_text
+    close(result.env["keys"].numpy(), np.concatenate([np.ones((3, 2, 4)), np.zeros((1, 2, 4))]))
+    close(result.env["values2"].numpy(), np.full((2, 2, 4), 2.0))
+    close(result.env["gk"].numpy(), np.array([[[1, 1, 1]], [[0, 0, 0]]]))
+    assert result.env["gk"].dtype == "f16"
+    assert result.output == ("4 2 KVCache(1 layers, f32, length 4, capacity 8) "
+                             "KVCache(1 layers, f16, length 2, growing)\n")
+
+
+def test_token_sampler_draws_from_the_program_seed():
+    def draws(seed_line: str) -> str:
+        result = tensorlogic.run(f"""
+            let sampler = token_sampler(1.0)
+            {seed_line}
+            let logits = from_array([[0.0, 0.5, 1.0, 1.5, 2.0, 0.2, 0.7, 1.1]])
+            let ids = []
+            for i in range(40) {{ ids.push(sampler.sample(logits)) }}
+            print(ids)
+            """)
+        assert result.error is None, result.error_text
+        return result.output
+    assert draws("seed(11)") == draws("seed(11)")
+    assert draws("seed(11)") != draws("seed(12)")
+    own = "let other = token_sampler(1.0, 0, 1.0, 5)\nprint(other.sample(from_array([[0.0, 0.5, 1.0]])))"
+    assert tensorlogic.run(own).output == tensorlogic.run(own).output
+
+
 @pytest.mark.parametrize("expr,message", [
     ("reshape(A, [4, 4])", "cannot reshape [2, 3]"),
     ("A @ A", "matmul"),

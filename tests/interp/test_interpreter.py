@@ -403,3 +403,32 @@ def test_weighted_facts_and_tensor_equations_reach_the_logic_package():
             print(Y)
         }""")
     assert text.startswith("Edge(a, X): b") and text.endswith("[3., 7.]\n")
+
+
+def test_call_value_takes_the_compiled_call_path():
+    """A builtin (or the LLM session) calling a TL function gets the same depth limit, arity check
+    and error trace as a call in TL code."""
+    import io
+
+    from tensorlogic.builtins.registry import BUILTINS
+    from tensorlogic.interp.control import MAX_CALL_DEPTH
+    from tensorlogic.interp.interpreter import Interpreter
+    from tensorlogic.interp.values import BuiltinValue
+    from tensorlogic.lang.errors import TLRuntimeError
+
+    interp = Interpreter(out=io.StringIO())
+    interp.load_source("fn inner(x) { return x @ x }\nfn outer(x) { return inner(x) }\n"
+                       "fn one() { return 1 }", "calls.tl")
+    with pytest.raises(TLRuntimeError) as caught:
+        interp.call_value(interp.functions["outer"], [1])
+    trace = [desc for desc, _ in caught.value.trace]
+    assert trace == ["in inner", "in outer, calling inner"], trace
+    with pytest.raises(TLRuntimeError, match="relu takes 1 argument, got 0"):
+        interp.call_value(BuiltinValue(BUILTINS["relu"]), [])
+    interp.depth = MAX_CALL_DEPTH
+    with pytest.raises(TLRuntimeError, match="maximum call depth"):
+        interp.call_value(interp.functions["one"], [])
+    interp.depth = 0
+    assert interp.call_value(interp.functions["one"], []) == 1
+    interp.close()
+

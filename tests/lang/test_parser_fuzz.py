@@ -2,8 +2,6 @@
 with a position inside the input — never another exception, never a hang (hypothesis deadline)."""
 from __future__ import annotations
 
-import time
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +19,6 @@ FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCh
 
 
 def check(source: str) -> None:
-    start = time.perf_counter()
     try:
         parse(source, "fuzz.tl")
     except TLSyntaxError as e:
@@ -29,7 +26,6 @@ def check(source: str) -> None:
         assert text  # formatting an error never fails either
         if e.span is not None:
             assert 1 <= e.span.line <= max(source.count("\n") + 1, 1)
-    assert time.perf_counter() - start < 2.0
 
 
 @FUZZ

@@ -11,6 +11,8 @@ core = pytest.importorskip("tensorlogic._core")
 
 from tensorlogic.builtins import models as mb  # noqa: E402
 from tensorlogic.builtins.convert import BuiltinArgError  # noqa: E402
+from tensorlogic.builtins.kvcache import KVCache  # noqa: E402
+from tensorlogic.builtins.sampling import SamplerValue  # noqa: E402
 from tensorlogic.models.gguf_file import GGUFFile  # noqa: E402
 from tensorlogic.models.testing import write_tiny_llama  # noqa: E402
 
@@ -131,7 +133,7 @@ def test_tokenizer_builtins(tiny_bpe_path):
 
 
 def test_kv_cache_writes_in_place_and_views_prefix():
-    cache = mb.KVCacheValue(2, 8, 2, 4, "f32")
+    cache = KVCache(2, 8, 2, 4, "f32")
     buf = cache.k[1]
     rng = np.random.default_rng(0)
     k1, v1 = rng.standard_normal((3, 2, 4)).astype(np.float32), rng.standard_normal((3, 2, 4)).astype(np.float32)
@@ -156,7 +158,7 @@ def test_kv_cache_writes_in_place_and_views_prefix():
 
 
 def test_growable_kv_cache_keeps_contents():
-    cache = mb.KVCacheValue(1, None, dtype="f32")
+    cache = KVCache(1, None, dtype="f32")
     rows = []
     for i in range(300):
         k = np.full((1, 1, 2), i, np.float32)
@@ -169,18 +171,18 @@ def test_growable_kv_cache_keeps_contents():
 def test_sampler():
     logits = np.array([0.1, 3.0, 2.9, -1.0], dtype=np.float32)
     t = core.from_numpy(logits.reshape(1, -1))
-    assert mb.SamplerValue(0.0, 0, 1.0, None).sample(t) == 1
-    assert mb.SamplerValue(1.0, 1, 1.0, 0).sample(t) == 1  # top-1 is greedy
-    assert mb.SamplerValue(1.0, 0, 0.01, 0).sample(t) == 1  # tiny nucleus is greedy
-    draws = [mb.SamplerValue(1.0, 2, 1.0, 7).sample(t) for _ in range(3)]
+    assert SamplerValue.seeded(0.0, 0, 1.0, None).sample(t) == 1
+    assert SamplerValue.seeded(1.0, 1, 1.0, 0).sample(t) == 1  # top-1 is greedy
+    assert SamplerValue.seeded(1.0, 0, 0.01, 0).sample(t) == 1  # tiny nucleus is greedy
+    draws = [SamplerValue.seeded(1.0, 2, 1.0, 7).sample(t) for _ in range(3)]
     assert len(set(draws)) == 1  # same seed, same draw
-    s = mb.SamplerValue(1.0, 2, 1.0, 3)
+    s = SamplerValue.seeded(1.0, 2, 1.0, 3)
     seen = {s.sample(t) for _ in range(200)}
     assert seen == {1, 2}  # top-k=2 never picks the others
     with pytest.raises(BuiltinArgError, match="top_p"):
-        mb.SamplerValue(1.0, 0, 0.0, None)
+        SamplerValue.seeded(1.0, 0, 0.0, None)
     with pytest.raises(BuiltinArgError, match="temperature"):
-        mb.SamplerValue(-1.0, 0, 1.0, None)
+        SamplerValue.seeded(-1.0, 0, 1.0, None)
 
 
 def test_load_tokenizer_from_tokenizer_json(tiny_bpe_path, tmp_path):

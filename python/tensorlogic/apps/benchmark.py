@@ -7,7 +7,7 @@ import time
 
 
 def run_tl_benchmark(model_path: str, prompt_ids: list[int], decode_tokens: int, repeat: int = 3) -> dict:
-    from ..builtins.models import SamplerValue
+    from ..builtins.sampling import SamplerValue
     from .llm_session import LlmSession
 
     class WaitTimingSampler(SamplerValue):
@@ -15,7 +15,7 @@ def run_tl_benchmark(model_path: str, prompt_ids: list[int], decode_tokens: int,
         did not overlap); the rest of a decode step is interpreter and binding time."""
 
         def __init__(self):
-            super().__init__(0.0, 0, 1.0, None)
+            super().__init__(0.0, 0, 1.0, lambda: None)  # greedy: never draws
             self.waits: list[float] = []
 
         def sample(self, logits):

@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 import sys
 
+# Exit statuses of every `tl` command (docs/exit-codes.md).
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LEAK, EXIT_INTERNAL = 0, 1, 2, 3, 4
+
 
 def silence_stdout() -> None:
     """After stdout's reader went away: point stdout at /dev/null, so that the flush Python does at

@@ -18,7 +18,9 @@ import numpy as np
 
 from ..builtins.convert import BuiltinArgError
 from ..builtins.core import RuntimeFailure, init_backend, memory_stats
-from ..builtins.models import KVCacheValue, SamplerValue, load_model_value
+from ..builtins.kvcache import KVCache
+from ..builtins.models import load_model_value
+from ..builtins.sampling import SamplerValue
 from ..builtins.registry import TLObject
 from ..interp.interpreter import Interpreter
 from ..lang.errors import TLError
@@ -130,7 +132,7 @@ class LlmSession:
         if context is not None and context <= 0:
             raise ModelError(f"--context must be positive, got {context}")
         self.requested_context = context
-        self.cache: KVCacheValue | None = None
+        self.cache: KVCache | None = None
         self.cached_ids: list[int] = []
         self.interp = Interpreter(out=sys.stdout)
         try:
@@ -177,7 +179,7 @@ class LlmSession:
         if self.cache is None:
             cfg = self.config
             cap = min(self.requested_context or needed, cfg.context_length)
-            self.cache = KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, "f32")
+            self.cache = KVCache(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, "f32")
 
     def generate(self, prompt_ids: list[int], max_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eog: bool = True,
@@ -198,7 +200,7 @@ class LlmSession:
             common += 1
         start = min(common, len(prompt_ids) - 1)  # at least one token runs, for the logits
         if sampler is None:
-            sampler = SamplerValue(temperature, top_k, top_p, seed)
+            sampler = SamplerValue.seeded(temperature, top_k, top_p, seed)
         stop_ids = sorted(self.tokenizer.tok.eog_ids) if stop_at_eog else []
         stream = _TokenStream(self.tokenizer.tok, on_text, keep_logits,
                               memory_stats if track_memory else None)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..models.errors import ModelError
+from .console import EXIT_INTERNAL
 
 
 def register_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -171,5 +172,6 @@ def _run_with_session(args: argparse.Namespace, command) -> int:
     except (BrokenPipeError, OutputClosed):
         silence_stdout()  # the reader went away (`| head`): exit quietly
         return 0
-    except Exception as e:  # a bug, not a user error: still one line
-        return _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")
+    except Exception as e:  # a bug, not a user error: still one line, and its own exit status
+        _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (this is a bug in TensorLogic)")
+        return EXIT_INTERNAL

@@ -12,6 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ..lang.errors import TLError
+from ..logic.errors import LogicError
+from ..models.errors import ModelError
 from .core import Tensor, core  # noqa: F401 - re-exported for the builtin modules
 
 
@@ -19,11 +22,12 @@ class BuiltinArgError(Exception):
     """A builtin got a value it cannot use; the interpreter adds the builtin's name and the line."""
 
 
-DTYPE_ALIASES = {
-    "float32": "f32", "f32": "f32", "float": "f32", "float16": "f16", "f16": "f16", "half": "f16",
-    "bfloat16": "bf16", "bf16": "bf16", "int32": "i32", "i32": "i32", "int64": "i64", "i64": "i64",
-    "int": "i64", "bool": "bool", "int16": "i16", "i16": "i16",
-}
+def is_program_error(exc: BaseException) -> bool:
+    """Whether `exc`, raised by a builtin or an operator, is the program's fault (a bad argument, a
+    shape the runtime refuses, a bad model file, a logic error, arithmetic or resource limits) rather
+    than a bug in TensorLogic (a KeyError, TypeError, AttributeError... from Python code)."""
+    return isinstance(exc, (TLError, BuiltinArgError, core.TLRuntimeError, ModelError, LogicError,
+                            ZeroDivisionError, OverflowError, RecursionError, MemoryError))
 
 
 def type_name(v: Any) -> str:
@@ -49,12 +53,6 @@ def type_name(v: Any) -> str:
     if struct_type is not None and hasattr(struct_type, "field_names"):
         return struct_type.name
     return type(v).__name__
-
-
-def dtype_of(name: Any) -> str:
-    if isinstance(name, str) and name in DTYPE_ALIASES:
-        return DTYPE_ALIASES[name]
-    raise BuiltinArgError(f"unknown dtype {name!r} (use f32, f16, bf16, i32, i64 or bool)")
 
 
 def is_numeric_list(v: Any) -> bool:

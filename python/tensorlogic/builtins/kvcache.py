@@ -1,125 +1,136 @@
-"""KVCache: per-layer key/value storage for attention, in two forms.
+"""KVCache: per-layer key/value storage for attention, one class with two method sets.
 
-* Growing (`KVCache::new_f32(n_layers)` / `new_f16`): `.append(layer, K, V)` concatenates along the
-  sequence dim (dim 0 of [seq, heads, head_dim]) — what existing programs use.
-* Preallocated (`KVCache::with_capacity(n_layers, capacity, n_kv_heads, head_dim, [dtype])`): one
-  [capacity, heads, head_dim] buffer per layer made once; `.append` writes in place with `copy_`
-  into a view, and `.get_k/.get_v` return views of the filled prefix — no allocation per token (R7).
-Invariants: every layer's K and V hold the same number of positions; `.set` replaces a layer's
-contents; reading a layer never copies in the preallocated form; `.clear()` drops the contents.
+* Position style (what stdlib/llama.tl uses): `.write(layer, pos, K, V)` stores K/V [S, ...] at
+  positions pos..pos+S-1 and makes pos+S the layer's length; `.keys(layer, [n])`/`.values(layer, [n])`
+  are views of the first n positions.
+* Sequence style: `.set(layer, K, V)` replaces a layer's contents (a write at 0), `.append(layer, K, V)`
+  adds after what the layer holds (a write at its length), `.get_k(layer)`/`.get_v(layer)` read it all.
+
+Built by `KVCache::with_capacity(n_layers, capacity, n_kv_heads, head_dim, [dtype])` or
+`llama_kv_cache(model, capacity)` (preallocated: one [capacity, heads, head_dim] buffer per layer for
+K and V, written in place, no allocation per token), or `KVCache::new_f32(n_layers)`/`new_f16`
+(growing: allocated on the first write, moved to a buffer twice the size when it runs out, rare).
+Invariants: every read returns a view of the filled prefix, never a copy; a write never leaves a gap
+(pos <= length); K and V always have one shape; `release()` drops the device buffers.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .convert import BuiltinArgError, Tensor, core, dtype_of, to_int, to_tensor
-from .records import Record
+from .convert import BuiltinArgError, Tensor, core, to_int, to_tensor, type_name
+from .dtypes import dtype_of
+from .memory import track_open
 from .registry import TLObject, builtin
 
 
 class KVCache(TLObject):
     tl_type_name = "KVCache"
 
-    def __init__(self, n_layers: int, dtype: str, capacity: int | None = None, heads: int | None = None,
-                 head_dim: int | None = None):
+    def __init__(self, n_layers: int, capacity: int | None = None, n_kv_heads: int | None = None,
+                 head_dim: int | None = None, dtype: str = "f32"):
         if n_layers <= 0:
-            raise BuiltinArgError(f"n_layers must be positive, got {n_layers}")
+            raise BuiltinArgError(f"KVCache needs at least one layer, got {n_layers}")
+        if capacity is not None and capacity <= 0:
+            raise BuiltinArgError(f"KVCache capacity must be positive, got {capacity}")
+        if capacity is not None and ((n_kv_heads is not None and n_kv_heads <= 0)
+                                     or (head_dim is not None and head_dim <= 0)):
+            raise BuiltinArgError("KVCache n_kv_heads and head_dim must be positive")
         self.n_layers = n_layers
-        self.dtype = dtype
         self.capacity = capacity
+        self.dtype = dtype
+        self.k: list[Any] = [None] * n_layers
+        self.v: list[Any] = [None] * n_layers
         self.lengths = [0] * n_layers
-        if capacity is not None:
-            if capacity <= 0 or not heads or not head_dim or heads <= 0 or head_dim <= 0:
-                raise BuiltinArgError("capacity, n_kv_heads and head_dim must be positive")
-            self.k: list[Any] = [core.zeros([capacity, heads, head_dim], dtype) for _ in range(n_layers)]
-            self.v: list[Any] = [core.zeros([capacity, heads, head_dim], dtype) for _ in range(n_layers)]
-        else:
-            self.k = [None] * n_layers
-            self.v = [None] * n_layers
+        track_open(self)
+        if capacity is not None and n_kv_heads is not None and head_dim is not None:
+            for i in range(n_layers):
+                self._allocate(i, capacity, (n_kv_heads, head_dim))
 
-    def _layer(self, layer) -> int:
+    def _allocate(self, layer: int, rows: int, tail: tuple) -> None:
+        self.k[layer] = core.zeros([rows, *tail], self.dtype)
+        self.v[layer] = core.zeros([rows, *tail], self.dtype)
+
+    def _layer(self, layer: Any) -> int:
         i = to_int(layer, "layer")
         if not 0 <= i < self.n_layers:
-            raise BuiltinArgError(f"layer {i} is out of range for a cache of {self.n_layers} layers")
+            raise BuiltinArgError(f"KVCache layer {i} is out of range (0..{self.n_layers - 1})")
         return i
 
-    def _kv(self, k, v):
-        kt, vt = to_tensor(k, "K"), to_tensor(v, "V")
-        if list(kt.shape) != list(vt.shape):
-            raise BuiltinArgError(f"K {list(kt.shape)} and V {list(vt.shape)} must have the same shape")
-        if kt.ndim == 0:
-            raise BuiltinArgError("K and V need a sequence dim")
-        if kt.dtype != self.dtype:
-            kt, vt = kt.astype(self.dtype), vt.astype(self.dtype)
-        return kt, vt
-
-    def set(self, layer, k, v) -> None:
+    # ------------------------------------------------------------------ position style
+    def write(self, layer: Any, pos: Any, k: Any, v: Any) -> None:
         i = self._layer(layer)
-        kt, vt = self._kv(k, v)
-        if self.capacity is None:
-            self.k[i], self.v[i] = kt, vt
-            self.lengths[i] = kt.shape[0]
+        p = to_int(pos, "position")
+        k, v = to_tensor(k, "K"), to_tensor(v, "V")
+        if k.ndim == 0 or tuple(k.shape) != tuple(v.shape):
+            raise BuiltinArgError(f"KVCache expects K and V of one shape [seq, kv_heads, head_dim], got "
+                                  f"{type_name(k)} and {type_name(v)}")
+        s, tail = k.shape[0], tuple(k.shape[1:])
+        if p < 0 or p > self.lengths[i]:
+            raise BuiltinArgError(f"KVCache write at position {p} would leave a gap "
+                                  f"(layer {i} holds {self.lengths[i]} positions)")
+        buf = self.k[i]
+        if buf is not None and tuple(buf.shape[1:]) != tail:
+            if self.capacity is not None or p != 0:
+                raise BuiltinArgError(f"KVCache layer {i} holds [?, {', '.join(str(d) for d in buf.shape[1:])}], "
+                                      f"got K {list(k.shape)}")
+            buf = self.k[i] = self.v[i] = None  # a growing layer set anew with another shape
+        if buf is None or p + s > buf.shape[0]:
+            self._grow(i, p, s, tail)
+        if k.dtype != self.dtype:
+            k, v = k.astype(self.dtype), v.astype(self.dtype)
+        self.k[i][p:p + s] = k
+        self.v[i][p:p + s] = v
+        self.lengths[i] = p + s
+
+    def _grow(self, layer: int, pos: int, added: int, tail: tuple) -> None:
+        needed = pos + added
+        if self.capacity is not None:  # preallocated: fixed size
+            if needed > self.capacity:
+                raise BuiltinArgError(f"KV cache is full: layer {layer} holds {pos} of {self.capacity} "
+                                      f"positions, cannot add {added}")
+            self._allocate(layer, self.capacity, tail)
             return
-        self.lengths[i] = 0
-        self.append(i, kt, vt)
+        old_k, old_v, n = self.k[layer], self.v[layer], min(self.lengths[layer], pos)
+        self._allocate(layer, max(needed, 2 * (old_k.shape[0] if old_k is not None else 128)), tail)
+        if old_k is not None and n:
+            self.k[layer][0:n] = old_k[0:n]
+            self.v[layer][0:n] = old_v[0:n]
 
-    def append(self, layer, k, v) -> None:
+    def keys(self, layer: Any, n: Any | None = None) -> Any:
+        return self._view(self.k, self._layer(layer), n)
+
+    def values(self, layer: Any, n: Any | None = None) -> Any:
+        return self._view(self.v, self._layer(layer), n)
+
+    def _view(self, bufs: list, i: int, n: Any | None) -> Any:
+        count = self.lengths[i] if n is None else to_int(n, "length")
+        if bufs[i] is None or count <= 0:
+            raise BuiltinArgError(f"KVCache layer {i} is empty")
+        if count > self.lengths[i]:
+            raise BuiltinArgError(f"KVCache layer {i} holds {self.lengths[i]} positions, {count} requested")
+        return bufs[i][0:count]
+
+    # ------------------------------------------------------------------ sequence style
+    def set(self, layer: Any, k: Any, v: Any) -> None:
+        self.write(layer, 0, k, v)
+
+    def append(self, layer: Any, k: Any, v: Any) -> None:
         i = self._layer(layer)
-        kt, vt = self._kv(k, v)
-        n = kt.shape[0]
-        if self.capacity is None:
-            if self.k[i] is None:
-                self.k[i], self.v[i] = kt, vt
-            else:
-                if list(self.k[i].shape[1:]) != list(kt.shape[1:]):
-                    raise BuiltinArgError(f"K {list(kt.shape)} does not match the cached "
-                                          f"{list(self.k[i].shape)} of layer {i}")
-                self.k[i] = core.concat([self.k[i], kt], 0)
-                self.v[i] = core.concat([self.v[i], vt], 0)
-            self.lengths[i] += n
-            return
-        start = self.lengths[i]
-        if start + n > self.capacity:
-            raise BuiltinArgError(f"KV cache is full: layer {i} holds {start} of {self.capacity} positions, "
-                                  f"cannot add {n}")
-        if list(self.k[i].shape[1:]) != list(kt.shape[1:]):
-            raise BuiltinArgError(f"K {list(kt.shape)} does not match the cache's [{self.capacity}, "
-                                  f"{', '.join(str(d) for d in self.k[i].shape[1:])}]")
-        core.copy_(core.slice(self.k[i], 0, start, start + n, 1), kt)
-        core.copy_(core.slice(self.v[i], 0, start, start + n, 1), vt)
-        self.lengths[i] = start + n
+        self.write(i, self.lengths[i], k, v)
 
-    def get(self, which: str, layer):
-        i = self._layer(layer)
-        store = self.k if which == "k" else self.v
-        if self.capacity is None:
-            if store[i] is None:
-                raise BuiltinArgError(f"layer {i} of the KV cache is empty")
-            return store[i]
-        if self.lengths[i] == 0:
-            raise BuiltinArgError(f"layer {i} of the KV cache is empty")
-        return core.slice(store[i], 0, 0, self.lengths[i], 1)
-
-    def clear(self) -> None:
+    # ------------------------------------------------------------------ lifetime
+    def reset(self) -> None:
+        """Forget the contents (the buffers stay for the next sequence)."""
         self.lengths = [0] * self.n_layers
-        if self.capacity is None:
-            self.k = [None] * self.n_layers
-            self.v = [None] * self.n_layers
 
-    # TLObject protocol
-    def tl_call_method(self, name: str, args: list) -> Any:
-        if name in ("set", "append") and len(args) == 3:
-            getattr(self, name)(*args)
-            return None
-        if name in ("get_k", "get_v") and len(args) == 1:
-            return self.get(name[-1], args[0])
-        if name == "len" and len(args) <= 1:
-            return self.lengths[self._layer(args[0])] if args else self.lengths[0]
-        if name == "clear" and not args:
-            self.clear()
-            return None
-        raise AttributeError(name)
+    def release(self) -> None:
+        self.k = [None] * self.n_layers
+        self.v = [None] * self.n_layers
+        self.lengths = [0] * self.n_layers
 
+    release_device_memory = release
+
+    # ------------------------------------------------------------------ TLObject protocol
     def tl_get_field(self, name: str) -> Any:
         if name == "n_layers":
             return self.n_layers
@@ -131,29 +142,48 @@ class KVCache(TLObject):
             return self.dtype
         raise AttributeError(name)
 
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        if name == "write" and len(args) == 4:
+            return self.write(*args)
+        if name in ("set", "append") and len(args) == 3:
+            return getattr(self, name)(*args)
+        if name in ("get_k", "keys") and 1 <= len(args) <= 2:
+            return self.keys(*args)
+        if name in ("get_v", "values") and 1 <= len(args) <= 2:
+            return self.values(*args)
+        if name in ("len", "length") and len(args) <= 1:
+            return self.lengths[self._layer(args[0]) if args else 0]
+        if name in ("reset", "clear") and not args:
+            return self.reset()
+        if name in ("release", "close") and not args:
+            return self.release()
+        raise AttributeError(name)
+
     def tl_repr(self) -> str:
-        cap = f", capacity {self.capacity}" if self.capacity is not None else ""
+        cap = f", capacity {self.capacity}" if self.capacity is not None else ", growing"
         return f"KVCache({self.n_layers} layers, {self.dtype}, length {self.lengths[0]}{cap})"
 
+    __repr__ = tl_repr
 
-@builtin("KVCache::new_f32", "KVCache::new_f32(n_layers)", "growing f32 KV cache (append concatenates)",
+
+@builtin("KVCache::new_f32", "KVCache::new_f32(n_layers)", "growing f32 KV cache (allocated on first write)",
          min_args=1, max_args=1, category="nn")
 def kv_new_f32(n_layers):
-    return KVCache(to_int(n_layers, "n_layers"), "f32")
+    return KVCache(to_int(n_layers, "n_layers"), dtype="f32")
 
 
-@builtin("KVCache::new_f16", "KVCache::new_f16(n_layers)", "growing f16 KV cache (append concatenates)",
+@builtin("KVCache::new_f16", "KVCache::new_f16(n_layers)", "growing f16 KV cache (allocated on first write)",
          min_args=1, max_args=1, category="nn")
 def kv_new_f16(n_layers):
-    return KVCache(to_int(n_layers, "n_layers"), "f16")
+    return KVCache(to_int(n_layers, "n_layers"), dtype="f16")
 
 
 @builtin("KVCache::with_capacity", "KVCache::with_capacity(n_layers, capacity, n_kv_heads, head_dim, [dtype])",
          "preallocated KV cache written in place (no allocation per token)", min_args=4, max_args=5,
          category="nn")
 def kv_with_capacity(n_layers, capacity, heads, head_dim, dtype="f32"):
-    return KVCache(to_int(n_layers, "n_layers"), dtype_of(dtype), to_int(capacity, "capacity"),
-                   to_int(heads, "n_kv_heads"), to_int(head_dim, "head_dim"))
+    return KVCache(to_int(n_layers, "n_layers"), to_int(capacity, "capacity"), to_int(heads, "n_kv_heads"),
+                   to_int(head_dim, "head_dim"), dtype_of(dtype))
 
 
-_ = (Tensor, Record)
+_ = Tensor

@@ -1,15 +1,34 @@
-"""Memory builtins: buffer reservations (R7) and the runtime's ledger as printable records.
+"""Memory builtins: buffer reservations (R7) and the runtime's ledger as printable records; the
+registry of open values (models, KV caches) that own device memory.
 
 Invariant: these only read or configure the runtime's pool; they never hold tensors, so calling them
-cannot keep device memory alive.
+cannot keep device memory alive. Every value that owns device buffers registers itself with
+`track_open`, so `release_all()` (called by `tl run` after the program) can drop them (R6).
 """
 from __future__ import annotations
 
-from .convert import BuiltinArgError, core, dtype_of, to_int, to_shape
+import weakref
+from typing import Any
+
+from .convert import BuiltinArgError, core, to_int, to_shape
 from .records import Record
+from .dtypes import dtype_of
 from .registry import builtin
 
 C = "memory"
+
+_OPEN_VALUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def track_open(value: Any) -> None:
+    """Remember `value` (it has `release_device_memory()`) until it is garbage."""
+    _OPEN_VALUES.add(value)
+
+
+def release_all() -> None:
+    """Release the device memory of every open model and KV cache."""
+    for value in list(_OPEN_VALUES):
+        value.release_device_memory()
 
 
 @builtin("buffer_reserve", "buffer_reserve(shape, count, [dtype])",

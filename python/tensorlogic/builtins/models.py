@@ -1,39 +1,30 @@
 """TL builtins for models and text: load_model, get_tensor, load_tokenizer, tokenize, detokenize,
-apply_chat_template, the preallocated KVCache, and token sampling.
+apply_chat_template, llama_kv_cache (a KVCache sized to the model), causal_attention, token_sampler.
 
 Invariants: quantized weights are uploaded byte for byte (`_core.from_quantized`), never
 dequantized, unless the program asks for `load_model_f32`/`load_model_f16`; a model's device
 tensors are referenced only by its `ModelValue` (and whatever TL variables took them), so
-`model.close()` releases them. A KVCache holds one [capacity, kv_heads, head_dim] buffer per layer
-for K and V, written in place; reading returns views of the filled prefix, never copies.
+`model.close()` releases them.
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..models.errors import ModelError
-from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_str, type_name
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_int, to_str, type_name
+from .kvcache import KVCache
+from .memory import track_open
+from .dtypes import dtype_of
 from .registry import TLObject, builtin
 
 # Files at least this large show a progress bar while uploading (when stderr is a terminal).
 PROGRESS_MIN_BYTES = 256 << 20
-
-# Every model and KV cache still open, so that `tl run` can release their device memory at exit (R6).
-_OPEN_VALUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-
-def release_all() -> None:
-    """Close every open model and release every KV cache (called by `tl run` after the program)."""
-    for value in list(_OPEN_VALUES):
-        value.release_device_memory()
-
 
 def _model_error(e: ModelError) -> BuiltinArgError:
     return BuiltinArgError(str(e))
@@ -143,7 +134,7 @@ class ModelValue(TLObject):
         self._tree = _build_tree(self.tensors)
         self._tokenizer = None
         self.load_seconds = time.perf_counter() - started
-        _OPEN_VALUES.add(self)
+        track_open(self)
 
     def release_device_memory(self) -> None:
         self.close()
@@ -569,149 +560,16 @@ def _text_stream(ctx, tok):
 # ---------------------------------------------------------------------------------- KV cache
 
 
-class KVCacheValue(TLObject):
-    """Per layer, K and V buffers [capacity, kv_heads, head_dim] written in place.
-
-    `write(layer, pos, K, V)` stores K/V [S, kv_heads, head_dim] at positions pos..pos+S-1 and makes
-    pos+S the layer's length; `keys(layer, n)`/`values(layer, n)` are views of the first n rows.
-    Without a capacity (the legacy set/append/get_k/get_v style) it allocates on the first write
-    and, if it ever runs out of room, moves to a buffer twice the size (rare, amortized)."""
-
-    tl_type_name = "KVCache"
-
-    def __init__(self, n_layers: int, capacity: int | None = None, n_kv_heads: int | None = None,
-                 head_dim: int | None = None, dtype: str = "f32"):
-        if n_layers <= 0:
-            raise BuiltinArgError(f"KVCache needs at least one layer, got {n_layers}")
-        if capacity is not None and capacity <= 0:
-            raise BuiltinArgError(f"KVCache capacity must be positive, got {capacity}")
-        self.n_layers = n_layers
-        self.capacity = capacity
-        self.dtype = dtype
-        self.k: list[Any] = [None] * n_layers
-        self.v: list[Any] = [None] * n_layers
-        self.lengths = [0] * n_layers
-        _OPEN_VALUES.add(self)
-        if capacity is not None and n_kv_heads is not None and head_dim is not None:
-            for i in range(n_layers):
-                self._allocate(i, capacity, n_kv_heads, head_dim)
-
-    def _allocate(self, layer: int, capacity: int, heads: int, dim: int) -> None:
-        self.k[layer] = core.zeros([capacity, heads, dim], self.dtype)
-        self.v[layer] = core.zeros([capacity, heads, dim], self.dtype)
-
-    def _layer(self, layer: Any) -> int:
-        i = to_int(layer, "layer")
-        if not 0 <= i < self.n_layers:
-            raise BuiltinArgError(f"KVCache layer {i} is out of range (0..{self.n_layers - 1})")
-        return i
-
-    def write(self, layer: Any, pos: Any, k: Any, v: Any) -> None:
-        i = self._layer(layer)
-        p = to_int(pos, "position")
-        if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.ndim != 3 or tuple(k.shape) != tuple(v.shape):
-            raise BuiltinArgError(f"KVCache expects K and V of one shape [seq, kv_heads, head_dim], got "
-                                  f"{type_name(k)} and {type_name(v)}")
-        s, heads, dim = k.shape
-        if p < 0 or p > self.lengths[i]:
-            raise BuiltinArgError(f"KVCache write at position {p} would leave a gap "
-                                  f"(layer {i} holds {self.lengths[i]} positions)")
-        buf = self.k[i]
-        if buf is not None and tuple(buf.shape[1:]) != (heads, dim):
-            raise BuiltinArgError(f"KVCache layer {i} holds [?, {buf.shape[1]}, {buf.shape[2]}], got K {list(k.shape)}")
-        if buf is None or p + s > buf.shape[0]:
-            self._grow(i, p + s, heads, dim)
-        if k.dtype != self.dtype:
-            k, v = k.astype(self.dtype), v.astype(self.dtype)
-        self.k[i][p:p + s] = k
-        self.v[i][p:p + s] = v
-        self.lengths[i] = p + s
-
-    def _grow(self, layer: int, needed: int, heads: int, dim: int) -> None:
-        if self.capacity is not None:  # preallocated: fixed size
-            if needed > self.capacity:
-                raise BuiltinArgError(f"KVCache is full: {needed} positions needed, capacity {self.capacity}")
-            self._allocate(layer, self.capacity, heads, dim)
-            return
-        old_k, old_v, n = self.k[layer], self.v[layer], self.lengths[layer]
-        self._allocate(layer, max(needed, 2 * (old_k.shape[0] if old_k is not None else 256)), heads, dim)
-        if old_k is not None and n:
-            self.k[layer][0:n] = old_k[0:n]
-            self.v[layer][0:n] = old_v[0:n]
-
-    def keys(self, layer: Any, n: Any | None = None) -> Any:
-        i = self._layer(layer)
-        return self._view(self.k, i, n)
-
-    def values(self, layer: Any, n: Any | None = None) -> Any:
-        i = self._layer(layer)
-        return self._view(self.v, i, n)
-
-    def _view(self, bufs: list, i: int, n: Any | None) -> Any:
-        count = self.lengths[i] if n is None else to_int(n, "length")
-        if bufs[i] is None or count <= 0:
-            raise BuiltinArgError(f"KVCache layer {i} is empty")
-        if count > self.lengths[i]:
-            raise BuiltinArgError(f"KVCache layer {i} holds {self.lengths[i]} positions, {count} requested")
-        return bufs[i][0:count]
-
-    def reset(self) -> None:
-        self.lengths = [0] * self.n_layers
-
-    def release_device_memory(self) -> None:
-        self.release()
-
-    def release(self) -> None:
-        self.k = [None] * self.n_layers
-        self.v = [None] * self.n_layers
-        self.lengths = [0] * self.n_layers
-
-    def tl_get_field(self, name: str) -> Any:
-        if name == "n_layers":
-            return self.n_layers
-        if name == "capacity":
-            return self.capacity if self.capacity is not None else -1
-        if name == "length":
-            return self.lengths[0]
-        raise AttributeError(name)
-
-    def tl_call_method(self, name: str, args: list[Any]) -> Any:
-        if name == "write" and len(args) == 4:
-            return self.write(*args)
-        if name == "set" and len(args) == 3:
-            return self.write(args[0], 0, args[1], args[2])
-        if name == "append" and len(args) == 3:
-            i = self._layer(args[0])
-            return self.write(i, self.lengths[i], args[1], args[2])
-        if name in ("get_k", "keys") and 1 <= len(args) <= 2:
-            return self.keys(*args)
-        if name in ("get_v", "values") and 1 <= len(args) <= 2:
-            return self.values(*args)
-        if name in ("len", "length") and len(args) <= 1:
-            return self.lengths[self._layer(args[0]) if args else 0]
-        if name == "reset" and not args:
-            return self.reset()
-        if name in ("release", "close") and not args:
-            return self.release()
-        raise AttributeError(name)
-
-    def __repr__(self) -> str:
-        cap = self.capacity if self.capacity is not None else "growable"
-        return f"<KVCache {self.n_layers} layers, {cap} positions, {self.dtype}, length {self.lengths[0]}>"
-
-
 @builtin("llama_kv_cache", "llama_kv_cache(model, capacity, dtype=\"f32\")",
          "a KV cache for the model, preallocated to `capacity` positions and written in place",
          min_args=2, max_args=3, category="models")
 def _llama_kv_cache(model, capacity, dtype="f32"):
-    from .convert import dtype_of
-
     cfg = _as_model(model).cfg
     cap = to_int(capacity, "capacity")
     if not 0 < cap <= cfg.context_length:
         raise BuiltinArgError(f"llama_kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
                               "(the model's context length)")
-    return KVCacheValue(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
+    return KVCache(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
 
 
 @builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0)",
@@ -722,69 +580,3 @@ def _causal_attention(q, k, v, pos_offset=0):
         if not isinstance(t, Tensor) or t.ndim != 3:
             raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim], got {type_name(t)}")
     return core.attention(q, k, v, causal=True, pos_offset=to_int(pos_offset, "pos_offset"))
-
-
-# ---------------------------------------------------------------------------------- sampling
-
-
-class SamplerValue(TLObject):
-    """Chooses the next token from logits: greedy (argmax on the device) at temperature 0, else
-    temperature → top-k → top-p → a draw from a seeded generator, on the host. Either way one
-    host read per token."""
-
-    tl_type_name = "sampler"
-
-    def __init__(self, temperature: float, top_k: int, top_p: float, seed: int | None):
-        if temperature < 0:
-            raise BuiltinArgError(f"temperature must be >= 0, got {temperature}")
-        if not 0.0 < top_p <= 1.0:
-            raise BuiltinArgError(f"top_p must be in (0, 1], got {top_p}")
-        if top_k < 0:
-            raise BuiltinArgError(f"top_k must be >= 0, got {top_k}")
-        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        self.rng = np.random.default_rng(seed)
-
-    def sample(self, logits: Any) -> int:
-        if not isinstance(logits, Tensor):
-            raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
-        if self.temperature == 0.0:
-            return int(core.argmax(logits.reshape([-1])).item())
-        values = logits.numpy().reshape(-1)
-        if np.isnan(values).any() or np.isposinf(values).any() or np.isneginf(values).all():
-            raise BuiltinArgError("cannot sample: the logits contain NaN or +infinity (or are all -infinity)")
-        return sample_from_logits(values, self.temperature, self.top_k, self.top_p, self.rng)
-
-    def tl_get_field(self, name: str) -> Any:
-        if name in ("temperature", "top_k", "top_p"):
-            return getattr(self, name)
-        raise AttributeError(name)
-
-    def tl_call_method(self, name: str, args: list[Any]) -> Any:
-        if name == "sample" and len(args) == 1:
-            return self.sample(args[0])
-        raise AttributeError(name)
-
-
-def sample_from_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
-                       rng: np.random.Generator) -> int:
-    """One draw from softmax(logits / T) restricted to the top-k, then to the top-p mass."""
-    x = logits.astype(np.float64) / max(temperature, 1e-6)
-    order = np.argsort(-x, kind="stable")
-    if top_k > 0:
-        order = order[:top_k]
-    z = x[order]
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    if top_p < 1.0:
-        keep = int(np.searchsorted(np.cumsum(p), top_p) + 1)
-        order, p = order[:keep], p[:keep] / p[:keep].sum()
-    return int(order[rng.choice(len(order), p=p)])
-
-
-@builtin("token_sampler", "token_sampler(temperature=0, top_k=0, top_p=1, seed=-1)",
-         "a next-token chooser (`.sample(logits)`): greedy at temperature 0, else seeded top-k/top-p sampling",
-         min_args=0, max_args=4, category="models")
-def _token_sampler(temperature=0.0, top_k=0, top_p=1.0, seed=-1):
-    s = to_int(seed, "seed")
-    return SamplerValue(to_float(temperature, "temperature"), to_int(top_k, "top_k"), to_float(top_p, "top_p"),
-                        None if s < 0 else s)

@@ -13,16 +13,10 @@ import math
 import operator
 from typing import Any, Callable
 
-from .convert import BuiltinArgError, Tensor, core, dtype_of, is_numeric_list, list_to_numpy, to_bool, to_int
+from . import dtypes
+from .convert import BuiltinArgError, Tensor, core, is_numeric_list, list_to_numpy, to_bool, to_int
 from .convert import type_name
 from .formatting import format_value
-
-SCALAR_INT_TYPES = {"int", "i32", "i64", "int32", "int64", "usize", "isize", "i16", "int16"}
-SCALAR_FLOAT_TYPES = {"float", "f32", "f64", "f16", "float32", "float64", "float16", "bf16", "bfloat16"}
-STRING_TYPES = ("string", "str", "String")
-CAST_DTYPES = {"f32": "f32", "float32": "f32", "float": "f32", "f16": "f16", "float16": "f16",
-               "bf16": "bf16", "bfloat16": "bf16", "i32": "i32", "int32": "i32", "i64": "i64",
-               "int64": "i64", "int": "i64", "bool": "bool", "f64": "f32", "float64": "f32"}
 
 
 def tensor_from_list(v: list):
@@ -246,18 +240,22 @@ def iterate(v):
 
 
 def is_cast_type(tname: str) -> bool:
-    return tname in CAST_DTYPES or tname in STRING_TYPES
+    """`as tname` names a dtype of the one table (builtins/dtypes.py) or string."""
+    return tname in dtypes.DTYPES or tname in dtypes.STRING_NAMES
 
 
 def cast(v, tname: str):
-    """`v as tname`."""
-    if tname in STRING_TYPES:
+    """`v as tname`: tensors and numeric lists get that dtype; a scalar becomes an int, float or bool
+    by the dtype's kind; a string parses as that kind; anything `as string` is its printed form."""
+    if tname in dtypes.STRING_NAMES:
         return format_value(v)
+    dtype = dtypes.dtype_of(tname)
     if isinstance(v, Tensor):
-        return v.astype(CAST_DTYPES[tname])
+        return v.astype(dtype)
     if v.__class__ is list:
-        return tensor_from_list(v).astype(CAST_DTYPES[tname])
-    if tname in SCALAR_INT_TYPES:
+        return tensor_from_list(v).astype(dtype)
+    kind = dtypes.KIND[dtype]
+    if kind == "int":
         if isinstance(v, str):
             try:
                 return int(v.strip())
@@ -266,17 +264,20 @@ def cast(v, tname: str):
         if isinstance(v, float):
             if not math.isfinite(v):
                 raise BuiltinArgError(f"cannot convert {v} to int")
-        return int(v)
-    if tname in SCALAR_FLOAT_TYPES:
+        return _scalar(v, int, tname)
+    if kind == "float":
         if isinstance(v, str):
             try:
                 return float(v.strip())
             except ValueError:
                 raise BuiltinArgError(f"cannot convert string {v!r} to float") from None
-        return float(v)
-    if tname == "bool":
-        if isinstance(v, str):
-            raise BuiltinArgError("cannot convert a string to bool")
-        return bool(v)
-    dtype_of(tname)
-    return v
+        return _scalar(v, float, tname)
+    if isinstance(v, str):
+        raise BuiltinArgError("cannot convert a string to bool")
+    return _scalar(v, bool, tname)
+
+
+def _scalar(v, convert, tname: str):
+    if isinstance(v, (bool, int, float)):
+        return convert(v)
+    raise BuiltinArgError(f"cannot convert {type_name(v)} to {tname}")

@@ -1,81 +1,129 @@
-"""Sampling builtins: temperature, top-k and top-p (nucleus) sampling, `seed`.
+"""Sampling: `temperature_sample`, `top_k`, `top_p`, `multinomial`, `random`, `seed`, and the
+next-token chooser `token_sampler` (a `sampler` value with `.sample(logits)`).
 
-Invariant: all randomness comes from the run's generator (`ctx.rng`, seeded by `tl run --seed N` or
-`seed(n)`), so a seeded program samples the same tokens every run. Each sampler returns an int id.
+Invariants: every draw goes through `choose_token` (softmax(logits / T), restricted to the top-k,
+then to the top-p mass) or `multinomial`; all randomness comes from the run's generator (`ctx.rng`,
+seeded by `tl run --seed N` or `seed(n)`), looked up at each draw so that `seed(n)` affects samplers
+made before it; only `token_sampler(..., seed=s)` with s >= 0 owns a generator of its own. So a
+seeded program samples the same tokens every run. Every sampler returns an int id.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
-from .convert import BuiltinArgError, core, to_float, to_int, to_tensor
-from .registry import builtin
+from .convert import BuiltinArgError, Tensor, core, to_float, to_int, to_tensor, type_name
+from .registry import TLObject, builtin
 
 C = "sampling"
 
 
-def _logits(x) -> np.ndarray:
-    arr = to_tensor(x, "logits").numpy().astype(np.float64).reshape(-1)
-    if arr.size == 0:
+def choose_token(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
+                 rng: np.random.Generator) -> int:
+    """One id from softmax(logits / T) restricted to the k largest (0: all), then to the smallest
+    set of the most likely whose mass reaches top_p; argmax at T = 0. -inf logits are never drawn."""
+    x = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if x.size == 0:
         raise BuiltinArgError("logits are empty")
-    return arr
-
-
-def _sample(ctx, logits: np.ndarray, temperature: float) -> int:
+    if np.isnan(x).any() or np.isposinf(x).any() or np.isneginf(x).all():
+        raise BuiltinArgError("cannot sample: the logits contain NaN or +infinity (or are all -infinity)")
     if temperature < 0:
         raise BuiltinArgError(f"temperature must be >= 0, got {temperature}")
-    finite = np.isfinite(logits)
-    if not finite.any():
-        raise BuiltinArgError("all logits are -inf or NaN")
+    if top_k < 0:
+        raise BuiltinArgError(f"top_k must be >= 0, got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise BuiltinArgError(f"top_p must be in (0, 1], got {top_p}")
     if temperature == 0:
-        return int(np.argmax(np.where(finite, logits, -np.inf)))
-    z = np.where(finite, logits / temperature, -np.inf)
-    z = z - z.max()
-    p = np.exp(z)
+        return int(np.argmax(x))
+    order = np.argsort(-x, kind="stable")
+    order = order[np.isfinite(x[order])]
+    if top_k > 0:
+        order = order[:top_k]
+    z = x[order] / temperature
+    p = np.exp(z - z.max())
     p /= p.sum()
-    return int(ctx.rng.choice(p.size, p=p))
+    if top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(p), top_p) + 1)
+        order, p = order[:keep], p[:keep] / p[:keep].sum()
+    return int(order[rng.choice(len(order), p=p)])
+
+
+def _logits(x) -> np.ndarray:
+    return to_tensor(x, "logits").numpy().astype(np.float64).reshape(-1)
+
+
+class SamplerValue(TLObject):
+    """Chooses the next token from logits: greedy (argmax on the device) at temperature 0, else
+    `choose_token` on the host with the generator `rng()` returns. Either way one host read per token."""
+
+    tl_type_name = "sampler"
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, rng: Callable[[], np.random.Generator]):
+        choose_token(np.zeros(1), temperature, top_k, top_p, np.random.default_rng(0))  # validates the settings
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.rng = rng
+
+    @classmethod
+    def seeded(cls, temperature: float, top_k: int, top_p: float, seed: int | None) -> "SamplerValue":
+        """A sampler with a generator of its own (`seed` None: seeded from the OS)."""
+        generator = np.random.default_rng(seed)
+        return cls(temperature, top_k, top_p, lambda: generator)
+
+    def sample(self, logits: Any) -> int:
+        if not isinstance(logits, Tensor):
+            raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
+        if self.temperature == 0.0:
+            return int(core.argmax(logits.reshape([-1])).item())
+        return choose_token(logits.numpy(), self.temperature, self.top_k, self.top_p, self.rng())
+
+    def tl_get_field(self, name: str) -> Any:
+        if name in ("temperature", "top_k", "top_p"):
+            return getattr(self, name)
+        raise AttributeError(name)
+
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        if name == "sample" and len(args) == 1:
+            return self.sample(args[0])
+        raise AttributeError(name)
+
+
+@builtin("token_sampler", "token_sampler(temperature=0, top_k=0, top_p=1, seed=-1)",
+         "a next-token chooser (`.sample(logits)`): greedy at temperature 0, else top-k/top-p sampling from the "
+         "program's generator (or, with seed >= 0, a generator of its own)",
+         min_args=0, max_args=4, needs_ctx=True, category="models")
+def token_sampler(ctx, temperature=0.0, top_k=0, top_p=1.0, seed=-1):
+    t, k, p = to_float(temperature, "temperature"), to_int(top_k, "top_k"), to_float(top_p, "top_p")
+    s = to_int(seed, "seed")
+    if s >= 0:
+        return SamplerValue.seeded(t, k, p, s)
+    return SamplerValue(t, k, p, lambda: ctx.rng)
 
 
 @builtin("temperature_sample", "temperature_sample(logits, T)",
          "sample an id from softmax(logits / T); T = 0 is argmax", min_args=2, max_args=2, needs_ctx=True,
          category=C)
 def temperature_sample(ctx, logits, temperature):
-    return _sample(ctx, _logits(logits), to_float(temperature, "T"))
+    return choose_token(_logits(logits), to_float(temperature, "T"), 0, 1.0, ctx.rng)
 
 
 @builtin("top_k", "top_k(logits, k, [T])", "sample an id among the k largest logits (temperature T, default 1)",
          min_args=2, max_args=3, needs_ctx=True, category=C)
 def top_k(ctx, logits, k, temperature=1.0):
-    arr = _logits(logits)
     kk = to_int(k, "k")
     if kk <= 0:
         raise BuiltinArgError(f"k must be positive, got {kk}")
-    if kk < arr.size:
-        cut = np.partition(arr, -kk)[-kk]
-        arr = np.where(arr >= cut, arr, -np.inf)
-    return _sample(ctx, arr, to_float(temperature, "T"))
+    return choose_token(_logits(logits), to_float(temperature, "T"), kk, 1.0, ctx.rng)
 
 
 @builtin("top_p", "top_p(logits, p, [T])",
          "sample an id from the smallest set of top logits whose probability reaches p (temperature T)",
          min_args=2, max_args=3, needs_ctx=True, category=C)
 def top_p(ctx, logits, p, temperature=1.0):
-    arr = _logits(logits)
     pp = to_float(p, "p")
     if not 0 < pp <= 1:
         raise BuiltinArgError(f"p must be in (0, 1], got {pp}")
-    t = to_float(temperature, "T")
-    if t == 0:
-        return _sample(ctx, arr, 0.0)
-    z = arr / t
-    z = z - np.max(z[np.isfinite(z)]) if np.isfinite(z).any() else z
-    probs = np.exp(z)
-    probs /= probs.sum()
-    order = np.argsort(-probs, kind="stable")
-    cum = np.cumsum(probs[order])
-    keep = order[: int(np.searchsorted(cum, pp) + 1)]
-    masked = np.full_like(arr, -np.inf)
-    masked[keep] = arr[keep]
-    return _sample(ctx, masked, t)
+    return choose_token(_logits(logits), to_float(temperature, "T"), 0, pp, ctx.rng)
 
 
 @builtin("seed", "seed(n)", "reseed the program's random generator (rand, sampling)", min_args=1, max_args=1,
@@ -98,6 +146,3 @@ def multinomial(ctx, probs):
     if p.size == 0 or (p < 0).any() or not np.isfinite(p).all() or p.sum() <= 0:
         raise BuiltinArgError("probs must be non-negative, finite and not all zero")
     return int(ctx.rng.choice(p.size, p=p / p.sum()))
-
-
-_ = core

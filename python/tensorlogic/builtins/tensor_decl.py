@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .convert import DTYPE_ALIASES, BuiltinArgError, Tensor, core, list_to_numpy, type_name
+from .convert import BuiltinArgError, Tensor, core, list_to_numpy, type_name
+from .dtypes import dtype_of
 
 
 def declare_tensor(name: str, dtype_name: str, dims, value, mode):
-    dt = DTYPE_ALIASES.get(dtype_name)
-    if dt is None:
-        raise BuiltinArgError(f"unknown element type '{dtype_name}' (float32, float16, bfloat16, int32, int64, bool)")
+    dt = dtype_of(dtype_name)
     declared = [d if isinstance(d, int) else None for d in dims]
     text = "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
     if value is None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .convert import (BuiltinArgError, Tensor, core, dtype_of, list_to_numpy, to_dim, to_float, to_int,
+from .convert import (BuiltinArgError, Tensor, core, list_to_numpy, to_dim, to_float, to_int,
                       to_list, to_shape, to_tensor, type_name)
+from .dtypes import dtype_of
 from .registry import builtin
 
 C = "tensor"

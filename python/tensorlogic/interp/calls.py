@@ -83,6 +83,8 @@ class CallCompiler:
         return ev_late_call
 
     def _call_value(self, target, argv: list, e, caller: str):
+        """Call any function value: the one path for user functions, methods and builtins, with the
+        depth limit and the error trace (`e` is None when a builtin calls back into the program)."""
         cls = target.__class__
         if cls is FunctionValue:
             return self._invoke(target, argv, e, caller)
@@ -113,6 +115,10 @@ class CallCompiler:
 
     def _add_trace(self, err: TLError, fv: FunctionValue, e, caller: str):
         call_span = self.span(e)
+        if call_span is None:  # called back by a builtin: the builtin's call site adds its own line
+            if err.span is not None and not err.trace:
+                err.trace.append((f"in {fv.qualified_name}", err.span))
+            return
         if err.span is None:
             err.span = call_span
         elif not err.trace and err.span != call_span:

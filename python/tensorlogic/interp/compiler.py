@@ -7,7 +7,9 @@ functions and local variable slots are resolved at compile time.
 Invariants: closures capture AST nodes and compile-time facts only, never runtime values, so a
 finished frame (a list) is the only owner of the values it held; every Python exception leaving a
 call or operator closure is turned into a TLError that points at the node (no Python traceback
-reaches a TL user); block exit clears the slots the block declared.
+reaches a TL user): a TLRuntimeError when the program is at fault, a TLInternalError when Python code
+of TensorLogic failed (builtins/convert.py's is_program_error decides); block exit clears the slots
+the block declared.
 
 The Compiler is assembled from one mixin per kind of node: statements.py, expressions.py, calls.py,
 logic_bridge.py, learn_block.py; declared types are checked by type_check.py, and what operators do to values is
@@ -15,8 +17,10 @@ builtins/operators.py. The interpreter never touches the device: no module here 
 """
 from __future__ import annotations
 
-from ..builtins.convert import BuiltinArgError, to_bool
-from ..lang.errors import SourceSpan, TLError, TLRuntimeError
+import traceback
+
+from ..builtins.convert import BuiltinArgError, is_program_error, to_bool
+from ..lang.errors import SourceSpan, TLError, TLInternalError, TLRuntimeError
 from .calls import CallCompiler
 from .expressions import ExpressionCompiler
 from .learn_block import LearnCompiler
@@ -34,7 +38,10 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
 
     # ------------------------------------------------------------ positions and errors
 
-    def span(self, node) -> SourceSpan:
+    def span(self, node) -> SourceSpan | None:
+        """Where `node` is; None for a call made by a builtin (no node of this program)."""
+        if node is None:
+            return None
         line = getattr(node, "line", 0)
         column = getattr(node, "column", 0)
         text = self.lines[line - 1] if 1 <= line <= len(self.lines) else ""
@@ -50,6 +57,13 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
             exc.__traceback__ = None
             return exc
         prefix = f"{what}: " if what else ""
+        if isinstance(exc, (KeyboardInterrupt, BrokenPipeError)):
+            raise exc  # not the program's fault: the CLI handles both
+        if not is_program_error(exc):
+            err = TLInternalError(f"{prefix}{type(exc).__name__}: {exc}", self.span(node),
+                                  "".join(traceback.format_exception(exc)))
+            exc.__traceback__ = None
+            return err
         if isinstance(exc, BuiltinArgError):
             msg = prefix + str(exc)
         elif isinstance(exc, ZeroDivisionError):
@@ -58,8 +72,6 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
             msg = "maximum recursion depth exceeded (a function calls itself without end?)"
         elif isinstance(exc, MemoryError):
             msg = prefix + "out of host memory"
-        elif isinstance(exc, (KeyboardInterrupt, BrokenPipeError)):
-            raise exc  # not the program's fault: the CLI handles both
         else:
             text = str(exc) or type(exc).__name__
             head = text.split(":", 1)[0]

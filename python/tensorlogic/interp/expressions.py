@@ -7,7 +7,7 @@ closures and turns failures into TLErrors pointing at the expression.
 """
 from __future__ import annotations
 
-from ..builtins import operators, registry
+from ..builtins import dtypes, operators, registry
 from ..builtins.convert import type_name
 from ..lang import ast
 from ..lang.errors import TLError
@@ -225,8 +225,8 @@ class ExpressionCompiler:
         operand = self.compile_expr(e.operand, scope)
         tname = e.type_name
         if not operators.is_cast_type(tname):
-            raise self.error(f"unknown type '{tname}' in cast (use int, float, bool, string, f32, f16, i32, i64...)",
-                             e, CompileError)
+            raise self.error(f"unknown type '{tname}' in cast ({dtypes.explain(tname)}, or string)", e,
+                             CompileError)
 
         def ev_cast(f):
             v = operand(f)

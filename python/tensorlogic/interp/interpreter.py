@@ -64,6 +64,7 @@ class Interpreter(ProgramLogic):
         self.top_info = FunctionScopeInfo("<top level>")
         self.top_scope = Scope(None, self.top_info, is_global=True)
         self.top_frame: list = []
+        self._callback_compiler: Compiler | None = None
         # a TL call takes a handful of Python frames; leave room for MAX_CALL_DEPTH TL calls
         if sys.getrecursionlimit() < 20000:
             sys.setrecursionlimit(20000)
@@ -256,15 +257,11 @@ class Interpreter(ProgramLogic):
             report(name, len(times), sum(times) / max(len(times), 1), min(times) if times else 0.0)
 
     def call_value(self, fn, argv: list):
-        from .values import BoundMethod, BuiltinValue
-        if isinstance(fn, FunctionValue):
-            return fn.impl(argv)
-        if isinstance(fn, BoundMethod):
-            return fn.function.impl([fn.receiver] + argv)
-        if isinstance(fn, BuiltinValue):
-            b = fn.builtin
-            return b.fn(self.ctx, *argv) if b.needs_ctx else b.fn(*argv)
-        raise TLRuntimeError("expected a function")
+        """Call a TL function value from outside the program's code (builtins, tensor equations, the
+        LLM session): the compiled calls' own path, so the depth limit and error trace apply."""
+        if self._callback_compiler is None:
+            self._callback_compiler = Compiler(self, "<builtin>", "")
+        return self._callback_compiler._call_value(fn, list(argv), None, "a builtin")
 
     def close(self) -> None:
         """Drop every value the program created (R6): globals, frames, functions, logic engine."""
@@ -272,6 +269,7 @@ class Interpreter(ProgramLogic):
         self.top_frame.clear()
         self.functions.clear()
         self.structs.clear()
+        self._callback_compiler = None
         self._logic = None
         self._logic_decls.clear()
         self.pending_rules.clear()

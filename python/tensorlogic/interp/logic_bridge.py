@@ -13,7 +13,7 @@ from typing import Callable
 
 from .. import logic
 from ..builtins import registry
-from ..builtins.convert import Tensor, type_name
+from ..builtins.convert import Tensor, is_program_error, type_name
 from ..builtins.logic import device_ops
 from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLRuntimeError
@@ -64,6 +64,8 @@ class LogicCompiler:
         except TLError:
             raise
         except Exception as e:
+            if not is_program_error(e):  # a bug in the engine, not in the program
+                raise self.convert(e, node) from None
             pos = getattr(e, "pos", None)
             if isinstance(pos, tuple) and len(pos) == 2 and isinstance(pos[0], int):
                 e.pos = self.span(ast.Node(pos[0], pos[1] or 1))

@@ -7,7 +7,7 @@ Unknown type names (generic parameters, host types) are not checked.
 """
 from __future__ import annotations
 
-from ..builtins import operators
+from ..builtins import dtypes, operators
 from ..builtins.convert import Tensor, to_int, type_name
 from ..lang import ast
 from ..lang.errors import TLRuntimeError
@@ -44,7 +44,7 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
                                              f"(from an earlier argument), got tensor {list(shape)}")
             return v
         return check_tensor
-    if name in operators.SCALAR_INT_TYPES:
+    if name in dtypes.INT_NAMES:
         def check_int(v, named):
             if v.__class__ is int:
                 return v
@@ -54,7 +54,7 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
                 return int(v)
             raise TLRuntimeError(f"{what} expects an int, got {type_name(v)}")
         return check_int
-    if name in operators.SCALAR_FLOAT_TYPES:
+    if name in dtypes.FLOAT_NAMES:
         def check_float(v, named):
             if v.__class__ is float or isinstance(v, Tensor):
                 return v
@@ -68,7 +68,7 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
                 return v
             raise TLRuntimeError(f"{what} expects a bool, got {type_name(v)}")
         return check_bool
-    if name in ("string", "str", "String"):
+    if name in dtypes.STRING_NAMES:
         def check_str(v, named):
             if isinstance(v, str):
                 return v

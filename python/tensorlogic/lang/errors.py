@@ -85,5 +85,18 @@ class TLTestFailure(TLRuntimeError):
     """An assertion failed (assert, assert_eq, assert_about_eq) or panic was called."""
 
 
+class TLInternalError(TLError):
+    """A bug in TensorLogic, not in the program: a Python exception (KeyError, TypeError, ...) escaped
+    from builtin or interpreter code. Shown as an internal error (exit status 4, docs/exit-codes.md);
+    `python_traceback` keeps the Python traceback as text (never frames) for `--debug`."""
+
+    kind = "internal error"
+
+    def __init__(self, message: str, span: SourceSpan | None = None, python_traceback: str = ""):
+        super().__init__(message, span, note="this is a bug in TensorLogic; run with --debug for the Python "
+                                             "traceback")
+        self.python_traceback = python_traceback
+
+
 class TLImportError(TLError):
     """An import could not be resolved (missing file, cycle)."""
