@@ -4,7 +4,7 @@
     tl test [-k NAME] FILE  same as `tl run --test FILE` (-k: only tests whose name contains NAME)
     tl check FILE...        parse and static checks only (undefined names, arity, break outside loops)
     tl repl                 interactive prompt (also reads piped input)
-    tl help builtins | tl help NAME
+    tl help builtins | tl help NAME | tl help learn
     tl generate | chat | model ...   (model commands, from tensorlogic.apps.model_commands)
     tl --version
 
@@ -274,6 +274,10 @@ def cmd_help(args) -> int:
             for b in sorted(by_category[category], key=lambda b: b.name):
                 print(f"  {b.signature:52s} {b.doc}")
         return EXIT_OK
+    if topic == "learn":
+        from .interp.learn_block import LEARN_HELP  # noqa: PLC0415
+        print(LEARN_HELP)
+        return EXIT_OK
     b = BUILTINS.get(topic)
     if b is None:
         close = [n for n in BUILTINS if topic.lower() in n.lower()]
@@ -320,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     repl.add_argument("--seed", type=seed_arg, default=None)
     repl.set_defaults(func=cmd_repl)
 
-    helpp = sub.add_parser("help", help="builtin reference: `tl help builtins` or `tl help NAME`")
+    helpp = sub.add_parser("help", help="builtin reference: `tl help builtins`, `tl help NAME`, `tl help learn`")
     helpp.add_argument("topic", nargs="?", default=None)
     helpp.set_defaults(func=cmd_help)
 

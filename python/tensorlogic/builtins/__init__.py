@@ -5,5 +5,5 @@
 from __future__ import annotations
 
 from . import registry  # noqa: F401
-from . import (assertions, einsum, files, kvcache, logic, math_ops, memory, models, nn,  # noqa: F401
+from . import (assertions, einsum, files, kvcache, learning, logic, math_ops, memory, models, nn,  # noqa: F401
                sampling, sequences, strings_io, tensors)

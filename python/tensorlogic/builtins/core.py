@@ -1,15 +1,22 @@
 """The one import of the native runtime `tensorlogic._core` on the Python side.
 
-Invariant: no other module of the package imports `_core`; builtins, the logic engine's device ops
-and the applications reach the runtime through `core` here (or the few helpers below), and the
+Invariant: no other module of the package imports `_core`; builtins, the logic engine's device ops,
+autograd and the applications reach the runtime through `core` here (or the few helpers below), and the
 interpreter (`interp/`) reaches it only through builtins, never directly (tests/test_layers.py).
 """
 from __future__ import annotations
 
-from tensorlogic import _core as core  # type: ignore[attr-defined]
+import types
 
-Tensor = core.Tensor
-RuntimeFailure = core.TLRuntimeError  # every error the runtime raises derives from it
+from tensorlogic import _core as runtime  # type: ignore[attr-defined]
+
+# What every builtin calls: the runtime's own functions until the first learnable tensor exists; then
+# autograd/traced_core.py replaces the differentiable ones with wrappers that also tape them.
+core = types.ModuleType("tensorlogic.builtins.core.core")
+core.__dict__.update({k: v for k, v in vars(runtime).items() if not k.startswith("__")})
+
+Tensor = runtime.Tensor
+RuntimeFailure = runtime.TLRuntimeError  # every error the runtime raises derives from it
 
 
 def init_backend(name: str) -> None:

@@ -76,3 +76,45 @@ class TLObject:
 
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
         raise AttributeError(name)
+
+
+@dataclass(frozen=True)
+class KeywordArg:
+    """A named call argument `name = value` (`adam(lr = 0.01)`); builtins that take names unpack it
+    with `bind_keywords`, every other callee reports it as an unexpected named argument."""
+    name: str
+    value: Any
+
+    tl_type_name = "named argument"
+
+
+def bind_keywords(params: list[tuple[str, Any]], args: tuple) -> dict[str, Any]:
+    """Positional arguments then `name = value` ones onto `params` [(name, default)]; a missing
+    argument has default `REQUIRED`. Raises ValueError with one line on a bad call (the interpreter
+    adds the builtin's name when it reports it)."""
+    names = [p for p, _ in params]
+    bound: dict[str, Any] = {}
+    seen_keyword = False
+    for i, a in enumerate(args):
+        if isinstance(a, KeywordArg):
+            seen_keyword = True
+            if a.name not in names:
+                raise ValueError(f"no argument named '{a.name}' (it takes {', '.join(names)})")
+            if a.name in bound:
+                raise ValueError(f"argument '{a.name}' given twice")
+            bound[a.name] = a.value
+        else:
+            if seen_keyword:
+                raise ValueError("a positional argument follows a named one")
+            if i >= len(names):
+                raise ValueError(f"takes at most {len(names)} arguments")
+            bound[names[i]] = a
+    for name, default in params:
+        if name not in bound:
+            if default is REQUIRED:
+                raise ValueError(f"needs '{name}'")
+            bound[name] = default
+    return bound
+
+
+REQUIRED = object()

@@ -40,4 +40,7 @@ def declare_tensor(name: str, dtype_name: str, dims, value, mode):
         raise BuiltinArgError(f"tensor {name}: declared {dtype_name}{text} but the value is {shape}")
     if value.dtype != dt:
         value = value.astype(dt)
+    if mode == "learnable":
+        from .learning import make_learnable  # noqa: PLC0415
+        value = make_learnable(value)
     return value

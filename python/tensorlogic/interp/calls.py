@@ -129,6 +129,10 @@ class CallCompiler:
         caller = scope.fn.name
         nparams = len(fv.decl.params) - (1 if fv.is_method and fv.owner is not None and isinstance(
             e.func, ast.Name) else 0)
+        named = next((a for a in getattr(e, "args", ()) if isinstance(a, ast.NamedArg)), None)
+        if named is not None:
+            raise self.error(f"{fv.qualified_name} is a TL function: pass '{named.name}' by position "
+                             "(named arguments are for builtins such as adam(lr = 0.01))", named, CompileError)
         if len(args) != nparams:
             self.interp.static_errors.append(self.error(
                 f"{fv.qualified_name} takes {nparams} argument{'s' if nparams != 1 else ''}, got {len(args)}", e))

@@ -12,7 +12,7 @@ of TensorLogic failed (builtins/convert.py's is_program_error decides); block ex
 the block declared.
 
 The Compiler is assembled from one mixin per kind of node: statements.py, expressions.py, calls.py,
-logic_bridge.py; declared types are checked by type_check.py, and what operators do to values is
+logic_bridge.py, learn_block.py; declared types are checked by type_check.py, and what operators do to values is
 builtins/operators.py. The interpreter never touches the device: no module here imports `_core`.
 """
 from __future__ import annotations
@@ -25,12 +25,13 @@ from ..lang.errors import SourceSpan, TLError, TLInternalError, TLRuntimeError
 from .calls import CallCompiler
 from .control import CompileError
 from .expressions import ExpressionCompiler
+from .learn_block import LearnCompiler
 from .logic_bridge import LogicCompiler
 from .statements import StatementCompiler
 from .type_check import unknown_type
 
 
-class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompiler):
+class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompiler, LearnCompiler):
     """Compiles the items of one source file; shares program state with the Interpreter."""
 
     def __init__(self, interp, filename: str, source: str):

@@ -321,7 +321,7 @@ def _indexed_names(expr) -> list[str]:
             names.append(x.name)
         elif isinstance(x, ast.Index) and isinstance(x.obj, ast.Name):
             names.append(x.obj.id)
-            stack.extend(i for i in x.indices if not isinstance(i, ast.Slice))
+            stack.extend(i for i in x.indices if not isinstance(i, (ast.Slice, ast.Name)))  # letters are no tensors
         elif isinstance(x, ast.Name):
             names.append(x.id)
         elif isinstance(x, ast.JuxtProduct):

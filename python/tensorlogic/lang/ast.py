@@ -35,6 +35,13 @@ class Expr(Node):
 
 
 @dataclass(frozen=True)
+class NamedArg(Expr):
+    """`name = value` (or `name: value`) as a call argument: `adam(lr = 0.01)`."""
+    name: str
+    value: Expr
+
+
+@dataclass(frozen=True)
 class IntLit(Expr):
     value: int
 
@@ -274,6 +281,20 @@ class Fact(Stmt):
     """`Parent(alice, bob)` (weight None) or `Parent(alice, bob) = 0.9`."""
     atom: Atom
     weight: Optional[Expr]
+
+
+@dataclass(frozen=True)
+class LearnSetting(Node):
+    """`name: value` inside a learn block (optimizer, lr, epochs, objective, clip_grad_norm, scheduler)."""
+    name: str
+    value: Expr
+
+
+@dataclass(frozen=True)
+class LearnBlock(Stmt):
+    """`learn { settings and statements }`: form A when there is no `objective`, else form B."""
+    settings: tuple[LearnSetting, ...]
+    body: Block
 
 
 @dataclass(frozen=True)

@@ -144,8 +144,9 @@ _TERMINAL_WORDS = {
     "STRUCT_LBRACE": "'{'", "_ARRAY_LSQB": "'['", "LINE_MINUS": "'-'", "$END": "end of file", "EQ_OP": "'==' or '!='", "CMP_OP": "'<=' or '>='",
     "AUG_ASSIGN": "'+=', '-=', '*=' or '/='",
 }
-_EXPR_START = {"NAME", "INT", "FLOAT", "STRING", "_LPAR", "_LSQB", "_ARRAY_LSQB", "MINUS", "LINE_MINUS", "BANG", "TRUE", "FALSE"}
-_STMT_START = {"_LET", "_IF", "_WHILE", "_FOR", "_LOOP", "_RETURN", "_BREAK", "_CONTINUE", "_TENSOR"}
+_EXPR_START = {"NAME", "INT", "FLOAT", "STRING", "_LPAR", "_LSQB", "_ARRAY_LSQB", "MINUS", "LINE_MINUS", "BANG", "TRUE",
+               "FALSE", "LEARNABLE"}
+_STMT_START = {"_LET", "_IF", "_WHILE", "_FOR", "_LOOP", "_RETURN", "_BREAK", "_CONTINUE", "_TENSOR", "_LEARN"}
 _DECL_START = {"_FN", "_STRUCT", "_IMPL", "_IMPORT", "_MAIN", "_TEST", "_BENCH", "_RELATION", "ENTITY"}
 _BINARY_OPS = {"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT", "ODOT", "STARSTAR", "EQ_OP", "CMP_OP",
                "LT", "GT", "ANDAND", "OROR"}
@@ -676,6 +677,18 @@ class _ToAst:
 
     def args(self, meta, ch):
         return tuple(ch)
+
+    def named_arg(self, meta, ch):
+        return ast.NamedArg(*_pos(meta), ch[0].value, ch[1])
+
+    def learn_stmt(self, meta, ch):
+        settings = tuple(c for c in ch if isinstance(c, ast.LearnSetting))
+        stmts = tuple(c for c in ch if not isinstance(c, ast.LearnSetting))
+        line, col = _pos(meta)
+        return ast.LearnBlock(line, col, settings, ast.Block(line, col, stmts))
+
+    def learn_setting(self, meta, ch):
+        return ast.LearnSetting(*_pos(meta), ch[0].value, ch[1])
 
     def index_args(self, meta, ch):
         return tuple(ch)

@@ -69,10 +69,25 @@ class _Evaluator:
             self.fail(f"{what} is not a tensor or number", node)
         return array
 
+    def operand(self, value, what: str, node):
+        """A runtime tensor stays on the device (so learnable tensors keep their gradients);
+        anything else becomes a float32 host array."""
+        if self.ops.name == "core" and isinstance(value, self.ops.core.Tensor):
+            return value if value.dtype == "f32" else self.ops.core.astype(value, "f32")
+        return self.to_host(value, what, node)
+
+    def take(self, data, position: int, axis: int):
+        if isinstance(data, np.ndarray):
+            return np.take(data, position, axis=axis)
+        return self.ops.core.select(data, axis, position % data.shape[axis])
+
+    def lift(self, data):
+        return self.ops.from_numpy(data) if isinstance(data, np.ndarray) else data
+
     def indexed_tensor(self, name: str, index_nodes, node) -> Indexed:
         from tensorlogic.lang import ast  # noqa: PLC0415
 
-        array = self.to_host(self.lookup(name), name, node)
+        array = self.operand(self.lookup(name), name, node)
         if array.ndim != len(index_nodes):
             dims = f"{array.ndim} dimension{'s' if array.ndim != 1 else ''}"
             self.fail(f"{name} has {dims} but is indexed with {len(index_nodes)}", node)
@@ -92,7 +107,7 @@ class _Evaluator:
                 if not -array.shape[axis] <= position < array.shape[axis]:
                     self.fail(f"index {position} is out of range for axis {axis} of {name} "
                               f"(size {array.shape[axis]})", node)
-                array = np.take(array, position, axis=axis)
+                array = self.take(array, position, axis)
                 names.pop(axis)
         for axis, index in enumerate(names):
             size = array.shape[axis]
@@ -100,12 +115,12 @@ class _Evaluator:
                 self.fail(f"index {index} has size {self.sizes[index]} elsewhere but {size} in {name}", node)
         distinct = tuple(dict.fromkeys(names))
         if len(distinct) == len(names):
-            return Indexed(self.ops.from_numpy(array), tuple(names))
+            return Indexed(self.lift(array), tuple(names))
         # a repeated index inside one tensor takes its diagonal: tie each axis to its index by identity
         axis_names = tuple(f"{n}#{k}" for k, n in enumerate(names))
         sizes = dict(self.sizes)
         sizes.update({a: self.sizes[n] for a, n in zip(axis_names, names)})
-        factors = [(self.ops.from_numpy(array), axis_names)]
+        factors = [(self.lift(array), axis_names)]
         factors += [(self.ops.from_numpy(np.eye(self.sizes[n], dtype=np.float32)), (a, n))
                     for a, n in zip(axis_names, names)]
         return Indexed(contract(self.ops, factors, distinct, sizes), distinct)
@@ -143,10 +158,10 @@ class _Evaluator:
         if isinstance(node, (ast.IntLit, ast.FloatLit)):
             return Indexed(self.ops.from_numpy(np.float32(node.value)), ())
         if isinstance(node, ast.Name):
-            array = self.to_host(self.lookup(node.id), node.id, node)
+            array = self.operand(self.lookup(node.id), node.id, node)
             if array.ndim != 0:
                 self.fail(f"{node.id} is a tensor; index it (e.g. {node.id}[i]) in a tensor equation", node)
-            return Indexed(self.ops.from_numpy(array), ())
+            return Indexed(self.lift(array), ())
         if isinstance(node, ast.UnaryOp) and node.op == "-":
             value = self.eval(node.operand)
             return Indexed(self.ops.mul(value.tensor, self.ops.from_numpy(np.float32(-1.0))), value.indices)
@@ -175,10 +190,17 @@ class _Evaluator:
             if scalar.indices:
                 self.fail(f"only the first argument of {name} may carry indices", node)
             extra.append(float(np.asarray(self.ops.to_numpy(scalar.tensor))))
+        if self.call is not None and self.ops.name == "core":  # on the device, gradients flow through
+            result = self.call(name, [value.tensor] + extra)
+            if not isinstance(result, self.ops.core.Tensor):
+                result = self.ops.from_numpy(self.to_host(result, f"{name}(...)", node))
+            if tuple(result.shape) != tuple(value.tensor.shape):
+                self.fail(f"{name} changed the shape {list(value.tensor.shape)} to {list(result.shape)} "
+                          f"inside a tensor equation", node)
+            return Indexed(result if result.dtype == "f32" else self.ops.core.astype(result, "f32"), value.indices)
         host = self.ops.to_numpy(value.tensor)
-        if self.call is not None:  # TL functions take TL tensors (native when the runtime is built)
-            argument = self.ops.from_numpy(host) if self.ops.name == "core" else host
-            result = self.call(name, [argument] + extra)
+        if self.call is not None:  # TL functions on host arrays (NumPy evaluation)
+            result = self.call(name, [host] + extra)
             result = self.to_host(result, f"{name}(...)", node)
         elif name == "sigmoid_t" and len(extra) == 1:
             result = sigmoid_t_host(host, extra[0])

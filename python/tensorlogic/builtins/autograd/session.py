@@ -1,0 +1,67 @@
+"""A running `learn` block: its optimizer, schedule, clipping and the step `backward(loss)` takes.
+
+Invariants: at most one learn block runs at a time (`ACTIVE`); while it runs `STATE.training` is on
+(dropout is active) and every `backward(loss)` is one full step: gradients of every live learnable,
+optional clipping, one optimizer update in place, gradients cleared. When the block ends, however it
+ends, the optimizer's state is dropped and training is off again, so nothing of it outlives the block.
+"""
+from __future__ import annotations
+
+from . import tape
+from .optimizers import LRScheduler, Optimizer, clip_grad_norm
+from .tape import STATE, AutogradError
+
+
+class LearnSession:
+    def __init__(self, optimizer: Optimizer, epochs: int, clip: float | None, scheduler: LRScheduler | None):
+        self.optimizer = optimizer
+        self.epochs = epochs
+        self.clip = clip
+        self.scheduler = scheduler
+        self.steps = 0
+        self.epoch = 0
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if self.scheduler is not None:
+            self.optimizer.lr = self.scheduler.lr(self.optimizer.base_lr, epoch)
+
+    def step(self, loss) -> None:
+        params = tape.live_params()
+        if not params:
+            raise AutogradError("learn block: there is no learnable tensor to train "
+                                "(make one with learnable(...) or `tensor w: f32[..] learnable`)")
+        tape.backward(loss)
+        self.optimizer.attach(params)
+        if self.clip is not None:
+            clip_grad_norm(params, self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        self.steps += 1
+
+
+ACTIVE: list[LearnSession] = []
+
+
+def current() -> LearnSession | None:
+    return ACTIVE[-1] if ACTIVE else None
+
+
+class running:
+    """`with running(session):` — the block's extent."""
+
+    def __init__(self, session: LearnSession):
+        self.session = session
+
+    def __enter__(self):
+        if ACTIVE:
+            raise AutogradError("learn blocks do not nest")
+        ACTIVE.append(self.session)
+        STATE.training = True
+        return self.session
+
+    def __exit__(self, *exc):
+        ACTIVE.pop()
+        STATE.training = False
+        self.session.optimizer.release()
+        tape.zero_grad()

@@ -1,0 +1,287 @@
+"""Learning builtins: learnable tensors, gradients, dropout, optimizers and learning-rate schedules.
+
+Invariant: these only translate TL values; the tape, the rules and the optimizer updates live in
+`builtins/autograd/`. Inside a `learn` block `backward(loss)` is a whole training step; outside it
+only accumulates gradients (`grad(W)` reads them, `zero_grad()` clears them).
+"""
+from __future__ import annotations
+
+from .autograd import session as learn_session
+from .autograd import tape
+from .autograd.optimizers import SGD, Adam, AdamW, LRScheduler, Optimizer, clip_grad_norm
+from .autograd.session import LearnSession
+from .autograd.tape import AutogradError
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_tensor, type_name
+from .registry import REQUIRED, bind_keywords, builtin
+
+C = "learning"
+
+
+def make_learnable(value, what: str = "value"):
+    """A fresh float tensor registered as learnable (a copy, so no other binding aliases it)."""
+    t = to_tensor(value, what)
+    if t.dtype not in ("f32", "f16", "bf16"):
+        t = core.astype(t, "f32")
+    with tape.no_recording():
+        fresh = core.add(t, 0.0)
+    tape.mark_learnable(fresh)
+    return fresh
+
+
+def _bind(params, args):
+    try:
+        return bind_keywords(params, args)
+    except ValueError as e:
+        raise BuiltinArgError(str(e)) from None
+
+
+@builtin("learnable", "learnable(t)", "a copy of t whose gradients are tracked (a parameter learn blocks train)",
+         min_args=1, max_args=1, category=C)
+def learnable(t):
+    return make_learnable(t, "t")
+
+
+@builtin("backward", "backward(loss)",
+         "gradients of loss for every learnable; inside learn {} also one optimizer step", min_args=1,
+         max_args=1, category=C)
+def backward(loss):
+    if not isinstance(loss, Tensor):
+        raise BuiltinArgError(f"loss must be a tensor computed from learnable tensors, got {type_name(loss)}")
+    session = learn_session.current()
+    try:
+        if session is not None:
+            session.step(loss)
+        else:
+            tape.backward(loss)
+    except AutogradError as e:
+        raise BuiltinArgError(str(e)) from None
+    return None
+
+
+@builtin("grad", "grad(W)", "the gradient accumulated for learnable W (zeros if none)", min_args=1, max_args=1,
+         category=C)
+def grad(w):
+    if not isinstance(w, Tensor):
+        raise BuiltinArgError(f"W must be a learnable tensor, got {type_name(w)}")
+    try:
+        return tape.grad_of(w)
+    except AutogradError as e:
+        raise BuiltinArgError(str(e)) from None
+
+
+@builtin("zero_grad", "zero_grad([W])", "clear the gradients of W, or of every learnable", min_args=0, max_args=1,
+         category=C)
+def zero_grad(w=None):
+    if w is None:
+        tape.zero_grad()
+        return None
+    param = tape.param_of(w) if isinstance(w, Tensor) else None
+    if param is None:
+        raise BuiltinArgError(f"W must be a learnable tensor, got {type_name(w)}")
+    param.grad = None
+    return None
+
+
+@builtin("detach", "detach(x)", "x's values with no gradient flowing back through them", min_args=1, max_args=1,
+         category=C)
+def detach(x):
+    if isinstance(x, Tensor):
+        return tape.detach(x)
+    return x
+
+
+@builtin("is_learnable", "is_learnable(x)", "true if x is a learnable tensor", min_args=1, max_args=1, category=C)
+def is_learnable(x):
+    return isinstance(x, Tensor) and tape.param_of(x) is not None
+
+
+@builtin("dropout", "dropout(x, p)",
+         "inside learn {}: zero each element with probability p and scale the rest by 1/(1-p); else x",
+         min_args=2, max_args=2, needs_ctx=True, category=C)
+def dropout(ctx, x, p):
+    rate = to_float(p, "p")
+    if not 0 <= rate < 1:
+        raise BuiltinArgError(f"p must be in [0, 1), got {rate}")
+    t = to_tensor(x, "x")
+    if not tape.STATE.training or rate == 0:
+        return t
+    seed = int(ctx.rng.integers(0, 2 ** 62))  # the run's generator: `tl run --seed N` repeats the masks
+    keep = core.astype(core.ge(core.rand(list(t.shape), seed), rate), t.dtype)
+    return core.mul(t, core.mul(keep, 1.0 / (1.0 - rate)))
+
+
+# ---------------------------------------------------------------- optimizers
+
+def _positive(v, what):
+    f = to_float(v, what)
+    if not f > 0:
+        raise BuiltinArgError(f"{what} must be positive, got {f}")
+    return f
+
+
+def _nonneg(v, what):
+    f = to_float(v, what)
+    if f < 0:
+        raise BuiltinArgError(f"{what} must be >= 0, got {f}")
+    return f
+
+
+def _make(cls, **kw):
+    try:
+        return cls(**kw)
+    except AutogradError as e:
+        raise BuiltinArgError(str(e)) from None
+
+
+@builtin("sgd", "sgd(lr, [momentum], [nesterov], [weight_decay])",
+         "stochastic gradient descent; arguments by position or name (sgd(lr = 0.1, momentum = 0.9))",
+         min_args=1, max_args=4, category=C)
+def sgd(*args):
+    a = _bind([("lr", REQUIRED), ("momentum", 0.0), ("nesterov", False), ("weight_decay", 0.0)], args)
+    return _make(SGD, lr=_positive(a["lr"], "lr"), momentum=_nonneg(a["momentum"], "momentum"),
+                 nesterov=to_bool(a["nesterov"], "nesterov"), weight_decay=_nonneg(a["weight_decay"], "weight_decay"))
+
+
+def _adam_args(args, default_wd):
+    a = _bind([("lr", 0.001), ("beta1", 0.9), ("beta2", 0.999), ("eps", 1e-8), ("weight_decay", default_wd)], args)
+    return dict(lr=_positive(a["lr"], "lr"), beta1=to_float(a["beta1"], "beta1"), beta2=to_float(a["beta2"], "beta2"),
+                eps=_positive(a["eps"], "eps"), weight_decay=_nonneg(a["weight_decay"], "weight_decay"))
+
+
+@builtin("adam", "adam([lr], [beta1], [beta2], [eps], [weight_decay])",
+         "Adam (L2 weight decay added to the gradient); defaults lr 0.001, betas 0.9/0.999, eps 1e-8",
+         min_args=0, max_args=5, category=C)
+def adam(*args):
+    return _make(Adam, **_adam_args(args, 0.0))
+
+
+@builtin("adamw", "adamw([lr], [beta1], [beta2], [eps], [weight_decay])",
+         "AdamW (decoupled weight decay, default 0.01); other defaults as adam", min_args=0, max_args=5, category=C)
+def adamw(*args):
+    return _make(AdamW, **_adam_args(args, 0.01))
+
+
+@builtin("set_lr", "set_lr(optimizer, lr)", "change the optimizer's learning rate (a schedule restarts from it)",
+         min_args=2, max_args=2, category=C)
+def set_lr(opt, lr):
+    if not isinstance(opt, Optimizer):
+        raise BuiltinArgError(f"optimizer must be an optimizer (sgd/adam/adamw), got {type_name(opt)}")
+    opt.lr = opt.base_lr = _positive(lr, "lr")
+    return None
+
+
+@builtin("get_lr", "get_lr(optimizer)", "the optimizer's current learning rate", min_args=1, max_args=1, category=C)
+def get_lr(opt):
+    if not isinstance(opt, Optimizer):
+        raise BuiltinArgError(f"optimizer must be an optimizer (sgd/adam/adamw), got {type_name(opt)}")
+    return opt.lr
+
+
+@builtin("clip_grad_norm", "clip_grad_norm(max_norm)",
+         "scale the gradients of every learnable to a joint L2 norm of at most max_norm; returns the norm before",
+         min_args=1, max_args=1, category=C)
+def clip_grad_norm_builtin(max_norm):
+    return clip_grad_norm(tape.live_params(), _positive(max_norm, "max_norm"))
+
+
+# ---------------------------------------------------------------- learning-rate schedules
+
+@builtin("step_lr", "step_lr(step_size, [gamma])", "lr * gamma ** (epoch / step_size, rounded down); gamma 0.1",
+         min_args=1, max_args=2, category=C)
+def step_lr(*args):
+    a = _bind([("step_size", REQUIRED), ("gamma", 0.1)], args)
+    size = to_int(a["step_size"], "step_size")
+    if size <= 0:
+        raise BuiltinArgError(f"step_size must be positive, got {size}")
+    return LRScheduler("step_lr", step_size=size, gamma=_positive(a["gamma"], "gamma"))
+
+
+@builtin("exponential_lr", "exponential_lr(gamma)", "lr * gamma ** epoch", min_args=1, max_args=1, category=C)
+def exponential_lr(*args):
+    a = _bind([("gamma", REQUIRED)], args)
+    return LRScheduler("exponential_lr", gamma=_positive(a["gamma"], "gamma"))
+
+
+@builtin("cosine_lr", "cosine_lr(t_max, [eta_min])", "cosine annealing from lr down to eta_min over t_max epochs",
+         min_args=1, max_args=2, category=C)
+def cosine_lr(*args):
+    a = _bind([("t_max", REQUIRED), ("eta_min", 0.0)], args)
+    t_max = to_int(a["t_max"], "t_max")
+    if t_max <= 0:
+        raise BuiltinArgError(f"t_max must be positive, got {t_max}")
+    return LRScheduler("cosine_lr", t_max=t_max, eta_min=_nonneg(a["eta_min"], "eta_min"))
+
+
+# ---------------------------------------------------------------- what the interpreter's learn block calls
+
+LEARN_SETTINGS = ("optimizer", "lr", "epochs", "clip_grad_norm", "scheduler", "objective")
+
+
+def start_learn(values: dict) -> LearnSession:
+    """A session from a learn block's evaluated settings (everything but `objective`)."""
+    opt = values.get("optimizer")
+    if opt is None:
+        if "lr" not in values:
+            raise BuiltinArgError("a learn block needs `optimizer: sgd(...)/adam(...)/adamw(...)` or `lr: RATE`")
+        opt = SGD(lr=_positive(values["lr"], "lr"))
+    elif not isinstance(opt, Optimizer):
+        raise BuiltinArgError(f"optimizer must be sgd(...), adam(...) or adamw(...), got {type_name(opt)}")
+    elif "lr" in values:
+        opt.lr = opt.base_lr = _positive(values["lr"], "lr")
+    epochs = values.get("epochs")
+    if epochs is not None:
+        epochs = to_int(epochs, "epochs")
+        if epochs < 0:
+            raise BuiltinArgError(f"epochs must be >= 0, got {epochs}")
+    clip = values.get("clip_grad_norm")
+    if clip is not None:
+        clip = _positive(clip, "clip_grad_norm")
+    sched = values.get("scheduler")
+    if sched is not None and not isinstance(sched, LRScheduler):
+        raise BuiltinArgError(f"scheduler must be step_lr(...), exponential_lr(...) or cosine_lr(...), "
+                              f"got {type_name(sched)}")
+    opt.steps = 0
+    return LearnSession(opt, epochs, clip, sched)
+
+
+class running_learn_block:
+    """`with running_learn_block(session):` the extent of a learn block (training on, state dropped at the end)."""
+
+    def __init__(self, session: LearnSession):
+        self.running = learn_session.running(session)
+
+    def __enter__(self):
+        try:
+            return self.running.__enter__()
+        except AutogradError as e:
+            raise BuiltinArgError(str(e)) from None
+
+    def __exit__(self, *exc):
+        return self.running.__exit__(*exc)
+
+
+def learn_step(session: LearnSession, loss) -> None:
+    """One training step on `loss` (form B's objective)."""
+    if not isinstance(loss, Tensor):
+        raise BuiltinArgError(f"the objective must be a tensor computed from learnable tensors, got "
+                              f"{type_name(loss)}")
+    try:
+        session.step(loss)
+    except AutogradError as e:
+        raise BuiltinArgError(str(e)) from None
+
+
+class EpochCounter:
+    """The iterable of a learn block's outer `for`: each item starts an epoch of the running session."""
+
+    tl_type_name = "range"
+
+    def __init__(self, items):
+        self.items = items
+
+    def tl_iter(self):
+        session = learn_session.current()
+        for epoch, item in enumerate(self.items):
+            if session is not None:
+                session.begin_epoch(epoch)
+            yield item
