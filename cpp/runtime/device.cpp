@@ -138,7 +138,7 @@ void init_device(const std::string& backend, int threads) {
                                name + "'");
     }
   }
-  if (threads <= 0) threads = static_cast<int>(env_threads();
+  if (threads <= 0) threads = env_threads();
   std::shared_ptr<Device> fresh = Device::create(name, threads);
   std::lock_guard<std::mutex> lock(g_device_mu);
   if (*g_device) (*g_device)->mark_shut_down();

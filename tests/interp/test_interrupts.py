@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import tensorlogic
 from tensorlogic.repl import run_repl
 
 
@@ -66,7 +67,7 @@ def test_generate_json_marks_an_interrupted_result_and_exits_130(capsys, stopped
 
 
 def test_ctrl_c_while_importing_is_not_a_traceback():
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__))))
     for delay in (0.02, 0.05, 0.1, 0.2):
         p = subprocess.Popen([sys.executable, "-m", "tensorlogic", "run", "/nonexistent.tl"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

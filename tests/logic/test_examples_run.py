@@ -8,10 +8,13 @@ import sys
 
 import pytest
 
+import tensorlogic
+
 api = pytest.importorskip("tensorlogic.api")
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "logic")
-PYTHON_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+# the tensorlogic this test process imports (the source tree or an installed package)
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
 
 
 def run_program(path: str) -> str:

@@ -8,9 +8,11 @@ import subprocess
 import sys
 import time
 
+import tensorlogic
+
 
 def test_ctrl_c_during_generation_exits_130(smollm2_path):
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__))))
     p = subprocess.Popen([sys.executable, "-m", "tensorlogic", "generate", "--model", str(smollm2_path),
                           "--prompt", "Tell me a long story.", "--max-tokens", "2000", "--ignore-eos"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
