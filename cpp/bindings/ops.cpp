@@ -276,7 +276,7 @@ void bind_ops(py::module_& m) {
         "silu(gate) * up in f32 as one kernel; with one argument its last dim holds [gate | up].");
   m.def("rope_kv_write", [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                             const Tensor& v_cache, py::handle pos, double base, bool neox) {
-          return rope_kv_write(q, k, v, k_cache, v_cache, parse_int(pos, "rope_kv_write pos"), base, neox);
+          return rope_kv_write(q, k, v, k_cache, v_cache, parse_dyn_int(pos, "rope_kv_write pos"), base, neox);
         }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_cache"), py::arg("v_cache"), py::arg("pos"),
         py::arg("base") = 10000.0, py::arg("neox") = false,
         "rope(q) returned; rope(k) and v written to rows pos.. of the K and V caches, as one kernel. "

@@ -82,8 +82,9 @@ Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const std::optional
 Tensor swiglu(const Tensor& gate, const std::optional<Tensor>& up);
 // rope(q) returned (f32 [S, Hq, D]); rope(k) and v written to rows pos..pos+S-1 of the caches
 // ([capacity, Hkv, D], written in place). q, k, v are [S, H, D] or [S, H * D] (any strides).
+// pos may be dynamic (a compiled decode step): each replay writes at its own position.
 Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                     const Tensor& v_cache, int64_t pos, double base, bool neox);
+                     const Tensor& v_cache, DynInt pos, double base, bool neox);
 
 // Shape ops (views when possible).
 Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed

@@ -95,6 +95,14 @@ Tensor fused_linear(const Tensor& x0, const Tensor& w0, LinearPrologue prologue,
     return x0;
   };
   if (K == 0 || M == 0 || N == 0) return linear(unfused_input(), w0, addend0);  // nothing to multiply
+  if (M == 1 && is_quantized(w0.dtype) && dev->debug().q8_activations.load(std::memory_order_relaxed)) {
+    // 8-bit activations (--fast) apply to every matrix-vector product, fused or not: the prologue
+    // and the addend run as their own ops around linear's 8-bit path
+    Tensor y = linear(unfused_input(), w0, std::nullopt);
+    if (addend0) y = binary(BinaryOp::Add, y, *addend0);
+    if ((x0.dtype == DType::F16 || x0.dtype == DType::BF16) && y.dtype != x0.dtype) y = astype(y, x0.dtype);
+    return y;
+  }
   // The addend joins the kernel's epilogue when it is a float tensor that broadcasts to the
   // output without growing it: a full [.., N] residual, or a [N] bias (stride 0 over rows).
   std::optional<Tensor> addend;
@@ -174,8 +182,9 @@ Tensor swiglu(const Tensor& gate0, const std::optional<Tensor>& up0) {
 }
 
 Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& k_cache,
-                     const Tensor& v_cache, int64_t pos, double base, bool neox) {
+                     const Tensor& v_cache, DynInt dyn_pos, double base, bool neox) {
   const char* op = "rope_kv_write";
+  const int64_t pos = dyn_pos.value;
   auto dev = op_device({&q0, &k0, &v0, &k_cache, &v_cache}, op);
   for (const Tensor* t : {&q0, &k0, &v0, &k_cache, &v_cache}) {
     require_plain(*t, op);
@@ -204,11 +213,33 @@ Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const
   View qv = q.view(), kv = k.view(), vv = v.view(), ov = out.view();
   View kd = k_dst.view(), vd = v_dst.view();
   float b = static_cast<float>(base);
-  encode(*dev,
-         [qv, kv, vv, pos, b, neox, ov, kd, vd](Kernels& kn) {
-           kn.rope_kv_write(qv, kv, vv, pos, b, neox, ov, kd, vd);
-         },
-         {&q, &k, &v}, {&out, &k_dst, &v_dst});
+  Command cmd = [qv, kv, vv, pos, b, neox, ov, kd, vd](Kernels& kn) {
+    kn.rope_kv_write(qv, kv, vv, pos, b, neox, ov, kd, vd);
+  };
+  if (!detail::recording_dynamic(*dev, dyn_pos)) {
+    encode(*dev, std::move(cmd), {&q, &k, &v}, {&out, &k_dst, &v_dst});
+    return out;
+  }
+  // Inside a compiled function with a position that depends on its scalar inputs (a decode step):
+  // each replay moves the cache rows to the replayed position, checked against the capacity first.
+  const int64_t row_k = k_cache.strides[0] * static_cast<int64_t>(block_bytes(k_cache.dtype));
+  const int64_t row_v = v_cache.strides[0] * static_cast<int64_t>(block_bytes(v_cache.dtype));
+  detail::encode_dynamic(
+      *dev, std::move(cmd),
+      [qv, kv, vv, pos, dyn_pos, cap, S, row_k, row_v, b, neox, ov, kd, vd](const ReplayContext& ctx) -> Command {
+        const int64_t p = dyn_pos.at(ctx.scalars, "rope_kv_write");
+        if (p < 0 || p + S > cap)
+          throw ShapeError("rope_kv_write: replayed positions " + std::to_string(p) + ".." +
+                           std::to_string(p + S) + " do not fit a cache of " + std::to_string(cap) +
+                           " positions");
+        View k2 = kd, v2 = vd;
+        k2.data = static_cast<char*>(kd.data) + (p - pos) * row_k;
+        v2.data = static_cast<char*>(vd.data) + (p - pos) * row_v;
+        return [qv, kv, vv, p, b, neox, ov, k2, v2](Kernels& kn) {
+          kn.rope_kv_write(qv, kv, vv, p, b, neox, ov, k2, v2);
+        };
+      },
+      {&q, &k, &v}, {&out, &k_dst, &v_dst});
   return out;
 }
 

@@ -158,9 +158,15 @@ def test_bad_seed_is_a_usage_error(args, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["run", "check"])
-def test_twelve_thousand_term_expression_is_one_line(tmp_path, command):
+def test_long_expressions_run_and_a_too_deep_one_is_one_line(tmp_path, command):
+    # 12,000 terms compile and run (the sum is exact); 200,000 exceed the compiler's depth and are one
+    # TL error, never a RecursionError traceback or an internal error.
     f = tmp_path / "deep.tl"
     f.write_text("main { print(" + "+".join(["1"] * 12000) + ") }\n")
+    r = tl(command, str(f))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ("12000" if command == "run" else f"{f}: ok"), r.stdout
+    f.write_text("main { print(" + "+".join(["1"] * 200000) + ") }\n")
     r = tl(command, str(f))
     assert r.returncode == 1 and "nested too deeply" in r.stderr and "internal error" not in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -139,7 +139,8 @@ def test_dump_logits_and_max_tokens_zero(model_path, reference, tmp_path):
     r = tl("generate", "--model", str(model_path), "--prompt", p["prompt_text"], "--raw", "--json",
            "--max-tokens", "0", "--dump-logits", str(dump))
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"prompt_ids": p["prompt_ids"], "ids": [], "text": ""}
+    assert json.loads(r.stdout) == {"prompt_ids": p["prompt_ids"], "ids": [], "text": "",
+                                    "stopped_by": "max_tokens", "interrupted": False}
     logits = np.load(dump)
     assert logits.dtype == np.float32 and logits.shape == (49152,)
     assert np.abs(logits - np.load(REFERENCE_DIR / p["last_logits_npy"])).max() < 1e-3

@@ -51,7 +51,7 @@ def test_ctrl_c_in_the_repl_cancels_the_statement_and_keeps_the_session():
 def _fake_session(stopped_by):
     result = SimpleNamespace(prompt_ids=[1, 2], ids=[3, 4], text="Hi", stopped_by=stopped_by,
                              prompt_logits=None)
-    return SimpleNamespace(chat_prompt_ids=lambda m: [1, 2], raw_prompt_ids=lambda p: [1, 2],
+    return SimpleNamespace(has_chat_template=True, chat_prompt_ids=lambda m: [1, 2], raw_prompt_ids=lambda p: [1, 2],
                            generate=lambda *a, **k: result)
 
 

@@ -31,6 +31,12 @@ def is_program_error(exc: BaseException) -> bool:
                             ZeroDivisionError, OverflowError, RecursionError, MemoryError))
 
 
+def is_earlier_kernel_failure(exc: BaseException) -> bool:
+    """Whether `exc` is a failure the runtime reports for an op that ran earlier (a kernel error
+    raised at a later wait or read): its message names that op, not the builtin that read it."""
+    return isinstance(exc, core.KernelFailure)
+
+
 def type_name(v: Any) -> str:
     """The TL name of a value's type, for error messages."""
     if v.__class__ is Symbolic:

@@ -112,8 +112,12 @@ def _format_with_spec(v: Any, spec: str) -> str:
         if arr.ndim == 0:
             return _format_number(arr.item(), g, typ, precision, spec)
         kind = "int" if arr.dtype.kind in "iu" else "float_kind"
-        return np.array2string(arr, separator=", ", threshold=1000, max_line_width=100,
-                               formatter={kind: lambda x: _format_number(x.item(), g, typ, precision, spec)})
+        one = lambda x: _format_number(x.item(), g, typ, precision, spec)  # noqa: E731
+        if not g["width"] and arr.size <= 1000:  # columns line up as NumPy prints: "[ 3.00, -1.00]"
+            width = max((len(one(x)) for x in arr.flat), default=0)
+            return np.array2string(arr, separator=", ", threshold=1000, max_line_width=100,
+                                   formatter={kind: lambda x: one(x).rjust(width)})
+        return np.array2string(arr, separator=", ", threshold=1000, max_line_width=100, formatter={kind: one})
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return _format_number(v, g, typ, precision, spec)
     if typ:

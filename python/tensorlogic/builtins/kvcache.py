@@ -111,7 +111,8 @@ class KVCache(TLObject):
         """RoPE of q and k at positions pos.. and the write of rope(k) and v, as one kernel; returns
         rope(q) [S, heads, head_dim]. q, k, v: [S, heads, head_dim] or [S, heads * head_dim]."""
         i = self._layer(layer)
-        p = to_int(pos, "position")
+        dynamic = pos.__class__ is Symbolic and pos.live
+        p = pos.value if dynamic else to_int(pos, "position")
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not isinstance(t, Tensor) or t.ndim not in (2, 3):
                 raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim] or "
@@ -130,8 +131,13 @@ class KVCache(TLObject):
                 raise BuiltinArgError("the first write to an empty cache layer needs k as "
                                       "[seq, kv_heads, head_dim]")
             self._grow(i, p, s, tail)
-        q_out = core.rope_kv_write(q, k, v, self.k[i], self.v[i], p, to_float(base, "base"),
-                                   to_bool(neox, "neox"))
+        # inside a compiled function the position stays symbolic: each replay writes at its own
+        # position, and the hook keeps the lengths (host state) and the eager checks
+        q_out = core.rope_kv_write(q, k, v, self.k[i], self.v[i], pos if dynamic else p,
+                                   to_float(base, "base"), to_bool(neox, "neox"))
+        if dynamic:
+            symbolic.add_hook(lambda scalars, i=i, pos=pos, s=s:
+                              self._replayed_write(i, symbolic.evaluate(pos, scalars), s))
         self.lengths[i] = p + s
         return q_out
 

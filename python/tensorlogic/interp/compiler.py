@@ -20,7 +20,7 @@ from __future__ import annotations
 import traceback
 
 from ..builtins import registry
-from ..builtins.convert import BuiltinArgError, is_program_error, to_bool
+from ..builtins.convert import BuiltinArgError, is_earlier_kernel_failure, is_program_error, to_bool
 from ..lang.errors import SourceSpan, TLError, TLInternalError, TLRuntimeError
 from .calls import CallCompiler
 from .control import CompileError
@@ -78,8 +78,11 @@ class Compiler(StatementCompiler, ExpressionCompiler, CallCompiler, LogicCompile
         else:
             text = str(exc) or type(exc).__name__
             head = text.split(":", 1)[0]
-            if what and what.startswith("'") and head.isidentifier() and ":" in text:
-                msg = text  # an operator's error that a named op raised: "matmul: shapes ..."
+            if what and head.isidentifier() and ":" in text and (
+                    what.startswith("'") or is_earlier_kernel_failure(exc)):
+                # an operator's error that a named op raised ("matmul: shapes ..."), or an earlier
+                # op's kernel failure reported at this read ("embedding: id 100 ...")
+                msg = text
             else:
                 msg = _prefixed(what, text)
         err = TLRuntimeError(msg, self.span(node))
