@@ -144,3 +144,11 @@ def test_messages_say_their_prefix_once(expr, message):
     words = [w.rstrip(":") for w in head.split()[:3]]
     assert len(set(words[:2])) == 2, line  # never "einsum: einsum:" or "index: index"
     assert "full:" not in line
+
+
+@pytest.mark.parametrize("stmt", ["f += 1", "let g = f + 1", "f *= [1.0]"])
+def test_operators_on_a_function_value_are_tl_errors(stmt):
+    # `classify += 1` on a function was an internal error (a Python TypeError) found by the fuzzer
+    r = tensorlogic.run("fn f(n: int) -> int { n }\nmain {\n" + stmt + "\n}", filename="bad.tl")
+    assert r.error is not None and not r.internal_error, r.error_text
+    assert "cannot apply" in r.error_text and "to function and" in r.error_text, r.error_text

@@ -7,8 +7,11 @@ positions 0..len-1, so a new turn only prefills what differs from them (the comm
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +57,30 @@ class GenerationResult:
         return n / self.decode_seconds if n > 0 and self.decode_seconds > 0 else 0.0
 
 
+@contextlib.contextmanager
+def _interrupts(stream: "_TokenStream"):
+    """Ctrl-C during a generation (main thread only): raise KeyboardInterrupt as usual and also mark
+    the stream, so that an interrupt swallowed on the way (a signal handled inside an attribute
+    lookup that C++ makes) still stops the generation at the next token instead of being lost."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        stream.interrupted = True
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _TokenStream(TLObject):
     """The `stream` argument of generate (stdlib/generate.tl): records ids and timings, prints text
     as it completes."""
@@ -74,6 +101,7 @@ class _TokenStream(TLObject):
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
         self.prompt_done_at: float | None = None
+        self.interrupted = False  # set by Ctrl-C (see _interrupts); push raises while it is set
 
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
         if name == "push" and len(args) == 1:
@@ -92,6 +120,8 @@ class _TokenStream(TLObject):
         self.prompt_done_at = time.perf_counter()
 
     def push(self, tid: int) -> None:
+        if self.interrupted:  # a KeyboardInterrupt that something below swallowed still stops here
+            raise KeyboardInterrupt
         now = time.perf_counter()
         if self.first_token_at is None:
             self.first_token_at = now
@@ -223,8 +253,10 @@ class LlmSession:
         self.cached_ids = list(prompt_ids[:start])
         stopped_by = "max_tokens"
         try:
-            ids = self.interp.call_value(self._generate_fn, [
-                self.model, self.cache, list(prompt_ids[start:]), start, max_tokens, sampler, stop_ids, stream])
+            with _interrupts(stream):
+                ids = self.interp.call_value(self._generate_fn, [
+                    self.model, self.cache, list(prompt_ids[start:]), start, max_tokens, sampler, stop_ids,
+                    stream])
         except KeyboardInterrupt:
             ids = list(stream.ids)
             stopped_by = "interrupt"

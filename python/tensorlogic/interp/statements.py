@@ -175,6 +175,9 @@ class StatementCompiler:
                 b = rhs(f)
                 try:
                     return operators.binary(op, a, b)
+                except TypeError:  # as for `a op b`: operands the operator does not take
+                    raise self.error(f"cannot apply '{op}=' to {type_name(a)} and {type_name(b)}",
+                                     node) from None
                 except Exception as e:
                     raise self.convert(e, node, f"'{op}='") from None
         if isinstance(target, ast.Name):

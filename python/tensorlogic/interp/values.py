@@ -45,6 +45,7 @@ class FunctionValue:
     it is filled in after compilation so recursive and forward references resolve."""
 
     __slots__ = ("name", "decl", "impl", "owner", "filename")
+    tl_type_name = "function"  # what error messages call it (type_name)
 
     def __init__(self, name: str, decl, filename: str, owner: StructType | None = None):
         self.name = name
