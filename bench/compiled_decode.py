@@ -32,7 +32,7 @@ with LlmSession(model, backend=backend, context=n_prompt + n_new + 8) as s:
         if i:
             rates.append(r.decode_tok_s)
         ids = r.ids
-    fn = s.interp.functions["llama_decode_step"].impl
+    fn = s.interp.functions["model_decode_step"].impl
     print("RESULT " + json.dumps({"rates": rates, "ids": ids, "records": getattr(fn, "records", 0),
                                   "replays": getattr(fn, "replays", 0)}))
 """
