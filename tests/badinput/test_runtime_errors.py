@@ -152,3 +152,9 @@ def test_operators_on_a_function_value_are_tl_errors(stmt):
     r = tensorlogic.run("fn f(n: int) -> int { n }\nmain {\n" + stmt + "\n}", filename="bad.tl")
     assert r.error is not None and not r.internal_error, r.error_text
     assert "cannot apply" in r.error_text and "to function and" in r.error_text, r.error_text
+
+
+@pytest.mark.parametrize("expr", ["zeros([2, 1e308])", "ones([1e30])", "reshape(ones([2]), [1e30])"])
+def test_a_dimension_beyond_int64_is_a_tl_error(expr):
+    # zeros([n, 1e308]) was an internal error (pybind11 could not cast the int), found by the fuzzer
+    assert "too large for a tensor" in tl_error(expr)

@@ -216,6 +216,8 @@ def to_shape(v: Any, what: str = "shape") -> list[int]:
     for d in dims:
         if d < -1:
             raise BuiltinArgError(f"{what} {dims} has a negative dimension")
+        if d >= 2 ** 63:  # beyond what any tensor dimension (int64) can hold
+            raise BuiltinArgError(f"{what} has a dimension of {d}, too large for a tensor")
     return dims
 
 
