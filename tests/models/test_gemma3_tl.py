@@ -206,3 +206,31 @@ def test_real_long_prompt_beyond_the_window_matches_float64_oracle(gemma3_sessio
         top2 = np.sort(row)[-2:]
         if top2[1] - top2[0] > 1e-3:  # not a near-tie: the float64 argmax must be TL's choice
             assert got == int(np.argmax(row)), f"step {step}"
+
+
+def test_compiled_decode_replays_across_the_window_and_equals_eager_bitwise(tmp_path):
+    """model_decode_step on Gemma 3 records once while the sliding window still covers every
+    position and once after it filled (a guard refuses the first recording there); every replayed
+    step's logits equal the eager step's bit for bit."""
+    from tensorlogic.builtins.kvcache import KVCache
+
+    path = write_tiny_gemma3(tmp_path / "g.gguf", weight_type="Q8_0", sliding_window=4)
+    with LlmSession(path, context=32) as s:
+        cfg, fns, call = s.config, s.interp.functions, s.interp.call_value
+        caches = [KVCache(cfg.n_layers, 32, cfg.n_kv_heads, cfg.head_dim, "f32") for _ in range(2)]
+        prompt = s.raw_prompt_ids(PROMPT)[:2]
+        logits = [call(fns["model_last_logits"], [s.model, call(fns["model_forward"], [s.model, c, prompt, 0])])
+                  for c in caches]
+        pos = len(prompt)
+        for _ in range(12):  # positions 2..13: the window of 4 fills at position 4
+            tok = int(np.argmax(logits[0].numpy().reshape(-1)))
+            logits = [call(fns["model_decode_step"], [s.model, caches[0], tok, pos]),
+                      call(fns["model_last_logits"], [s.model, call(fns["model_forward"],
+                                                                    [s.model, caches[1], [tok], pos])])]
+            a, b = (x.numpy() for x in logits)
+            assert a.tobytes() == b.tobytes(), pos
+            pos += 1
+        cf = fns["model_decode_step"].impl
+        assert (cf.records, cf.replays) == (2, 10)
+        for c in caches:
+            c.release()

@@ -589,6 +589,29 @@ def _rope_kv_write(cache, layer, pos, q, k, v, base=10000.0, neox=False):
     return cache.write_rope(layer, pos, q, k, v, base, neox)
 
 
+@builtin("cache_attention", "cache_attention(q, cache, layer, pos, scale=1/sqrt(head_dim), window=0)",
+         "causal_attention of q [n, heads, d] at positions pos.. over what a KV cache layer holds at "
+         "positions 0..pos+n-1 (the last `window` of them when window > 0). In a compiled decode step "
+         "the position follows each replay, sliding window included",
+         min_args=4, max_args=6, category="models")
+def _cache_attention(q, cache, layer, pos, scale=None, window=0):
+    if not isinstance(cache, KVCache):
+        raise BuiltinArgError(f"cache must be a KV cache (kv_cache), got {type_name(cache)}")
+    w = to_int(window, "window")
+    if not isinstance(q, Tensor) or q.ndim != 3:
+        raise BuiltinArgError(f"q must be a tensor [seq, heads, head_dim], got {type_name(q)}")
+    n = q.shape[0]
+    if not (pos.__class__ is Symbolic and pos.live and n == 1 and w > 0):
+        end = pos + n
+        return _causal_attention(q, cache.keys(layer, end), cache.values(layer, end), pos, scale, window)
+    # one query in a compiled step with a sliding window: the views follow the position (see
+    # KVCache.window_views); once the window is full the query is its last position
+    k, v = cache.window_views(layer, pos + 1, w)
+    s = None if scale is None else to_float(scale, "scale")
+    offset = pos if pos.value + 1 <= w else w - 1
+    return core.attention(q, k, v, scale=s, causal=True, pos_offset=offset)
+
+
 @builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0, scale=1/sqrt(head_dim), window=0)",
          "softmax(q·kᵀ·scale + causal mask)·v with q [n, heads, d] at positions pos_offset.., "
          "k/v [t, kv_heads, d] (grouped-query when kv_heads divides heads); window > 0 is sliding-window "

@@ -25,6 +25,10 @@ class Trace:
         # run in order before each replay with the scalar inputs: host-side effects and checks of
         # the builtins the function called (a KV cache's lengths), raising on what eager would reject
         self.hooks: list[Callable[[list[float]], None]] = []
+        # checked before each replay, before any hook: a recording that holds only for some values of
+        # the scalars (a sliding window before or after it fills) says so here; a failed guard makes
+        # the call record anew instead of replaying
+        self.guards: list[Callable[[list[float]], bool]] = []
         self.global_reads: dict[str, Any] = {}  # globals the body read, checked by identity at replay
 
     def abandon(self, reason: str) -> None:
@@ -57,6 +61,13 @@ def add_hook(hook: Callable[[list[float]], None]) -> None:
     t = active()
     if t is not None:
         t.hooks.append(hook)
+
+
+def add_guard(guard: Callable[[list[float]], bool]) -> None:
+    """`guard(scalars)` must hold for a replay with those scalars to be valid (see Trace.guards)."""
+    t = active()
+    if t is not None:
+        t.guards.append(guard)
 
 
 def evaluate(v: Any, scalars: list[float]) -> Any:

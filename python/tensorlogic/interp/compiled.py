@@ -6,7 +6,8 @@ int or float is a scalar input (its kind is in the key, not its value), lists an
 bools and strings are part of the key by value, any other value (a model, a KV cache) by identity.
 Recording: the body runs eagerly on private copies of the tensor inputs (slots) with its scalars as
 `Symbolic` (builtins/symbolic.py) while the runtime appends every op to a `_core.Recording`.
-Replay: the globals the body read must be the same objects, the builtins' replay hooks run (a KV
+Replay: the globals the body read must be the same objects, the builtins' guards must hold (else
+the call records anew: a sliding window that filled since), the builtins' replay hooks run (a KV
 cache's length bookkeeping and checks), then the recording runs with the new scalars and tensors.
 Invariants: a replay computes what an eager call would (bitwise on the CPU backend); whatever a
 recording cannot express abandons it and that signature runs eagerly from then on (a one-line note
@@ -47,12 +48,13 @@ class _Eager:
 
 
 class _Replayable:
-    __slots__ = ("recording", "result", "hooks", "global_reads", "pinned")
+    __slots__ = ("recording", "result", "hooks", "guards", "global_reads", "pinned")
 
-    def __init__(self, recording, result, hooks, global_reads, pinned):
+    def __init__(self, recording, result, hooks, guards, global_reads, pinned):
         self.recording = recording
         self.result = result  # the result's shape: see _result_spec
         self.hooks = hooks
+        self.guards = guards
         self.global_reads = global_reads
         self.pinned = pinned  # the identity-keyed arguments, kept alive so their ids stay theirs
 
@@ -179,6 +181,11 @@ class CompiledFunction:
                 del self.entries[k]
                 return self._record(k, argv, tensors, scalars, pinned)
         fscalars = [float(s) for s in scalars]
+        for guard in entry.guards:
+            if not guard(fscalars):
+                _note(f"{self.name}: the recording does not hold for these arguments; recording again")
+                del self.entries[k]
+                return self._record(k, argv, tensors, scalars, pinned)
         for hook in entry.hooks:
             hook(fscalars)
         try:
@@ -223,7 +230,7 @@ class CompiledFunction:
         value = _build(spec, fresh, fscalars)
         self.records += 1
         if rec.ready:
-            self.entries[key] = _Replayable(rec, spec, trace.hooks, trace.global_reads, pinned)
+            self.entries[key] = _Replayable(rec, spec, trace.hooks, trace.guards, trace.global_reads, pinned)
             _note(f"{self.name}: recorded {rec.n_commands} ops ({rec.n_dynamic} with dynamic parameters, "
                   f"{rec.owned_bytes} bytes owned)")
         else:
