@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..builtins.convert import BuiltinArgError
-from ..builtins.core import RuntimeFailure, init_backend, memory_stats, set_q8_activations
+from ..builtins.core import RuntimeFailure, device_threads, init_backend, memory_stats, set_q8_activations
 from ..builtins.kvcache import KVCache
 from ..builtins.models import load_model_value
 from ..builtins.sampling import SamplerValue
@@ -338,7 +338,9 @@ def _print_stats(session: LlmSession, r: GenerationResult) -> None:
     import resource
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"[load {session.load_seconds:.2f} s | prompt {r.prefilled} tok, {r.prompt_tok_s:.1f} tok/s | "
+    threads = device_threads()
+    print(f"[{f'{threads} thread' + ('s' if threads > 1 else '') if threads > 0 else 'threads: one per core'} | "
+          f"load {session.load_seconds:.2f} s | prompt {r.prefilled} tok, {r.prompt_tok_s:.1f} tok/s | "
           f"decode {len(r.ids)} tok, {r.decode_tok_s:.1f} tok/s | peak RSS {rss:.0f} MiB | "
           f"stopped by {r.stopped_by}]", file=sys.stderr)
 
@@ -531,13 +533,17 @@ def _chat_turn(session: LlmSession, state: ChatState, user_text: str, args, samp
     if session.has_chat_template:
         state.turns.append(("user", user_text))
         prompt_ids = session.chat_prompt_ids(state.messages())
+        # room for the reply: its max tokens, but at most a quarter of the context
+        room = max(1, min(args.max_tokens, session.capacity // 4))
         dropped = 0
-        while len(prompt_ids) + 1 > session.capacity and _drop_oldest_turn(state.turns):
+        while len(prompt_ids) + room > session.capacity and _drop_oldest_turn(state.turns):
             dropped += 1
             prompt_ids = session.chat_prompt_ids(state.messages())
         if dropped:
-            print(f"[context full ({session.capacity} tokens): dropped the oldest {dropped} "
-                  f"exchange{'s' if dropped > 1 else ''}; {len(state.turns) // 2} earlier kept]", file=sys.stderr)
+            kept = len(state.turns) // 2
+            print(f"[context full ({session.capacity} tokens): dropped the oldest "
+                  f"{'exchange' if dropped == 1 else f'{dropped} exchanges'}; {kept} earlier "
+                  f"exchange{'' if kept == 1 else 's'} kept]", file=sys.stderr)
     else:  # a base model: complete this message alone, as raw text
         prompt_ids = session.raw_prompt_ids(user_text)
     result = session.generate(prompt_ids, args.max_tokens, on_text=_write, **sampling)

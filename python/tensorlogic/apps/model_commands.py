@@ -31,7 +31,7 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_cmd_info)
 
-    lst = model_sub.add_parser("list", help="list known models and whether they are cached")
+    lst = model_sub.add_parser("list", help="list known models (cached or to fetch, with sizes) and other cached files")
     lst.set_defaults(func=_cmd_list)
 
     gen = subparsers.add_parser("generate",
@@ -218,12 +218,28 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     from ..models.fetch import DEFAULT_MODEL, KNOWN_MODELS, cache_dir
 
+    cache = cache_dir()
+    known_files = set()
     for name, spec in KNOWN_MODELS.items():
-        path = cache_dir() / spec.filename
-        state = f"cached at {path}" if path.is_file() else "not downloaded"
+        path = cache / spec.filename
+        known_files.add(spec.filename)
+        if path.is_file():
+            state = f"cached at {path} ({_size(path.stat().st_size)})"
+        else:
+            state = f"not downloaded ({_size(spec.size)} to fetch: tl model fetch {name})"
         default = " (default)" if name == DEFAULT_MODEL else ""
         print(f"{name}{default}: {spec.description}; {state}")
+    try:
+        others = sorted(p for p in cache.glob("*.gguf") if p.is_file() and p.name not in known_files)
+    except OSError:
+        others = []
+    for path in others:
+        print(f"{path.name}: a GGUF file in the cache ({_size(path.stat().st_size)}); use --model {path}")
     return 0
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.2f} GB"
 
 
 def _sampling(args: argparse.Namespace) -> dict:
