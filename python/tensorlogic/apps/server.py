@@ -263,7 +263,8 @@ class Engine:
         self.lock = threading.Lock()
         self.waiting = 0
         self.running = 0
-        self.counts = collections.Counter()  # served, cancelled, rejected, errors
+        # served, cancelled (client gone), rejected (queue full), invalid (4xx found by the worker), errors (500)
+        self.counts = collections.Counter()
         self.generated_tokens = 0
         self.started_at = time.time()
         self.thread = threading.Thread(target=self._loop, name="tl-serve-worker", daemon=True)
@@ -313,25 +314,31 @@ class Engine:
                 self.waiting -= 1
                 self.running = 1
             self._current = job
+            event: tuple | None = None
+            outcome = "cancelled"
             try:
-                if job.cancelled.is_set():
-                    self.counts["cancelled"] += 1
-                    continue
-                self._run(job)
+                if not job.cancelled.is_set():
+                    result = self._run(job)
+                    event = ("done", result)
+                    outcome = "cancelled" if result.stopped_by == "interrupt" else "served"
             except ApiError as e:
-                job.emit("error", e)
+                event, outcome = ("error", e), "invalid"
             except ModelError as e:
-                self.counts["errors"] += 1
-                job.emit("error", ApiError(400, str(e), code="invalid_prompt"))
+                event, outcome = ("error", ApiError(400, str(e), code="invalid_prompt")), "invalid"
             except Exception as e:  # noqa: BLE001 - a bug: answered as a 500, the server goes on
-                self.counts["errors"] += 1
-                job.emit("error", ApiError(500, f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"))
+                event = ("error", ApiError(500, f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"))
+                outcome = "errors"
             finally:
                 self._current = None
                 with self.lock:
                     self.running = 0
+                    self.counts[outcome] += 1
+                    if event is not None and event[0] == "done":
+                        self.generated_tokens += len(event[1].ids)
+            if event is not None:  # after the counters, so that /health agrees with what the client saw
+                job.emit(*event)
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job):
         s = self.session
         param = "messages" if job.kind == "chat" else "prompt"
         if job.kind == "chat":
@@ -357,12 +364,8 @@ class Engine:
         max_tokens = min(limits)
         job.emit("start", len(ids))
         on_text = (lambda text: job.emit("text", text)) if job.params["stream"] else None
-        result = s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
-                            **job.params["sampling"])
-        with self.lock:
-            self.generated_tokens += len(result.ids)
-            self.counts["cancelled" if result.stopped_by == "interrupt" else "served"] += 1
-        job.emit("done", result)
+        return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
+                          **job.params["sampling"])
 
 
 # ---------------------------------------------------------------------- the HTTP app
@@ -533,7 +536,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
             "chat_template": s.has_chat_template,
             "worker": "one worker thread owns the model: requests run one at a time, in arrival order",
             "queue": engine.status(),
-            "requests": {k: counts.get(k, 0) for k in ("served", "cancelled", "rejected", "errors")},
+            "requests": {k: counts.get(k, 0) for k in ("served", "cancelled", "rejected", "invalid", "errors")},
             "generated_tokens": generated, "uptime_s": round(time.time() - engine.started_at, 1),
         })
 
