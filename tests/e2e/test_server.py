@@ -287,6 +287,14 @@ def test_a_full_queue_answers_503(smollm2_path, tmp_path):
         s.close()
 
 
+def test_a_port_in_use_is_one_line_and_status_1(server, smollm2_path):
+    r = subprocess.run([sys.executable, "-m", "tensorlogic", "serve", "--model", str(smollm2_path), "--port",
+                        str(server.port)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [f"tl: error: cannot listen on 127.0.0.1:{server.port}: "
+                                             "Address already in use"]
+
+
 def test_serve_usage_errors(smollm2_path):
     for args, needle in ((["--port", "70000"], "must be a TCP port"), (["--max-queue", "-1"], "must be >= 0"),
                          (["--temperature", "-1"], "must be >= 0")):

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -598,9 +599,20 @@ def run_server(options: ServeOptions) -> int:
     print(f"tl serve: {session.config.name} ({options.model_path.name}) on http://{shown}:{port}/v1 "
           f"(context {session.capacity}; one request at a time, {options.max_queue} may wait{auth})",
           file=sys.stderr, flush=True)
+    if not options.api_key and host not in ("127.0.0.1", "::1", "localhost"):
+        print(f"tl serve: note: listening on {host} without --api-key: anyone who reaches this port can use it",
+              file=sys.stderr, flush=True)
+
+    class _Server(uvicorn.Server):
+        stopped_by: int | None = None
+
+        def handle_exit(self, sig: int, frame) -> None:  # SIGINT / SIGTERM: a graceful shutdown
+            self.stopped_by = sig
+            super().handle_exit(sig, frame)
+
     config = uvicorn.Config(app, log_level=os.environ.get("TL_SERVE_LOG", "warning"), access_log=False,
                             timeout_graceful_shutdown=5, lifespan="off")
-    server = uvicorn.Server(config)
+    server = _Server(config)
     try:
         server.run(sockets=[sock])
     finally:
@@ -608,4 +620,7 @@ def run_server(options: ServeOptions) -> int:
         if not engine.thread.is_alive():
             session.close()
         sock.close()
+    if server.stopped_by == signal.SIGINT:
+        print("tl: interrupted", file=sys.stderr)
+        return 130  # Ctrl-C, as every tl command; SIGTERM is a normal stop (0)
     return 0
