@@ -98,6 +98,11 @@ def test_stop_strings_cut_the_reply(model, plain):
     assert out["ids"] == plain["ids"][:len(out["ids"])] and len(out["ids"]) < len(plain["ids"])
     streamed = tl("generate", "--model", model, "--prompt", QUESTION, "--max-tokens", "8", "--stop", "Paris")
     assert streamed.returncode == 0 and streamed.stdout == plain["text"].split("Paris")[0] + "\n"
+    # a stop string across tokens; one that only begins to match is held back, then printed whole
+    spans = tl("generate", "--model", model, "--prompt", QUESTION, "--max-tokens", "8", "--stop", "ital of Fr")
+    assert spans.stdout == plain["text"].split("ital of Fr")[0] + "\n"
+    partial = tl("generate", "--model", model, "--prompt", QUESTION, "--max-tokens", "8", "--stop", "Paris!")
+    assert partial.returncode == 0 and partial.stdout == plain["text"] + "\n"
     r = tl("generate", "--model", model, "--prompt", "x", "--stop", "")
     assert r.returncode == 2 and "must not be empty" in r.stderr
 
@@ -146,6 +151,28 @@ def test_sampler_repeat_penalty_and_min_p_arithmetic():
     assert {choose_token(logits, 1.0, 0, 1.0, rng) for _ in range(400)} == {0, 1, 2, 3}
     with pytest.raises(Exception, match="min_p"):
         choose_token(logits, 1.0, 0, 1.0, rng, min_p=2.0)
+
+
+def test_token_sampler_takes_min_p_and_repeat_penalty_in_tl():
+    import tensorlogic
+
+    program = """
+        let greedy = token_sampler(0.0, 0, 1.0, -1, 0.0, 4.0)
+        let logits = from_array([[1.0, 3.0, 2.5, -1.0]])
+        print([greedy.sample(logits), greedy.sample(logits), greedy.sample(logits)])
+        let picky = token_sampler(1.0, 0, 1.0, 3, 0.9)
+        let ids = []
+        for i in range(30) { ids.push(picky.sample(logits)) }
+        print(ids)
+        """
+    result = tensorlogic.run(program)
+    assert result.error is None, result.error_text
+    first, second = result.output.splitlines()
+    # 3.0 / 4 = 0.75 after id 1 is chosen; then 2.5 / 4 = 0.625 after id 2; then 1.0 is the largest
+    assert first == "[1, 2, 0]"
+    assert set(json.loads(second)) == {1}  # min_p 0.9: only the best token (exp(-0.5) < 0.9) is kept
+    bad = tensorlogic.run("let s = token_sampler(1.0, 0, 1.0, -1, 0.0, 0.0)")
+    assert bad.error is not None and "repeat_penalty must be a positive number" in bad.error_text
 
 
 # ------------------------------------------------------------------ tl chat

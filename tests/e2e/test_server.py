@@ -287,6 +287,28 @@ def test_a_full_queue_answers_503(smollm2_path, tmp_path):
         s.close()
 
 
+def test_a_base_model_serves_completions_and_refuses_chat(tmp_path):
+    from tensorlogic.models.testing import write_tiny_gemma3
+
+    path = write_tiny_gemma3(tmp_path / "base.gguf")
+    s = Server(path, tmp_path, "--name", "tiny")
+    try:
+        assert s.health()["chat_template"] is False
+        r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "no_chat_template"
+        c = s.client("unused").completions.create(model="tiny", prompt="Hello world", max_tokens=3, seed=1,
+                                                   temperature=0.9)
+        again = s.client("unused").completions.create(model="tiny", prompt="Hello world", max_tokens=3, seed=1,
+                                                       temperature=0.9)
+        assert c.model == "tiny" and c.usage.completion_tokens >= 1 and c.choices[0].text == again.choices[0].text
+        ids = s.post("/v1/completions", {"prompt": [1, 5, 9], "max_tokens": 2}).json()
+        assert ids["usage"]["prompt_tokens"] == 3
+        bad = s.post("/v1/completions", {"prompt": [1, 10 ** 9], "max_tokens": 2})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt"
+    finally:
+        s.close()
+
+
 def test_a_port_in_use_is_one_line_and_status_1(server, smollm2_path):
     r = subprocess.run([sys.executable, "-m", "tensorlogic", "serve", "--model", str(smollm2_path), "--port",
                         str(server.port)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)

@@ -131,16 +131,18 @@ class SamplerValue(TLObject):
         raise AttributeError(name)
 
 
-@builtin("token_sampler", "token_sampler(temperature=0, top_k=0, top_p=1, seed=-1)",
-         "a next-token chooser (`.sample(logits)`): greedy at temperature 0, else top-k/top-p sampling from the "
-         "program's generator (or, with seed >= 0, a generator of its own)",
-         min_args=0, max_args=4, needs_ctx=True, category="models")
-def token_sampler(ctx, temperature=0.0, top_k=0, top_p=1.0, seed=-1):
+@builtin("token_sampler", "token_sampler(temperature=0, top_k=0, top_p=1, seed=-1, min_p=0, repeat_penalty=1)",
+         "a next-token chooser (`.sample(logits)`): greedy at temperature 0, else top-k/top-p/min-p sampling from "
+         "the program's generator (or, with seed >= 0, a generator of its own); repeat_penalty != 1 penalizes "
+         "the last 64 ids it chose (as llama.cpp)",
+         min_args=0, max_args=6, needs_ctx=True, category="models")
+def token_sampler(ctx, temperature=0.0, top_k=0, top_p=1.0, seed=-1, min_p=0.0, repeat_penalty=1.0):
     t, k, p = to_float(temperature, "temperature"), to_int(top_k, "top_k"), to_float(top_p, "top_p")
     s = to_int(seed, "seed")
+    mp, rp = to_float(min_p, "min_p"), to_float(repeat_penalty, "repeat_penalty")
     if s >= 0:
-        return SamplerValue.seeded(t, k, p, s)
-    return SamplerValue(t, k, p, lambda: ctx.rng)
+        return SamplerValue.seeded(t, k, p, s, rp, mp)
+    return SamplerValue(t, k, p, lambda: ctx.rng, rp, mp)
 
 
 @builtin("temperature_sample", "temperature_sample(logits, T)",
