@@ -72,13 +72,13 @@ class Server:
     def client(self, key: str = KEY, **kw):
         return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120, **kw)
 
-    def post(self, path: str, content, key: str | None = KEY, **kw):
+    def post(self, path: str, content, key: str | None = KEY, timeout: float = 120, **kw):
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         if not isinstance(content, (str, bytes)):
             content = json.dumps(content)
-        return httpx.post(self.url + path, content=content, headers=headers, timeout=120, **kw)
+        return httpx.post(self.url + path, content=content, headers=headers, timeout=timeout, **kw)
 
     def health(self) -> dict:
         return httpx.get(self.url + "/health", timeout=30).json()
@@ -217,6 +217,30 @@ def test_client_disconnecting_mid_stream_stops_its_generation(server, expected_c
     assert h["requests"]["cancelled"] == before + 1, h
     assert h["queue"]["running"] == 0
     assert _chat(server.client()).choices[0].message.content == expected_chat["text"]  # still serving
+
+
+def test_a_waiting_request_whose_client_left_is_dropped(server):
+    before = server.health()["requests"]
+    long = {"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+            "max_tokens": 200, "stream": True}
+    with httpx.Client(timeout=60) as c:
+        with c.stream("POST", server.url + "/v1/chat/completions", json=long,
+                      headers={"Authorization": f"Bearer {KEY}"}) as running:
+            lines = running.iter_lines()  # kept: dropping the iterator closes the connection
+            next(line for line in lines if line.startswith("data: "))
+            with pytest.raises(httpx.TimeoutException):  # waits behind the running one, then gives up
+                server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+                            timeout=1.0)
+            time.sleep(0.6)  # the server notices within DISCONNECT_POLL_S
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        h = server.health()
+        if h["queue"]["running"] == 0 and h["queue"]["waiting"] == 0:
+            break
+        time.sleep(0.1)
+    after = h["requests"]
+    assert after["cancelled"] == before["cancelled"] + 2, (before, after)  # both, and neither ran to its end
+    assert after["served"] == before["served"]
 
 
 @pytest.mark.parametrize("body,param,code", [
