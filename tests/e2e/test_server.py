@@ -126,6 +126,9 @@ def test_health_and_models(server):
     assert "one at a time" in h["worker"] and h["queue"]["max_queue"] == 16
     models = server.client().models.list()
     assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1"]
+    assert server.client().models.retrieve("SmolLM2-135M-Instruct.Q4_1").owned_by == "tensorlogic"
+    with pytest.raises(openai.NotFoundError):
+        server.client().models.retrieve("gpt-17")
 
 
 def test_chat_greedy_equals_tl_generate(server, expected_chat):

@@ -2,7 +2,7 @@
 
     POST /v1/chat/completions   messages through the model's chat template (stream: server-sent events)
     POST /v1/completions        a raw prompt
-    GET  /v1/models             the one model served
+    GET  /v1/models             the one model served (and /v1/models/ID)
     GET  /health                status, queue, counters (no API key needed)
 
 The HTTP side is Starlette on uvicorn (a well-kept ASGI stack with streaming responses and
@@ -522,10 +522,19 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         params = _common(body, options.defaults)
         return await run(request, "completion", _completion_prompt(body), params)
 
+    model_card = {"id": model_id, "object": "model", "created": created, "owned_by": "tensorlogic"}
+
     @endpoint
     async def models(request: Request):
-        return JSONResponse({"object": "list", "data": [
-            {"id": model_id, "object": "model", "created": created, "owned_by": "tensorlogic"}]})
+        return JSONResponse({"object": "list", "data": [model_card]})
+
+    @endpoint
+    async def model(request: Request):
+        name = request.path_params["name"]
+        if name != model_id:
+            raise ApiError(404, f"no model named {name!r} here; this server serves {model_id!r}", "model",
+                           "model_not_found")
+        return JSONResponse(model_card)
 
     async def health(request: Request):
         s = engine.session
@@ -554,6 +563,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{name:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
