@@ -152,15 +152,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="a .gguf file or a known model name (default: smollm2-135m-instruct, "
                                    "downloaded on first use)")
     p.add_argument("--backend", choices=["cpu", "cuda", "metal"], help="default: TL_BACKEND or cpu")
-    p.add_argument("--context", type=_positive_int, default=None,
-                   help="KV cache length in tokens (default: the model's, at most 4096)")
+    sized = "what the prompt and --max-tokens need" if p.prog.endswith("generate") else "2048"
+    p.add_argument("--context", type=_positive_int, default=None, metavar="N",
+                   help=f"KV cache length in tokens (default: {sized}; at most the model's context length)")
     p.add_argument("--fast", action="store_true",
                    help="quantize activations to 8 bits in the quantized matrix-vector products, as llama.cpp "
                         "does (CPU backend; faster decode, logits approximate: see README)")
     p.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
                    help="KV cache dtype: f32 (default, exact) or f16 (half the memory and bandwidth at long "
                         "contexts; logits approximate)")
-    p.add_argument("--threads", type=_threads, default=None,
+    p.add_argument("--threads", type=_threads, default=None, metavar="N",
                    help="CPU backend kernel threads (default: TL_THREADS, else one per core)")
 
 

@@ -276,7 +276,7 @@ class Engine:
     def submit(self, job: Job) -> bool:
         """Queue the job; False (and nothing queued) when max_queue requests already wait."""
         with self.lock:
-            if self.running + self.waiting > self.options.max_queue:
+            if self.waiting >= self.options.max_queue and (self.running or self.waiting):
                 self.counts["rejected"] += 1
                 return False
             self.waiting += 1
