@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -332,6 +333,9 @@ def test_a_base_model_serves_completions_and_refuses_chat(tmp_path):
         assert ids["usage"]["prompt_tokens"] == 3
         bad = s.post("/v1/completions", {"prompt": [1, 10 ** 9], "max_tokens": 2})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt"
+        s.proc.send_signal(signal.SIGINT)  # Ctrl-C: a graceful stop, status 130 as every tl command
+        assert s.proc.wait(timeout=30) == 130
+        assert s.log.read_text().rstrip().endswith("tl: interrupted")
     finally:
         s.close()
 
