@@ -60,7 +60,7 @@ def plain(model) -> dict:
 
 def test_prompt_from_stdin_and_from_a_file(model, plain, tmp_path):
     assert _json(tl("generate", "--model", model, "--prompt", "-", "--json", "--max-tokens", "8",
-                    stdin=QUESTION)) == plain
+                    stdin=QUESTION + "\n")) == plain  # `echo ... |`: the final newline is not part of it
     f = tmp_path / "prompt.txt"
     f.write_text(QUESTION)
     assert _json(tl("generate", "--model", model, "--prompt-file", str(f), "--json", "--max-tokens", "8")) == plain

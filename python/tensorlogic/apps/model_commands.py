@@ -38,8 +38,10 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
                                 help="generate text with a GGUF model (Llama or Gemma 3; the forward pass is TL)")
     _add_model_args(gen)
     source = gen.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", help="the prompt (a user message unless --raw); '-' reads standard input")
-    source.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE (UTF-8)")
+    source.add_argument("--prompt", help="the prompt (a user message unless --raw); '-' reads standard input "
+                                         "(one final newline dropped)")
+    source.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE (UTF-8; one final "
+                                                              "newline dropped)")
     gen.add_argument("--system", help="a system message before the prompt (with the chat template)")
     gen.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
     gen.add_argument("--max-tokens", type=_non_negative_int, default=128, help="tokens to generate (default 128)")
@@ -278,11 +280,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _read_prompt(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """The prompt text of `tl generate` (--prompt TEXT, --prompt - for standard input, --prompt-file F),
-    or (None, one error line)."""
+    """The prompt text of `tl generate` (--prompt TEXT, --prompt - for standard input, --prompt-file F;
+    from a stream one final newline is dropped, as llama.cpp's --file does), or (None, one error line)."""
     if args.prompt_file is None and args.prompt != "-":
         return args.prompt, None
     where = "standard input" if args.prompt_file is None else args.prompt_file
+    flag = "" if args.prompt_file is None else "--prompt-file "
     try:
         if args.prompt_file is None:
             data = sys.stdin.buffer.read()
@@ -290,15 +293,17 @@ def _read_prompt(args: argparse.Namespace) -> tuple[str | None, str | None]:
             with open(args.prompt_file, "rb") as f:
                 data = f.read()
     except IsADirectoryError:
-        return None, f"--prompt-file {where}: is a directory"
+        return None, f"{flag}{where}: is a directory"
     except OSError as e:
-        return None, f"--prompt-file {where}: {e.strerror or e}"
+        return None, f"{flag}{where}: {e.strerror or e}"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         return None, f"{where}: not UTF-8 text (bad byte at offset {e.start})"
     if not text.strip():
         return None, f"the prompt from {where} is empty"
+    if text.endswith("\n"):
+        text = text[:-2] if text.endswith("\r\n") else text[:-1]
     return text, None
 
 
