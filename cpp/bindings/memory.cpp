@@ -48,6 +48,8 @@ void bind_memory(py::module_& m) {
         "Select the backend ('cpu', 'cuda', 'metal'; default TL_BACKEND or 'cpu'). Switching "
         "requires that no tensor of the old device is alive.");
   m.def("backend_name", [] { return current_device()->backend_name(); }, "Name of the current backend.");
+  m.def("threads", [] { return current_device()->threads(); },
+        "Kernel threads of the current device (the CPU backend's pool; init(threads=N) or TL_THREADS).");
   m.def("available_backends", &available_backends, "Backends built into this module.");
   m.def("set_debug", [](std::optional<bool> poison, std::optional<int64_t> delay_us,
                         std::optional<bool> no_cache, std::optional<bool> trace) {

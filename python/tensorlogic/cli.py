@@ -5,7 +5,8 @@
     tl check FILE...        parse and static checks only (undefined names, arity, break outside loops)
     tl repl                 interactive prompt (also reads piped input)
     tl help builtins | tl help NAME | tl help learn
-    tl generate | chat | model ...   (model commands, from tensorlogic.apps.model_commands)
+    tl generate | chat | serve | model ...   (model commands, from tensorlogic.apps.model_commands;
+                            tl serve: an OpenAI-compatible HTTP server, tensorlogic.apps.server)
     tl --version
 
 Exit status: 0 success; 1 a TL error (syntax, runtime, import) or a failed test; 2 a usage error

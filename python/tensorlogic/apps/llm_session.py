@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..builtins.convert import BuiltinArgError
-from ..builtins.core import RuntimeFailure, init_backend, memory_stats, set_q8_activations
+from ..builtins.core import RuntimeFailure, device_threads, init_backend, memory_stats, set_q8_activations
 from ..builtins.kvcache import KVCache
 from ..builtins.models import load_model_value
 from ..builtins.sampling import SamplerValue
@@ -43,7 +43,7 @@ class GenerationResult:
     prefilled: int = 0  # prompt tokens actually run (the rest came from the cache)
     prompt_seconds: float = 0.0
     decode_seconds: float = 0.0
-    stopped_by: str = "max_tokens"  # "eog", "max_tokens", "context", "interrupt"
+    stopped_by: str = "max_tokens"  # "eog", "max_tokens", "context", "stop" (a stop string), "interrupt"
     memory_at_first: dict | None = None  # core.memory_stats() when the first / last id was chosen
     memory_at_last: dict | None = None
 
@@ -81,14 +81,31 @@ def _interrupts(stream: "_TokenStream"):
         signal.signal(signal.SIGINT, previous)
 
 
+class _Stopped(BaseException):
+    """Raised from the token stream to end generation between two tokens: a stop string appeared
+    ("stop"), or `should_stop()` said so ("interrupt", as Ctrl-C: e.g. a server's client went away).
+    A BaseException, as KeyboardInterrupt, so that it passes through the interpreter untouched."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class _TokenStream(TLObject):
     """The `stream` argument of generate (stdlib/generate.tl): records ids and timings, prints text
-    as it completes."""
+    as it completes. With stop strings, text that could be the start of one is held back until the
+    next token decides; the stop string itself is never passed on."""
 
     tl_type_name = "token stream"
 
     def __init__(self, tok, on_text: Callable[[str], None] | None, keep_logits: bool,
-                 memory_stats: Callable[[], dict] | None = None):
+                 memory_stats: Callable[[], dict] | None = None, stop: tuple[str, ...] = (),
+                 should_stop: Callable[[], bool] | None = None):
+        self.stop = tuple(s for s in stop if s)
+        self.should_stop = should_stop
+        self.text = ""  # decoded so far (only kept with stop strings)
+        self.sent = 0  # characters of self.text passed to on_text
+        self.stop_at: int | None = None  # where the first stop string begins in self.text
         self.memory_stats = memory_stats
         self.memory_at_first: dict | None = None
         self.memory_at_last: dict | None = None
@@ -118,6 +135,8 @@ class _TokenStream(TLObject):
         else:
             logits.reshape([-1])[0:1].numpy()
         self.prompt_done_at = time.perf_counter()
+        if self.should_stop is not None and self.should_stop():
+            raise _Stopped("interrupt")
 
     def push(self, tid: int) -> None:
         if self.interrupted:  # a KeyboardInterrupt that something below swallowed still stops here
@@ -131,13 +150,45 @@ class _TokenStream(TLObject):
             self.memory_at_last = self.memory_stats()
         self.last_token_at = now
         self.ids.append(tid)
-        if self.on_text is not None:
+        if self.stop:
+            self._push_text(self.decoder.push(tid))
+        elif self.on_text is not None:
             text = self.decoder.push(tid)
             if text:
                 self.on_text(text)
+        if self.should_stop is not None and self.should_stop():
+            raise _Stopped("interrupt")
+
+    def _push_text(self, piece: str) -> None:
+        if not piece:
+            return
+        longest = max(len(s) for s in self.stop)
+        search_from = max(0, len(self.text) - longest + 1)
+        self.text += piece
+        found = [i for i in (self.text.find(s, search_from) for s in self.stop) if i >= 0]
+        if found:
+            self.stop_at = min(found)
+            self._send(self.stop_at)
+            raise _Stopped("stop")
+        held = 0  # the longest tail of the text that begins some stop string
+        for s in self.stop:
+            for k in range(min(len(s) - 1, len(self.text)), held, -1):
+                if self.text.endswith(s[:k]):
+                    held = k
+                    break
+        self._send(len(self.text) - held)
+
+    def _send(self, upto: int) -> None:
+        if upto > self.sent and self.on_text is not None:
+            self.on_text(self.text[self.sent:upto])
+        self.sent = max(self.sent, upto)
 
     def finish(self) -> None:
-        if self.on_text is not None:
+        if self.stop:
+            if self.stop_at is None:
+                self.text += self.decoder.flush()
+                self._send(len(self.text))
+        elif self.on_text is not None:
             tail = self.decoder.flush()
             if tail:
                 self.on_text(tail)
@@ -230,7 +281,14 @@ class LlmSession:
     def generate(self, prompt_ids: list[int], max_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eog: bool = True,
                  on_text: Callable[[str], None] | None = None, keep_logits: bool = False,
-                 track_memory: bool = False, sampler=None) -> GenerationResult:
+                 track_memory: bool = False, sampler=None, repeat_penalty: float = 1.0, min_p: float = 0.0,
+                 stop: list[str] | tuple[str, ...] = (),
+                 should_stop: Callable[[], bool] | None = None) -> GenerationResult:
+        """Generate up to max_tokens ids after prompt_ids. `on_text` receives the text as it
+        completes; generation ends at an end-of-generation id (stop_at_eog), at max_tokens, when the
+        context is full, right after the text contains one of `stop` (which is cut from the text and
+        never passed to on_text; stopped_by "stop"), or when `should_stop()`, asked after the prompt
+        and after every token, returns True (stopped_by "interrupt", as Ctrl-C)."""
         if not prompt_ids:
             raise ModelError("the prompt is empty (no tokens)")
         self._ensure_cache(len(prompt_ids) + max_tokens)
@@ -246,10 +304,13 @@ class LlmSession:
             common += 1
         start = min(common, len(prompt_ids) - 1)  # at least one token runs, for the logits
         if sampler is None:
-            sampler = SamplerValue.seeded(temperature, top_k, top_p, seed)
+            try:
+                sampler = SamplerValue.seeded(temperature, top_k, top_p, seed, repeat_penalty, min_p)
+            except BuiltinArgError as e:
+                raise ModelError(str(e)) from None
         stop_ids = sorted(self.tokenizer.tok.eog_ids) if stop_at_eog else []
         stream = _TokenStream(self.tokenizer.tok, on_text, keep_logits,
-                              memory_stats if track_memory else None)
+                              memory_stats if track_memory else None, tuple(stop), should_stop)
         self.cached_ids = list(prompt_ids[:start])
         stopped_by = "max_tokens"
         try:
@@ -262,6 +323,11 @@ class LlmSession:
             stopped_by = "interrupt"
             if stream.prompt_done_at is not None:
                 self.cached_ids = list(prompt_ids)
+        except _Stopped as e:  # raised between tokens: the cache holds every id fed so far
+            ids = list(stream.ids)
+            stopped_by = e.reason
+            fed = len(prompt_ids) + max(len(ids) - 1, 0)
+            self.cached_ids = (list(prompt_ids) + ids)[:fed]
         except TLError as e:
             raise ModelError(" ".join(str(e).split("\n")[:1])) from None
         else:
@@ -273,9 +339,10 @@ class LlmSession:
                 stopped_by = "context"
         stream.finish()
         first = stream.first_token_at or stream.prompt_done_at or time.perf_counter()
+        text = stream.text[:stream.stop_at] if stream.stop_at is not None else \
+            self.tokenizer.tok.decode(ids, skip_special=True)
         result = GenerationResult(
-            prompt_ids=list(prompt_ids), ids=list(ids),
-            text=self.tokenizer.tok.decode(ids, skip_special=True),
+            prompt_ids=list(prompt_ids), ids=list(ids), text=text,
             prompt_logits=stream.logits, prefilled=len(prompt_ids) - start,
             prompt_seconds=first - stream.started,
             decode_seconds=(stream.last_token_at - first) if stream.last_token_at else 0.0,
@@ -303,7 +370,9 @@ def _print_stats(session: LlmSession, r: GenerationResult) -> None:
     import resource
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"[load {session.load_seconds:.2f} s | prompt {r.prefilled} tok, {r.prompt_tok_s:.1f} tok/s | "
+    threads = device_threads()
+    print(f"[{f'{threads} thread' + ('s' if threads > 1 else '') if threads > 0 else 'threads: one per core'} | "
+          f"load {session.load_seconds:.2f} s | prompt {r.prefilled} tok, {r.prompt_tok_s:.1f} tok/s | "
           f"decode {len(r.ids)} tok, {r.decode_tok_s:.1f} tok/s | peak RSS {rss:.0f} MiB | "
           f"stopped by {r.stopped_by}]", file=sys.stderr)
 
@@ -314,12 +383,15 @@ def _no_template_note(session: LlmSession, what: str) -> None:
 
 def run_generate(session: LlmSession, args, sampling: dict) -> int:
     raw = args.raw or not session.has_chat_template
+    system = getattr(args, "system", None)
     if not args.raw and raw:
-        _no_template_note(session, "completing the prompt as raw text (--raw)")
+        ignored = "; --system is ignored" if system else ""
+        _no_template_note(session, f"completing the prompt as raw text (--raw){ignored}")
     if raw:
         prompt_ids = session.raw_prompt_ids(args.prompt)
     else:
-        prompt_ids = session.chat_prompt_ids([("user", args.prompt)])
+        messages = ([("system", system)] if system else []) + [("user", args.prompt)]
+        prompt_ids = session.chat_prompt_ids(messages)
     stream = None if args.json else _write
     result = session.generate(prompt_ids, args.max_tokens, stop_at_eog=not args.ignore_eos, on_text=stream,
                               keep_logits=bool(args.dump_logits), **sampling)
@@ -343,17 +415,63 @@ def run_generate(session: LlmSession, args, sampling: dict) -> int:
     return 0
 
 
+CHAT_HELP = """\
+/help          this list
+/clear         forget the conversation (the system message stays)
+/system TEXT   set the system message (/system alone removes it)
+/save FILE     write the conversation as JSON
+/load FILE     read a conversation written by /save (replaces this one)
+/stats         the last reply's speed and how full the context is
+//TEXT         send a message that begins with /TEXT
+Ctrl-C stops a reply, Ctrl-D exits."""
+
+
+class ChatState:
+    """The conversation of `tl chat`: an optional system message, then user/assistant turns, and
+    what the last reply cost. When a prompt no longer fits the context the oldest exchanges are
+    dropped, and `tl chat` says so."""
+
+    def __init__(self, system: str | None = None):
+        self.system = system
+        self.turns: list[tuple[str, str]] = []
+        self.last: GenerationResult | None = None
+
+    def messages(self) -> list[tuple[str, str]]:
+        return ([("system", self.system)] if self.system else []) + list(self.turns)
+
+    def to_json(self, model: str) -> dict:
+        return {"model": model, "messages": [{"role": r, "content": c} for r, c in self.messages()]}
+
+    def load_json(self, data: Any) -> None:
+        messages = data.get("messages") if isinstance(data, dict) else data
+        if not isinstance(messages, list):
+            raise ValueError('expected {"messages": [...]} or a list of messages')
+        system, turns = None, []
+        for i, m in enumerate(messages):
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise ValueError(f"message {i} is not {{\"role\": \"...\", \"content\": \"...\"}}")
+            role = m["role"]
+            if role == "system" and i == 0:
+                system = m["content"]
+            elif role in ("user", "assistant"):
+                turns.append((role, m["content"]))
+            else:
+                raise ValueError(f"message {i} has role {role!r} (expected user or assistant"
+                                 f"{', or system first' if i else ' or system'})")
+        self.system, self.turns = system, turns
+
+
 def run_chat(session: LlmSession, args, sampling: dict) -> int:
     if session.requested_context is None:
         session.requested_context = CHAT_CONTEXT
-    history: list[tuple[str, str]] = []
+    state = ChatState()
     if not session.has_chat_template:
         ignored = "; --system is ignored" if args.system else ""
         _no_template_note(session, f"each message is completed as raw text, without history{ignored}")
     elif args.system:
-        history.append(("system", args.system))
+        state.system = args.system
     if args.prompt is not None:
-        reply = _chat_turn(session, history, args.prompt, args, sampling)
+        reply = _chat_turn(session, state, args.prompt, args, sampling)
         return 0 if reply is not None else 130
     interactive = sys.stdin.isatty()
     if interactive:
@@ -362,7 +480,7 @@ def run_chat(session: LlmSession, args, sampling: dict) -> int:
         except ImportError:
             pass
         print(f"Chatting with {session.config.name} ({session.model.path.name}). "
-              "Ctrl-C stops a reply, Ctrl-D exits.", file=sys.stderr)
+              "/help lists commands; Ctrl-C stops a reply, Ctrl-D exits.", file=sys.stderr)
     while True:
         try:
             line = input("> " if interactive else "")
@@ -375,37 +493,106 @@ def run_chat(session: LlmSession, args, sampling: dict) -> int:
             continue
         if not line.strip():
             continue
+        if line.startswith("/") and not line.startswith("//"):
+            _chat_command(session, state, line.strip())
+            continue
+        if line.startswith("//"):
+            line = line[1:]
         try:
-            _chat_turn(session, history, line, args, sampling)
+            _chat_turn(session, state, line, args, sampling)
         except ModelError as e:  # this turn failed (e.g. too long for the context); the chat goes on
             print(f"tl: error: {e}", file=sys.stderr)
-            if history and history[-1][0] == "user":
-                history.pop()
+            if state.turns and state.turns[-1][0] == "user":
+                state.turns.pop()
 
 
-def _chat_turn(session: LlmSession, history: list, user_text: str, args, sampling: dict) -> str | None:
+def _chat_command(session: LlmSession, state: ChatState, line: str) -> None:
+    """One /command of `tl chat`; its answer goes to stderr (stdout holds only replies)."""
+    name, _, rest = line.partition(" ")
+    rest = rest.strip()
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr)
+
+    if name == "/help":
+        say(CHAT_HELP)
+    elif name == "/clear":
+        state.turns = []
+        say("[conversation cleared" + (", system message kept]" if state.system else "]"))
+    elif name == "/system":
+        if not session.has_chat_template:
+            say("tl: error: this model has no chat template, so it takes no system message")
+            return
+        state.system = rest or None
+        say(f"[system message set: {rest}]" if rest else "[system message removed]")
+    elif name in ("/save", "/load"):
+        if not rest:
+            say(f"tl: error: {name} needs a file name ({name} FILE)")
+            return
+        path = Path(rest).expanduser()
+        if name == "/save":
+            try:
+                path.write_text(json.dumps(state.to_json(session.config.name), ensure_ascii=False, indent=1) + "\n",
+                                encoding="utf-8")
+            except OSError as e:
+                say(f"tl: error: cannot write {rest}: {e.strerror or e}")
+                return
+            say(f"[saved {len(state.messages())} messages to {rest}]")
+        else:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                state.load_json(data)
+            except OSError as e:
+                say(f"tl: error: cannot read {rest}: {e.strerror or e}")
+                return
+            except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
+                say(f"tl: error: {rest} is not a saved conversation: {' '.join(str(e).split())}")
+                return
+            if not session.has_chat_template and (state.system or state.turns):
+                say("[note: this model has no chat template; its replies do not see the history]")
+            say(f"[loaded {len(state.messages())} messages from {rest}]")
+    elif name == "/stats":
+        used = len(session.chat_prompt_ids(state.messages(), add_generation_prompt=False)) \
+            if session.has_chat_template and state.messages() else 0
+        say(f"[conversation: {len(state.turns)} turns, {used} of {session.capacity} context tokens]")
+        if state.last is not None:
+            _print_stats(session, state.last)
+    else:
+        say(f"tl: error: unknown command {name} (/help lists them; //TEXT sends a message starting with /)")
+
+
+def _chat_turn(session: LlmSession, state: ChatState, user_text: str, args, sampling: dict) -> str | None:
     if session.has_chat_template:
-        history.append(("user", user_text))
-        prompt_ids = session.chat_prompt_ids(history)
-        while len(prompt_ids) + 1 > session.capacity and _drop_oldest_turn(history):
-            prompt_ids = session.chat_prompt_ids(history)
+        state.turns.append(("user", user_text))
+        prompt_ids = session.chat_prompt_ids(state.messages())
+        # room for the reply: its max tokens, but at most a quarter of the context
+        room = max(1, min(args.max_tokens, session.capacity // 4))
+        dropped = 0
+        while len(prompt_ids) + room > session.capacity and _drop_oldest_turn(state.turns):
+            dropped += 1
+            prompt_ids = session.chat_prompt_ids(state.messages())
+        if dropped:
+            kept = len(state.turns) // 2
+            print(f"[context full ({session.capacity} tokens): dropped the oldest "
+                  f"{'exchange' if dropped == 1 else f'{dropped} exchanges'}; {kept} earlier "
+                  f"exchange{'' if kept == 1 else 's'} kept]", file=sys.stderr)
     else:  # a base model: complete this message alone, as raw text
         prompt_ids = session.raw_prompt_ids(user_text)
     result = session.generate(prompt_ids, args.max_tokens, on_text=_write, **sampling)
+    state.last = result
     if result.stopped_by == "interrupt":
         _write(" [stopped]")
     _write("\n")
     if session.has_chat_template:
-        history.append(("assistant", result.text))
+        state.turns.append(("assistant", result.text))
     if args.stats:
         _print_stats(session, result)
     return result.text if result.stopped_by != "interrupt" else None
 
 
-def _drop_oldest_turn(history: list) -> bool:
-    """Forget the oldest user/assistant exchange (keeping a system message); False if none is left."""
-    first = 1 if history and history[0][0] == "system" else 0
-    if len(history) - first <= 1:
+def _drop_oldest_turn(turns: list) -> bool:
+    """Forget the oldest user/assistant exchange; False if only the newest message is left."""
+    if len(turns) <= 1:
         return False
-    del history[first:first + 2]
+    del turns[0:2]
     return True

@@ -19,9 +19,15 @@ Tensor = runtime.Tensor
 RuntimeFailure = runtime.TLRuntimeError  # every error the runtime raises derives from it
 
 
-def init_backend(name: str) -> None:
-    """Start the device on backend `name` (cpu, cuda, metal); raises the runtime's error if it can't."""
-    core.init(name)
+def init_backend(name: str | None, threads: int = 0) -> None:
+    """Start the device on backend `name` (cpu, cuda, metal; None: TL_BACKEND or cpu) with `threads`
+    kernel threads (0: TL_THREADS, else one per core); raises the runtime's error if it can't."""
+    core.init(name, threads)
+
+
+def device_threads() -> int:
+    """Kernel threads of the current device."""
+    return int(core.threads())
 
 
 def synchronize() -> None:

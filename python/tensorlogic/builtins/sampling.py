@@ -21,9 +21,11 @@ C = "sampling"
 
 
 def choose_token(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
-                 rng: np.random.Generator) -> int:
+                 rng: np.random.Generator, min_p: float = 0.0) -> int:
     """One id from softmax(logits / T) restricted to the k largest (0: all), then to the smallest
-    set of the most likely whose mass reaches top_p; argmax at T = 0. -inf logits are never drawn."""
+    set of the most likely whose mass reaches top_p, then (min_p > 0) to those whose probability is
+    at least min_p times the most likely one's (as llama.cpp, on the logits before T); argmax at
+    T = 0. -inf logits are never drawn."""
     x = np.asarray(logits, dtype=np.float64).reshape(-1)
     if x.size == 0:
         raise BuiltinArgError("logits are empty")
@@ -35,6 +37,8 @@ def choose_token(logits: np.ndarray, temperature: float, top_k: int, top_p: floa
         raise BuiltinArgError(f"top_k must be >= 0, got {top_k}")
     if not 0.0 < top_p <= 1.0:
         raise BuiltinArgError(f"top_p must be in (0, 1], got {top_p}")
+    if not 0.0 <= min_p <= 1.0:
+        raise BuiltinArgError(f"min_p must be in [0, 1], got {min_p}")
     if temperature == 0:
         return int(np.argmax(x))
     order = np.argsort(-x, kind="stable")
@@ -47,7 +51,24 @@ def choose_token(logits: np.ndarray, temperature: float, top_k: int, top_p: floa
     if top_p < 1.0:
         keep = int(np.searchsorted(np.cumsum(p), top_p) + 1)
         order, p = order[:keep], p[:keep] / p[:keep].sum()
+    if min_p > 0.0:  # order is most likely first: the kept ids are a prefix of it
+        keep = max(1, int(np.count_nonzero(x[order] >= x[order[0]] + math.log(min_p))))
+        order, p = order[:keep], p[:keep] / p[:keep].sum()
     return int(order[rng.choice(len(order), p=p)])
+
+
+REPEAT_LAST_N = 64  # ids the repeat penalty looks back over (llama.cpp's default penalty_last_n)
+
+
+def apply_repeat_penalty(logits: np.ndarray, recent, penalty: float) -> np.ndarray:
+    """llama.cpp's repeat penalty: the logit of every id among `recent` is divided by `penalty`
+    where positive and multiplied by it where negative (each id once, however often it occurred)."""
+    x = np.array(logits, dtype=np.float64).reshape(-1)
+    ids = np.unique(np.asarray([t for t in recent if 0 <= t < x.size], dtype=np.int64))
+    if ids.size and penalty != 1.0:
+        v = x[ids]
+        x[ids] = np.where(v > 0, v / penalty, v * penalty)
+    return x
 
 
 def _logits(x) -> np.ndarray:
@@ -56,24 +77,39 @@ def _logits(x) -> np.ndarray:
 
 class SamplerValue(TLObject):
     """Chooses the next token from logits: greedy (argmax on the device) at temperature 0, else
-    `choose_token` on the host with the generator `rng()` returns. Either way one host read per token."""
+    `choose_token` on the host with the generator `rng()` returns. Either way one host read per token.
+    With a repeat penalty other than 1 the sampler remembers the ids it chose (the last
+    REPEAT_LAST_N) and penalizes them on the host before choosing, greedy included; at 1 (the
+    default) nothing changes, bit for bit."""
 
     tl_type_name = "sampler"
 
-    def __init__(self, temperature: float, top_k: int, top_p: float, rng: Callable[[], np.random.Generator]):
-        choose_token(np.zeros(1), temperature, top_k, top_p, np.random.default_rng(0))  # validates the settings
+    def __init__(self, temperature: float, top_k: int, top_p: float, rng: Callable[[], np.random.Generator],
+                 repeat_penalty: float = 1.0, min_p: float = 0.0):
+        # validates the settings
+        choose_token(np.zeros(1), temperature, top_k, top_p, np.random.default_rng(0), min_p)
+        if not (repeat_penalty > 0 and math.isfinite(repeat_penalty)):
+            raise BuiltinArgError(f"repeat_penalty must be a positive number, got {repeat_penalty}")
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.repeat_penalty, self.min_p = float(repeat_penalty), float(min_p)
+        self.recent: list[int] = []
         self.rng = rng
 
     @classmethod
-    def seeded(cls, temperature: float, top_k: int, top_p: float, seed: int | None) -> "SamplerValue":
+    def seeded(cls, temperature: float, top_k: int, top_p: float, seed: int | None,
+               repeat_penalty: float = 1.0, min_p: float = 0.0) -> "SamplerValue":
         """A sampler with a generator of its own (`seed` None: seeded from the OS)."""
         generator = np.random.default_rng(seed)
-        return cls(temperature, top_k, top_p, lambda: generator)
+        return cls(temperature, top_k, top_p, lambda: generator, repeat_penalty, min_p)
 
     def sample(self, logits: Any) -> int:
         if not isinstance(logits, Tensor):
             raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
+        if self.repeat_penalty != 1.0:
+            x = apply_repeat_penalty(logits.numpy(), self.recent, self.repeat_penalty)
+            tid = choose_token(x, self.temperature, self.top_k, self.top_p, self.rng(), self.min_p)
+            self.recent = (self.recent + [tid])[-REPEAT_LAST_N:]
+            return tid
         if self.temperature == 0.0:
             # Greedy checks the logits as sampling does: a device-side sum is finite exactly when no
             # logit is NaN or infinite, so the whole vector is read back only when it is not.
@@ -82,10 +118,10 @@ class SamplerValue(TLObject):
             if not math.isfinite(float(total.item())):
                 choose_token(flat.numpy(), 0.0, 0, 1.0, None)  # raises on NaN, +inf, all -inf
             return int(best.item())
-        return choose_token(logits.numpy(), self.temperature, self.top_k, self.top_p, self.rng())
+        return choose_token(logits.numpy(), self.temperature, self.top_k, self.top_p, self.rng(), self.min_p)
 
     def tl_get_field(self, name: str) -> Any:
-        if name in ("temperature", "top_k", "top_p"):
+        if name in ("temperature", "top_k", "top_p", "repeat_penalty", "min_p"):
             return getattr(self, name)
         raise AttributeError(name)
 
@@ -95,16 +131,18 @@ class SamplerValue(TLObject):
         raise AttributeError(name)
 
 
-@builtin("token_sampler", "token_sampler(temperature=0, top_k=0, top_p=1, seed=-1)",
-         "a next-token chooser (`.sample(logits)`): greedy at temperature 0, else top-k/top-p sampling from the "
-         "program's generator (or, with seed >= 0, a generator of its own)",
-         min_args=0, max_args=4, needs_ctx=True, category="models")
-def token_sampler(ctx, temperature=0.0, top_k=0, top_p=1.0, seed=-1):
+@builtin("token_sampler", "token_sampler(temperature=0, top_k=0, top_p=1, seed=-1, min_p=0, repeat_penalty=1)",
+         "a next-token chooser (`.sample(logits)`): greedy at temperature 0, else top-k/top-p/min-p sampling from "
+         "the program's generator (or, with seed >= 0, a generator of its own); repeat_penalty != 1 penalizes "
+         "the last 64 ids it chose (as llama.cpp)",
+         min_args=0, max_args=6, needs_ctx=True, category="models")
+def token_sampler(ctx, temperature=0.0, top_k=0, top_p=1.0, seed=-1, min_p=0.0, repeat_penalty=1.0):
     t, k, p = to_float(temperature, "temperature"), to_int(top_k, "top_k"), to_float(top_p, "top_p")
     s = to_int(seed, "seed")
+    mp, rp = to_float(min_p, "min_p"), to_float(repeat_penalty, "repeat_penalty")
     if s >= 0:
-        return SamplerValue.seeded(t, k, p, s)
-    return SamplerValue(t, k, p, lambda: ctx.rng)
+        return SamplerValue.seeded(t, k, p, s, rp, mp)
+    return SamplerValue(t, k, p, lambda: ctx.rng, rp, mp)
 
 
 @builtin("temperature_sample", "temperature_sample(logits, T)",

@@ -20,6 +20,9 @@ def model_info(path: str | Path) -> dict[str, Any]:
             "architecture": _text(g.get("general.architecture")),
             "tensor_count": len(g.tensors),
             "tensor_types": dict(Counter(t.type_name for t in g.tensors.values()).most_common()),
+            "parameters": sum(t.n_elements for t in g.tensors.values()),
+            "parameters_by_type": _parameters_by_type(g),
+            "tensor_bytes": sum(t.nbytes for t in g.tensors.values()),
             "unsupported_tensor_types": sorted({t.type_name for t in g.unsupported_tensors()}),
             "tokenizer": _text(g.get("tokenizer.ggml.model")),
             "tokenizer_pre": _text(g.get("tokenizer.ggml.pre")),
@@ -35,6 +38,26 @@ def model_info(path: str | Path) -> dict[str, Any]:
             info["config"] = None
             info["config_error"] = str(e)
         return info
+
+
+def _parameters_by_type(g: GGUFFile) -> dict[str, int]:
+    counts: Counter = Counter()
+    for t in g.tensors.values():
+        counts[t.type_name] += t.n_elements
+    return dict(counts.most_common())
+
+
+def format_count(n: int) -> str:
+    """134515008 -> '134.5M'."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def _percent(part: int, total: int) -> str:
+    p = 100 * part / total
+    return "<0.1%" if 0 < p < 0.05 else f"{p:.1f}%"
 
 
 def _text(value: Any) -> str | None:
@@ -73,6 +96,12 @@ def format_info(info: dict[str, Any]) -> str:
         lines.append(f"not loadable:  {info['config_error']}")
     types = ", ".join(f"{k} {v}" for k, v in info["tensor_types"].items())
     lines.append(f"tensors:       {info['tensor_count']} ({types})")
+    total = info["parameters"]
+    if total:
+        mix = ", ".join(f"{k} {_percent(v, total)}" for k, v in info["parameters_by_type"].items())
+        bits = 8 * info["tensor_bytes"] / total
+        lines.append(f"parameters:    {format_count(total)} ({total:,})")
+        lines.append(f"quantization:  {mix} of the parameters; {bits:.2f} bits per parameter")
     if info["unsupported_tensor_types"]:
         lines.append(f"unsupported:   {', '.join(info['unsupported_tensor_types'])}")
     tok = info["tokenizer"] or "none"
