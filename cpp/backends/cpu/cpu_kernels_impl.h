@@ -133,4 +133,8 @@ void axpy_f32(float alpha, const float* x, float* y, int64_t n);
 // Whether the running CPU has AVX2 + FMA + F16C (always false off x86-64).
 bool cpu_has_avx2();
 
+// One weight row (k elements of dtype t) dotted with f32 x, through the kernel linear uses for a
+// matrix-vector product (simd) or the portable reference one (!simd). For tests.
+float quant_row_dot(DType t, bool simd, const void* w, const float* x, int64_t k);
+
 }  // namespace tl::cpu
