@@ -601,8 +601,9 @@ void test_linear_matvec_formats(Kernels& k) {
 // block of 32 to q = round_half_even(x * 127 / max|x|) with d = max|x| / 127, integer dot products
 // per block, scaled by the weight block's d (and its m for Q4_1 times d * sum(q)).
 void test_linear_q8_activations(Kernels& k) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    for (int64_t K : {32, 160, 576}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const bool kq = block_elems(t) == 256;
+    for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1280} : std::vector<int64_t>{32, 160, 576}) {
       for (int64_t N : {1, 3, 4, 7, 37}) {
         const int64_t M = N == 7 ? 3 : 1;  // a few rows of x too (prefill)
         std::vector<uint8_t> w = random_weights(t, N, K);
@@ -643,7 +644,7 @@ void test_linear_q8_activations(Kernels& k) {
     }
   }
   // Formats without an integer dot compute linear exactly.
-  for (DType t : {DType::Q4_K, DType::F16, DType::F32}) {
+  for (DType t : {DType::Q5_1, DType::F16, DType::F32}) {
     const int64_t K = 256, N = 5, M = 2;
     std::vector<uint8_t> w = random_weights(t, N, K);
     std::vector<float> x = randn(M * K), a(M * N), b(M * N);
