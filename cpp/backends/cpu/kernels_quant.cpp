@@ -1,8 +1,9 @@
 // linear (x @ w^T) for plain and GGUF block-quantized weights, and gather_rows (embedding).
 // Block layouts are ggml's, byte for byte (see dtype.h). Weights are never expanded into a full
 // f32 matrix: M == 1 (decode) takes one dot product per weight row, dequantizing inside it
-// (hand-written AVX2 for Q4_0/Q4_1/Q8_0/F16/F32, auto-vectorised block dequantizers for the
-// rest); M > 1 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
+// (hand-written AVX2 for Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K/F16/BF16: a block's quants are
+// unpacked into registers, converted to f32 and FMA'd against x; auto-vectorised block
+// dequantizers for the rest); M > 1 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
 // and multiplies every row of x against it, so each weight block is decoded once per call.
 // Activations and accumulation stay f32 (no activation quantization); the opt-in 8-bit
 // activation path (linear_q8_activations) lives in kernels_quant_q8.cpp.
