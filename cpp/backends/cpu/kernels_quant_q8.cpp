@@ -24,6 +24,12 @@ namespace tl::cpu {
 namespace {
 
 constexpr int64_t kQ8Block = 32;
+// Matrix-vector products prefetch the weights this far ahead (see kernels_quant.cpp).
+constexpr size_t kPrefetchBytes = 2048;
+
+inline void prefetch_bytes(const uint8_t* p, size_t n) {
+  for (size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 3);
+}
 
 TL_INLINE float half_at(const uint8_t* p) {
   uint16_t h;
@@ -432,6 +438,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   // ~32 KiB of weights per chunk so that small matrices skip the dispatch.
   const int64_t groups = (N + 3) / 4;
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(4 * wrow * a.m, 1)));
+  const size_t total = static_cast<size_t>(N) * wrow;
   pool.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t n = 4 * g;
@@ -439,8 +446,13 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       for (int64_t i = 0; i < a.m; ++i) {
         const Q8Row row{a.q.data() + i * a.nb * kQ8Block, a.d.data() + i * a.nb, a.dsum.data() + i * a.nb, a.nb};
         if (a.m == 1) {
-          // one weight row at a time for a single x row: the weights stream through memory in order
-          for (int r = 0; r < cnt; ++r) rows(w + (n + r) * wrow, wrow, 1, row, out + n + r);
+          // one weight row at a time for a single x row: the weights stream through memory in
+          // order, prefetched kPrefetchBytes ahead (as in linear's exact path)
+          for (int r = 0; r < cnt; ++r) {
+            const size_t at = static_cast<size_t>(n + r) * wrow, ahead = at + kPrefetchBytes;
+            if (ahead < total) prefetch_bytes(w + ahead, std::min(wrow, total - ahead));
+            rows(w + at, wrow, 1, row, out + n + r);
+          }
         } else {
           float o[4];
           rows(w + n * wrow, wrow, cnt, row, o);
