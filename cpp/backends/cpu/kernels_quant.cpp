@@ -718,17 +718,6 @@ void gemm_nt(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_
   gemm_nt_portable(a, lda, m_rows, b, ldb, n_rows, k, c, ldc);
 }
 
-// Matrix-vector products prefetch the weights this many bytes ahead of the row being read (all
-// of that row's cache lines, shifted): once the weights come from DRAM, one core's in-order
-// stream with only the hardware prefetchers reaches about 5.3 GB/s on the 2-core test machine, and
-// with 2 KiB of software prefetch 8.7 GB/s (Q8_0 262144x640, Gemma's output projection: 33 -> 20 ms
-// on 1 thread, 17 -> 10 ms on 2). 1-8 KiB measured alike; 512 bytes gave half the gain.
-constexpr size_t kPrefetchBytes = 2048;
-
-TL_INLINE void prefetch_bytes(const uint8_t* p, size_t n) {
-  for (size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 3);
-}
-
 // Weight rows dequantized together in the M > 1 path (tile = kTileRows x K floats per thread).
 constexpr int64_t kTileRows = 24;  // a multiple of the 3-row register tile
 // Rows of x multiplied against one tile at a time (keeps those x rows in L1/L2).
@@ -830,11 +819,11 @@ void CpuKernels::linear(const View& x, const View& w, const View& out) {
     // One row at a time: the weights stream through memory in order, which the hardware
     // prefetchers follow best (kernels reading 2 or 4 rows at once measured 15-40 % slower per
     // token once the weights come from DRAM rather than cache).
-    // Rows are contiguous, so prefetching each row's bytes kPrefetchBytes ahead covers the stream.
+    // Rows are contiguous, so prefetching each row's bytes kMatvecPrefetchBytes ahead covers the stream.
     const size_t total = static_cast<size_t>(N) * wrow;
     for_row_groups(pool(), N, wrow, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) {
-        const size_t at = static_cast<size_t>(n) * wrow, ahead = at + kPrefetchBytes;
+        const size_t at = static_cast<size_t>(n) * wrow, ahead = at + kMatvecPrefetchBytes;
         if (ahead < total) prefetch_bytes(wdata + ahead, std::min(wrow, total - ahead));
         od[n] = wk.dot(wdata + at, xd, xsum, K);
       }

@@ -24,12 +24,6 @@ namespace tl::cpu {
 namespace {
 
 constexpr int64_t kQ8Block = 32;
-// Matrix-vector products prefetch the weights this far ahead (see kernels_quant.cpp).
-constexpr size_t kPrefetchBytes = 2048;
-
-inline void prefetch_bytes(const uint8_t* p, size_t n) {
-  for (size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 3);
-}
 
 TL_INLINE float half_at(const uint8_t* p) {
   uint16_t h;
@@ -447,9 +441,9 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
         const Q8Row row{a.q.data() + i * a.nb * kQ8Block, a.d.data() + i * a.nb, a.dsum.data() + i * a.nb, a.nb};
         if (a.m == 1) {
           // one weight row at a time for a single x row: the weights stream through memory in
-          // order, prefetched kPrefetchBytes ahead (as in linear's exact path)
+          // order, prefetched kMatvecPrefetchBytes ahead (as in linear's exact path)
           for (int r = 0; r < cnt; ++r) {
-            const size_t at = static_cast<size_t>(n + r) * wrow, ahead = at + kPrefetchBytes;
+            const size_t at = static_cast<size_t>(n + r) * wrow, ahead = at + kMatvecPrefetchBytes;
             if (ahead < total) prefetch_bytes(w + ahead, std::min(wrow, total - ahead));
             rows(w + at, wrow, 1, row, out + n + r);
           }
