@@ -9,6 +9,8 @@
 // Run:   bench_kernels_cpu [seconds_per_case [--decode]]   (--decode: only Q4_1/Q8_0 at M = 1)
 //        bench_kernels_cpu --forward                          (only the kernel-only forward pass)
 //        bench_kernels_cpu --attention [seconds_per_case]     (decode attention at 128..4096 keys)
+//        bench_kernels_cpu --gemma [seconds_per_case]         (M = 1 on Gemma 3 270M's shapes and
+//                                                              types, and 2048x2048 per type)
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -255,9 +257,46 @@ void bench_attention(double seconds) {
   }
 }
 
+// Matrix-vector products (M = 1) of Gemma 3 270M's Q4_K_M file (d 640, q 1024, kv 256, FFN 2048,
+// tied Q8_0 262144-row output), each weight with the type the file gives it, plus every type at
+// 2048x2048; exact f32 activations and the 8-bit activation path. GMAC/s = N * K / time.
+void bench_gemma(double seconds) {
+  struct Case { DType t; int64_t N, K; const char* what; };
+  const Case cases[] = {
+      {DType::Q5_0, 1024, 640, "attn_q"},      {DType::Q5_0, 256, 640, "attn_k/v"},
+      {DType::Q4_K, 640, 1024, "attn_output"}, {DType::Q5_0, 2048, 640, "ffn_gate/up"},
+      {DType::Q4_K, 640, 2048, "ffn_down"},    {DType::Q6_K, 640, 2048, "ffn_down"},
+      {DType::Q8_0, 256, 640, "attn_v"},       {DType::Q8_0, 262144, 640, "output"},
+      {DType::Q4_0, 2048, 2048, "square"},     {DType::Q8_0, 2048, 2048, "square"},
+      {DType::Q5_0, 2048, 2048, "square"},     {DType::Q4_K, 2048, 2048, "square"},
+      {DType::Q5_K, 2048, 2048, "square"},     {DType::Q6_K, 2048, 2048, "square"},
+  };
+  std::mt19937 rng(7);
+  std::printf("%-6s %-12s %-4s %7s %6s %12s %12s %12s %9s %9s\n", "dtype", "tensor", "thr", "N", "K", "us/call",
+              "cpu us/call", "fastest us", "GB/s", "GMAC/s");
+  for (int threads : {1, 2}) {
+    auto k = make_cpu_kernels(threads);
+    for (const Case& c : cases) {
+      for (bool q8 : {false, true}) {
+        Timing tm = bench_linear(*k, c.t, 1, c.N, c.K, seconds, rng, q8);
+        const double bytes = static_cast<double>(row_bytes(c.t, c.K)) * c.N;
+        const double macs = static_cast<double>(c.N) * c.K;
+        std::printf("%-6s %-12s %-4d %7lld %6lld %12.1f %12.1f %12.1f %9.2f %9.2f%s\n", dtype_name(c.t), c.what, threads,
+                    (long long)c.N, (long long)c.K, tm.wall * 1e6, tm.cpu * 1e6, tm.fastest * 1e6, bytes / tm.wall / 1e9,
+                    macs / tm.wall / 1e9, q8 ? "  (8-bit activations)" : "");
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--gemma") == 0) {
+    bench_gemma(argc > 2 ? std::atof(argv[2]) : 0.5);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) {
     bench_attention(argc > 2 ? std::atof(argv[2]) : 0.5);
     return 0;

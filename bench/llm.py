@@ -281,6 +281,23 @@ def worker_main(args) -> int:
 # ----------------------------------------------------------------------------------- driver
 
 
+def _llama_cpp_cmake_args() -> str:
+    """-DGGML_NATIVE=ON, except where the CPU reports AMX: ggml's native build then runs AMX tile
+    kernels, which die with a general protection fault in VMs that do not grant the tile state
+    (seen on this 2-core machine: exit -11 in ggml_backend_amx_mul_mat). There it lists the CPU's
+    other vector extensions instead."""
+    try:
+        flags = set(next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split())
+    except (OSError, StopIteration):
+        return "-DGGML_NATIVE=ON"
+    if "amx_tile" not in flags:
+        return "-DGGML_NATIVE=ON"
+    isa = {"avx": "AVX", "avx2": "AVX2", "fma": "FMA", "f16c": "F16C", "bmi2": "BMI2", "avx512f": "AVX512",
+           "avx512vbmi": "AVX512_VBMI", "avx512_vnni": "AVX512_VNNI", "avx512_bf16": "AVX512_BF16",
+           "avx_vnni": "AVX_VNNI"}
+    return " ".join(["-DGGML_NATIVE=OFF"] + [f"-DGGML_{v}=ON" for k, v in isa.items() if k in flags])
+
+
 def ensure_peer_venv(venv: Path, peers: list[str]) -> Path:
     python = venv / "bin" / "python"
     marker = venv / "installed.json"
@@ -296,7 +313,7 @@ def ensure_peer_venv(venv: Path, peers: list[str]) -> Path:
               f"about 4 minutes on 2 cores)", file=sys.stderr)
         env = dict(os.environ)
         if peer == "llama.cpp":
-            env.setdefault("CMAKE_ARGS", "-DGGML_NATIVE=ON")
+            env.setdefault("CMAKE_ARGS", _llama_cpp_cmake_args())
         subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES[peer]], check=True, env=env)
         have.append(peer)
         marker.write_text(json.dumps(have))

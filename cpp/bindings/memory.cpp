@@ -91,8 +91,8 @@ void bind_memory(py::module_& m) {
   m.def("set_q8_activations", [](bool on) { current_device()->debug().q8_activations = on; }, py::arg("on"),
         "Quantize the activations of matrix-vector linear ops (one row of x, as in decode) with "
         "block-quantized weights to 8 bits, as llama.cpp does: faster, approximate results. Applies "
-        "to ops encoded from now on; the CPU backend has the integer path for Q4_0, Q4_1 and Q8_0 "
-        "weights (others, and other backends, stay exact). Default off (TL_Q8_ACTIVATIONS=1).");
+        "to ops encoded from now on; the CPU backend has the integer path for Q4_0, Q4_1, Q5_0, Q8_0, "
+        "Q4_K, Q5_K and Q6_K weights (others, and other backends, stay exact). Default off (TL_Q8_ACTIVATIONS=1).");
   m.def("q8_activations", [] { return current_device()->debug().q8_activations.load(); },
         "Whether linear ops quantize their activations to 8 bits (set_q8_activations).");
   m.def("synchronize", [] {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_kernels_impl.h"
 #include "backends/cpu/half.h"
 #include "backends/cpu/thread_pool.h"
 
@@ -522,12 +523,87 @@ void test_linear_row_groups(Kernels& k) {
   }
 }
 
+// The matrix-vector kernels of Gemma 3's weight formats (Q5_0, Q4_K, Q6_K; also Q5_K, Q4_0, Q8_0):
+// linear with M = 1 (the AVX2 row dots where the CPU has them) against the portable row dot and
+// a float64 dot with the reference decoder, on random blocks plus all-zero and all-one bit
+// patterns; K not a multiple of 256 for Q5_0, one output row and many (split across threads).
+void test_linear_matvec_formats(Kernels& k) {
+  struct Case { DType t; int64_t K; };
+  const Case cases[] = {{DType::Q5_0, 32}, {DType::Q5_0, 160}, {DType::Q5_0, 640}, {DType::Q5_0, 2048},
+                        {DType::Q4_K, 256}, {DType::Q4_K, 1024}, {DType::Q4_K, 2048},
+                        {DType::Q5_K, 256}, {DType::Q5_K, 1280},
+                        {DType::Q6_K, 256}, {DType::Q6_K, 768}, {DType::Q6_K, 2048},
+                        {DType::Q4_0, 640}, {DType::Q8_0, 640}};
+  for (const Case& c : cases) {
+    for (int64_t N : {1, 7, 300}) {
+      const DType t = c.t;
+      const int64_t K = c.K;
+      std::vector<uint8_t> w = random_weights(t, N, K);
+      const size_t rb = row_bytes(t, K);
+      if (N >= 7) {
+        // row 1: every quant bit set, row 2: none (scales kept from the random blocks, but Q4_K/
+        // Q5_K scale bytes are part of the pattern too: 6-bit scales and mins all 63 or all 0).
+        const int64_t be = block_elems(t), bb = block_bytes(t);
+        for (int pat = 0; pat < 2; ++pat) {
+          uint8_t* row = w.data() + (1 + pat) * rb;
+          for (int64_t blk = 0; blk < K / be; ++blk) {
+            uint8_t* p = row + blk * bb;
+            const uint8_t v = pat == 0 ? 0xFF : 0x00;
+            switch (t) {
+              case DType::Q5_0: std::memset(p + 2, v, 20); break;
+              case DType::Q4_0: std::memset(p + 2, v, 16); break;
+              case DType::Q8_0: std::memset(p + 2, pat == 0 ? 0x80 : 0x7F, 32); break;  // -128 and 127
+              case DType::Q4_K: std::memset(p + 4, v, 140); break;
+              case DType::Q5_K: std::memset(p + 4, v, 172); break;
+              case DType::Q6_K: std::memset(p, v, 192); std::memset(p + 192, pat == 0 ? 0x80 : 0x7F, 16); break;
+              default: break;
+            }
+          }
+        }
+      }
+      std::vector<double> wd = ref_dequant(t, w, N, K);
+      std::vector<float> x = randn(K), out(N);
+      k.linear(make_view(x.data(), DType::F32, {1, K}), make_view(w.data(), t, {N, K}),
+               make_view(out.data(), DType::F32, {1, N}));
+      std::vector<double> want(N), portable(N);
+      std::vector<float> port_f(N);
+      double worst_ref = 0, worst_port = 0;
+      int64_t at_ref = 0, at_port = 0;
+      bool same_as_kernel = true;
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0, a = 0;
+        for (int64_t i = 0; i < K; ++i) {
+          s += x[i] * wd[n * K + i];
+          a += std::fabs(x[i] * wd[n * K + i]);
+        }
+        const float p = tl::cpu::quant_row_dot(t, false, w.data() + n * rb, x.data(), K);
+        const float simd = tl::cpu::quant_row_dot(t, true, w.data() + n * rb, x.data(), K);
+        same_as_kernel = same_as_kernel && simd == out[n];
+        // f32 sums of K products: a few ulps of the sum of magnitudes
+        const double tol = 2e-6 * a + 1e-30;
+        const double er = std::fabs(out[n] - s) / tol, ep = std::fabs(static_cast<double>(out[n]) - p) / tol;
+        if (er > worst_ref) { worst_ref = er; at_ref = n; }
+        if (ep > worst_port) { worst_port = ep; at_port = n; }
+        want[n] = s;
+        port_f[n] = p;
+      }
+      std::string what = std::string("matvec ") + dtype_name(t) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+      CHECK(worst_ref <= 1.0, "%s: row %lld got %.8g, float64 reference %.8g (%.2f of tolerance)", what.c_str(),
+            (long long)at_ref, out[at_ref], want[at_ref], worst_ref);
+      CHECK(worst_port <= 1.0, "%s: row %lld got %.8g, portable %.8g (%.2f of tolerance)", what.c_str(),
+            (long long)at_port, out[at_port], port_f[at_port], worst_port);
+      CHECK(same_as_kernel, "%s: linear differs from its row kernel", what.c_str());
+    }
+  }
+}
+
 // The 8-bit activation path, against a reference written from its definition: x quantized per
 // block of 32 to q = round_half_even(x * 127 / max|x|) with d = max|x| / 127, integer dot products
 // per block, scaled by the weight block's d (and its m for Q4_1 times d * sum(q)).
 void test_linear_q8_activations(Kernels& k) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    for (int64_t K : {32, 160, 576}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const bool kq = block_elems(t) == 256;
+    for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1280} : std::vector<int64_t>{32, 160, 576}) {
       for (int64_t N : {1, 3, 4, 7, 37}) {
         const int64_t M = N == 7 ? 3 : 1;  // a few rows of x too (prefill)
         std::vector<uint8_t> w = random_weights(t, N, K);
@@ -568,7 +644,7 @@ void test_linear_q8_activations(Kernels& k) {
     }
   }
   // Formats without an integer dot compute linear exactly.
-  for (DType t : {DType::Q4_K, DType::F16, DType::F32}) {
+  for (DType t : {DType::Q5_1, DType::F16, DType::F32}) {
     const int64_t K = 256, N = 5, M = 2;
     std::vector<uint8_t> w = random_weights(t, N, K);
     std::vector<float> x = randn(M * K), a(M * N), b(M * N);
@@ -754,6 +830,7 @@ int main() {
     test_matmul(*k);
     test_linear_and_gather(*k);
     test_linear_row_groups(*k);
+    test_linear_matvec_formats(*k);
     test_linear_q8_activations(*k);
     test_norms(*k);
     test_rope(*k);

@@ -1,8 +1,9 @@
 // linear (x @ w^T) for plain and GGUF block-quantized weights, and gather_rows (embedding).
 // Block layouts are ggml's, byte for byte (see dtype.h). Weights are never expanded into a full
 // f32 matrix: M == 1 (decode) takes one dot product per weight row, dequantizing inside it
-// (hand-written AVX2 for Q4_0/Q4_1/Q8_0/F16/F32, auto-vectorised block dequantizers for the
-// rest); M > 1 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
+// (hand-written AVX2 for Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K/F16/BF16: a block's quants are
+// unpacked into registers, converted to f32 and FMA'd against x; auto-vectorised block
+// dequantizers for the rest); M > 1 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
 // and multiplies every row of x against it, so each weight block is decoded once per call.
 // Activations and accumulation stay f32 (no activation quantization); the opt-in 8-bit
 // activation path (linear_q8_activations) lives in kernels_quant_q8.cpp.
@@ -350,6 +351,164 @@ TL_AVX2 float dot_q8_0_avx2(const uint8_t* w, const float* x, const float*, int6
   return hsum256(_mm256_add_ps(acc0, acc1));
 }
 
+// sum_j v_j * x_j for 32 signed bytes v (element j is byte j) and 32 floats.
+TL_AVX2 TL_INLINE __m256 i8x32_dot(__m256i v, const float* xb) {
+  const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
+  __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)), _mm256_loadu_ps(xb));
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8))), _mm256_loadu_ps(xb + 8), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_loadu_ps(xb + 16), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), _mm256_loadu_ps(xb + 24), s);
+  return s;
+}
+
+// The same for 32 unsigned bytes.
+TL_AVX2 TL_INLINE __m256 u8x32_dot(__m256i v, const float* xb) {
+  const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
+  __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a)), _mm256_loadu_ps(xb));
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8))), _mm256_loadu_ps(xb + 8), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), _mm256_loadu_ps(xb + 16), s);
+  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))), _mm256_loadu_ps(xb + 24), s);
+  return s;
+}
+
+// 16 signed bytes (the low or high half of v, elements 0..15 or 16..31) against 16 floats.
+TL_AVX2 TL_INLINE __m256 i8x16_dot(__m128i a, const float* xb) {
+  const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)), _mm256_loadu_ps(xb));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8))), _mm256_loadu_ps(xb + 8), s);
+}
+
+// Byte j of the result is 0xFF where bit j of `bits` is set, else 0.
+TL_AVX2 TL_INLINE __m256i bits_to_bytes(uint32_t bits) {
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));  // all bits but bit (j % 8)
+  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+// The 32 signed 5-bit values (q - 16) of a Q5_0 block as bytes, element j in byte j.
+TL_AVX2 TL_INLINE __m256i q5_0_values(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p + 2, 4);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6));
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+  // nibble - 16 is the nibble with 0xF0 set (as int8); with the high bit set it is the nibble itself.
+  return _mm256_or_si256(nib, _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(static_cast<char>(0xF0))));
+}
+
+// Q5_0: sum_b d_b * sum_j (q_j - 16) x_j, the signed values built in registers.
+TL_AVX2 float dot_q5_0_avx2(const uint8_t* w, const float* x, const float*, int64_t k) {
+  const int64_t nb = k / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const uint8_t* p0 = w + b * 22;
+    const uint8_t* p1 = p0 + 22;
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p0)), i8x32_dot(q5_0_values(p0), x + b * 32), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p1)), i8x32_dot(q5_0_values(p1), x + b * 32 + 32), acc1);
+  }
+  for (; b < nb; ++b) {
+    const uint8_t* p = w + b * 22;
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p)), i8x32_dot(q5_0_values(p), x + b * 32), acc0);
+  }
+  return hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+// The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K super-block (as
+// k_scale_min decodes them, four at a time).
+TL_INLINE void k_scales_mins(const uint8_t* s, uint32_t out[4]) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[3];
+  std::memcpy(u, s, 12);
+  out[0] = u[0] & kmask1;                                      // scales 0..3
+  out[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);    // scales 4..7
+  out[2] = u[1] & kmask1;                                      // mins 0..3
+  out[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);  // mins 4..7
+}
+
+// Q4_K/Q5_K: sum over super-blocks of sum_j d sc_j (q . x)_j - dmin mn_j sum(x_j), the 32-element
+// sums sum(x_j) taken from xsum.
+template <bool kFive>
+TL_AVX2 TL_INLINE float dot_k45_avx2(const uint8_t* w, const float* x, const float* xsum, int64_t k) {
+  constexpr int64_t kBytes = kFive ? 176 : 144;
+  const int64_t nb = k / 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p = w + i * kBytes;
+    uint32_t sm[4];
+    k_scales_mins(p + 4, sm);
+    const __m128i smv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sm));
+    const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(smv)), _mm256_set1_ps(half_avx2(p)));
+    const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(smv, 8))),
+                                    _mm256_set1_ps(half_avx2(p + 2)));
+    macc = _mm256_fmadd_ps(mn, _mm256_loadu_ps(xsum + i * 8), macc);
+    alignas(32) float scf[8];
+    _mm256_store_ps(scf, sc);
+    const uint8_t* qs = p + (kFive ? 48 : 16);
+    const float* xb = x + i * 256;
+    __m256i qh = kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if constexpr (kFive) {
+        // bits 2c and 2c + 1 of every qh byte (qh shifted right by 2c) become bit 4
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+      acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scf[2 * c]), u8x32_dot(lo, xb + 64 * c), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scf[2 * c + 1]), u8x32_dot(hi, xb + 64 * c + 32), acc1);
+    }
+  }
+  return hsum256(_mm256_add_ps(acc0, acc1)) - hsum256(macc);
+}
+
+TL_AVX2 float dot_q4_k_avx2(const uint8_t* w, const float* x, const float* xsum, int64_t k) {
+  return dot_k45_avx2<false>(w, x, xsum, k);
+}
+TL_AVX2 float dot_q5_k_avx2(const uint8_t* w, const float* x, const float* xsum, int64_t k) {
+  return dot_k45_avx2<true>(w, x, xsum, k);
+}
+
+// Q6_K: sum over super-blocks of d * sum_g sc_g * sum_j (q_j - 32) x_j over the 16 groups of 16.
+TL_AVX2 float dot_q6_k_avx2(const uint8_t* w, const float* x, const float*, int64_t k) {
+  const int64_t nb = k / 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p = w + i * 210;
+    const __m256 d = _mm256_set1_ps(half_avx2(p + 208));
+    const __m128i scb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+    alignas(32) float scf[16];
+    _mm256_store_ps(scf, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scb)), d));
+    _mm256_store_ps(scf + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(scb, 8))), d));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h));
+      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32));
+      const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
+      // element l + 32c of this half: low (c < 2) or high (c >= 2) nibble of ql[l + 32 (c % 2)],
+      // bits 2c..2c+1 of qh[l] above it, minus 32
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+      q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(hv, m30));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                             _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+      const float* xb = x + i * 256 + h * 128;
+      const float* s = scf + 8 * h;
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_sub_epi8(q[c], off);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(s[2 * c]), i8x16_dot(_mm256_castsi256_si128(v), xb + 32 * c), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(s[2 * c + 1]),
+                               i8x16_dot(_mm256_extracti128_si256(v, 1), xb + 32 * c + 16), acc1);
+      }
+    }
+  }
+  return hsum256(_mm256_add_ps(acc0, acc1));
+}
+
 TL_AVX2 float dot_f16_avx2(const uint8_t* w, const float* x, const float*, int64_t k) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(w);
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -515,6 +674,10 @@ WeightKernels kernels_for() {
     k.dot = &dot_row_avx2_generic<T>;
     k.dequantize = &dequantize_row_avx2<T>;
     if constexpr (T == DType::Q4_0) k.dot = &dot_q4_0_avx2;
+    if constexpr (T == DType::Q5_0) k.dot = &dot_q5_0_avx2;
+    if constexpr (T == DType::Q4_K) k.dot = &dot_q4_k_avx2;
+    if constexpr (T == DType::Q5_K) k.dot = &dot_q5_k_avx2;
+    if constexpr (T == DType::Q6_K) k.dot = &dot_q6_k_avx2;
     if constexpr (T == DType::Q4_1) {
       k.dot = &dot_q4_1_avx2;
       k.dequantize = &dequantize_q4_1_avx2;
@@ -561,6 +724,29 @@ constexpr int64_t kTileRows = 24;  // a multiple of the 3-row register tile
 constexpr int64_t kXRowsPerPass = 64;
 
 }  // namespace
+
+float quant_row_dot(DType t, bool simd, const void* w, const float* x, int64_t k) {
+  if (k % block_elems(t) != 0) kernel_fail("quant_row_dot: K not a multiple of the block");
+  std::vector<float> xsum(static_cast<size_t>((k + 31) / 32));
+  for (int64_t b = 0; b < k / 32; ++b) {
+    float s = 0.0f;
+    for (int j = 0; j < 32; ++j) s += x[b * 32 + j];
+    xsum[static_cast<size_t>(b)] = s;
+  }
+  WeightKernels wk = weight_kernels(t);
+  if (!simd) {
+    switch (t) {
+#define TL_PORTABLE_DOT(T) \
+  case DType::T: wk.dot = &dot_row_portable<DType::T>; break;
+      TL_PORTABLE_DOT(F32) TL_PORTABLE_DOT(F16) TL_PORTABLE_DOT(BF16) TL_PORTABLE_DOT(Q4_0)
+      TL_PORTABLE_DOT(Q4_1) TL_PORTABLE_DOT(Q5_0) TL_PORTABLE_DOT(Q5_1) TL_PORTABLE_DOT(Q8_0)
+      TL_PORTABLE_DOT(Q4_K) TL_PORTABLE_DOT(Q5_K) TL_PORTABLE_DOT(Q6_K)
+#undef TL_PORTABLE_DOT
+      default: break;
+    }
+  }
+  return wk.dot(static_cast<const uint8_t*>(w), x, xsum.data(), k);
+}
 
 void dequantize_row(DType t, const void* src, int64_t n, float* dst) {
   if (n % block_elems(t) != 0)
@@ -633,8 +819,14 @@ void CpuKernels::linear(const View& x, const View& w, const View& out) {
     // One row at a time: the weights stream through memory in order, which the hardware
     // prefetchers follow best (kernels reading 2 or 4 rows at once measured 15-40 % slower per
     // token once the weights come from DRAM rather than cache).
+    // Rows are contiguous, so prefetching each row's bytes kMatvecPrefetchBytes ahead covers the stream.
+    const size_t total = static_cast<size_t>(N) * wrow;
     for_row_groups(pool(), N, wrow, [&](int64_t n0, int64_t n1) {
-      for (int64_t n = n0; n < n1; ++n) od[n] = wk.dot(wdata + n * wrow, xd, xsum, K);
+      for (int64_t n = n0; n < n1; ++n) {
+        const size_t at = static_cast<size_t>(n) * wrow, ahead = at + kMatvecPrefetchBytes;
+        if (ahead < total) prefetch_bytes(wdata + ahead, std::min(wrow, total - ahead));
+        od[n] = wk.dot(wdata + at, xd, xsum, K);
+      }
     });
     return;
   }

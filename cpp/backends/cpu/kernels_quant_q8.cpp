@@ -1,8 +1,10 @@
 // linear with 8-bit activations: the opt-in fast path, as llama.cpp computes its quantized
 // matmuls. Every row of x is quantized once per call to blocks of 32 int8
 // with an f32 scale d = max|x_b| / 127 (round to nearest even), and every weight block's dot
-// product is an integer one (AVX2: maddubs + madd), scaled by d_w * d_x. Only Q4_0, Q4_1 and
-// Q8_0 weights have this path; linear uses the exact one for every other dtype.
+// product is an integer one (AVX2: maddubs + madd), scaled by d_w * d_x. Q4_0, Q4_1, Q5_0, Q8_0,
+// Q4_K, Q5_K and Q6_K weights have this path (the K-quants' 32-element sub-blocks line up with
+// the activation blocks; Q6_K's 16-element scales multiply the integer sums of each half);
+// linear uses the exact one for every other dtype.
 // Invariant: the portable and AVX2 code quantize x to the same integers and sum the same integer
 // products per block, so they differ only in f32 summation order.
 #include <algorithm>
@@ -46,9 +48,68 @@ void quantize_block_portable(const float* x, int8_t* q, float* d, float* dsum) {
   *dsum = *d * static_cast<float>(sum);
 }
 
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block.
+inline void k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// K-quants: sub-block j of super-block i is activation block 8i + j.
+// Q4_K/Q5_K: d sc_j d_x isum_j - dmin mn_j dsum_j; Q6_K: d d_x (sc_2j isum_lo + sc_2j+1 isum_hi).
+template <DType T>
+float dot_q8_kquant_portable(const uint8_t* w, const Q8Row& a) {
+  float acc = 0.0f;
+  const int64_t nsb = a.nb / 8;
+  for (int64_t i = 0; i < nsb; ++i) {
+    if constexpr (T == DType::Q6_K) {
+      const uint8_t* p = w + i * 210;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(p + 192);
+      const float d = half_at(p + 208);
+      for (int j = 0; j < 8; ++j) {
+        const int h = j / 4, c = j % 4;
+        const uint8_t* ql = p + 64 * h + 32 * (c % 2);
+        const uint8_t* qh = p + 128 + 32 * h;
+        const int8_t* xq = a.q + (i * 8 + j) * kQ8Block;
+        int isum[2] = {0, 0};
+        for (int l = 0; l < 32; ++l) {
+          const int lo = c < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
+          const int q = (lo | (((qh[l] >> (2 * c)) & 3) << 4)) - 32;
+          isum[l / 16] += q * xq[l];
+        }
+        acc += d * a.d[i * 8 + j] * static_cast<float>(sc[2 * j] * isum[0] + sc[2 * j + 1] * isum[1]);
+      }
+    } else {
+      constexpr bool kFive = T == DType::Q5_K;
+      const uint8_t* p = w + i * (kFive ? 176 : 144);
+      const float d = half_at(p), dmin = half_at(p + 2);
+      const uint8_t* qs = p + (kFive ? 48 : 16);
+      for (int j = 0; j < 8; ++j) {
+        int sc, mn;
+        k_scale_min(p + 4, j, &sc, &mn);
+        const int8_t* xq = a.q + (i * 8 + j) * kQ8Block;
+        int isum = 0;
+        for (int l = 0; l < 32; ++l) {
+          int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F;
+          if constexpr (kFive) q |= ((p[16 + l] >> j) & 1) << 4;
+          isum += q * xq[l];
+        }
+        acc += d * static_cast<float>(sc) * a.d[i * 8 + j] * static_cast<float>(isum) -
+               dmin * static_cast<float>(mn) * a.dsum[i * 8 + j];
+      }
+    }
+  }
+  return acc;
+}
+
 // One weight row (nb blocks) against the quantized x.
 template <DType T>
 float dot_q8_portable(const uint8_t* w, const Q8Row& a) {
+  if constexpr (T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K) return dot_q8_kquant_portable<T>(w, a);
   float acc = 0.0f;
   for (int64_t b = 0; b < a.nb; ++b) {
     const int8_t* xq = a.q + b * kQ8Block;
@@ -57,6 +118,17 @@ float dot_q8_portable(const uint8_t* w, const Q8Row& a) {
       const uint8_t* p = w + b * 34;
       const int8_t* wq = reinterpret_cast<const int8_t*>(p + 2);
       for (int j = 0; j < 32; ++j) isum += wq[j] * xq[j];
+      acc += half_at(p) * a.d[b] * static_cast<float>(isum);
+    } else if constexpr (T == DType::Q5_0) {
+      const uint8_t* p = w + b * 22;
+      uint32_t qh;
+      std::memcpy(&qh, p + 2, 4);
+      const uint8_t* qs = p + 6;
+      for (int j = 0; j < 16; ++j) {
+        const int lo = ((qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4)) - 16;
+        const int hi = ((qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4)) - 16;
+        isum += lo * xq[j] + hi * xq[j + 16];
+      }
       acc += half_at(p) * a.d[b] * static_cast<float>(isum);
     } else {
       const uint8_t* p = w + b * (T == DType::Q4_1 ? 20 : 18);
@@ -134,6 +206,107 @@ TL_AVX2 TL_INLINE __m256i nibbles32(const uint8_t* qs) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
 }
 
+// Byte j of the result is 0xFF where bit j of `bits` is set, else 0.
+TL_AVX2 TL_INLINE __m256i bits_to_bytes(uint32_t bits) {
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+// The 32 signed values (q - 16) of a Q5_0 block, element j in byte j.
+TL_AVX2 TL_INLINE __m256i q5_0_values(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p + 2, 4);
+  return _mm256_or_si256(nibbles32(p + 6),
+                         _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(static_cast<char>(0xF0))));
+}
+
+// Signed weight bytes times int8 activations: 8 int32 sums of 4 products each.
+TL_AVX2 TL_INLINE __m256i dot_i8_i8(__m256i w, __m256i x) {
+  return dot_u8_i8(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+}
+
+// Activation block j of a run of blocks.
+TL_AVX2 TL_INLINE __m256i xblock(const int8_t* xq, int j) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + j * kQ8Block));
+}
+
+// One K-quant row (a.nb / 8 super-blocks) against the quantized x.
+template <DType T>
+TL_AVX2 float dot_q8_kquant_avx2(const uint8_t* w, const Q8Row& a) {
+  const int64_t nsb = a.nb / 8;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nsb; ++i) {
+    const int8_t* xq = a.q + i * 8 * kQ8Block;
+    const float* dx = a.d + i * 8;
+    if constexpr (T == DType::Q6_K) {
+      const uint8_t* p = w + i * 210;
+      const float d = half_avx2(p + 208);
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+      const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);  // 16 scales as int16
+      alignas(32) int16_t scs[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scs), sc16);
+      const __m256i m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h));
+        const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32));
+        const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+        q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(hv, m30));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+        for (int c = 0; c < 4; ++c) {
+          const int j = 4 * h + c;
+          const __m256i v = _mm256_sub_epi8(q[c], off);
+          const __m256i xv = xblock(xq, j);
+          // pairs of products (int16), then each 16-element half times its scale, summed in fours
+          const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(xv, v));
+          const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(scs[2 * j + 1]), _mm_set1_epi16(scs[2 * j]));
+          const __m256i prod = _mm256_madd_epi16(pairs, scale);
+          __m256& acc = (c & 1) ? acc1 : acc0;
+          acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[j]), _mm256_cvtepi32_ps(prod), acc);
+        }
+      }
+    } else {
+      constexpr bool kFive = T == DType::Q5_K;
+      const uint8_t* p = w + i * (kFive ? 176 : 144);
+      const float d = half_avx2(p), dmin = half_avx2(p + 2);
+      alignas(16) uint8_t sc[8], mn[8];
+      for (int j = 0; j < 8; ++j) {
+        int s, m;
+        k_scale_min(p + 4, j, &s, &m);
+        sc[j] = static_cast<uint8_t>(s);
+        mn[j] = static_cast<uint8_t>(m);
+      }
+      uint64_t mn64;
+      std::memcpy(&mn64, mn, 8);
+      const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn64))));
+      macc = _mm256_fmadd_ps(_mm256_mul_ps(mnf, _mm256_set1_ps(dmin)), _mm256_loadu_ps(a.dsum + i * 8), macc);
+      const uint8_t* qs = p + (kFive ? 48 : 16);
+      __m256i qh = kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)) : _mm256_setzero_si256();
+      const __m256i bit4 = _mm256_set1_epi8(0x10);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (kFive) {
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+          qh = _mm256_srli_epi16(qh, 2);
+        }
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[2 * c]) * dx[2 * c]),
+                               _mm256_cvtepi32_ps(dot_u8_i8(lo, xblock(xq, 2 * c))), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[2 * c + 1]) * dx[2 * c + 1]),
+                               _mm256_cvtepi32_ps(dot_u8_i8(hi, xblock(xq, 2 * c + 1))), acc1);
+      }
+    }
+  }
+  return hsum256(_mm256_add_ps(acc0, acc1)) - hsum256(macc);
+}
+
 // R rows (1..4) at w + r * stride.
 template <DType T, int R>
 TL_AVX2 void dot_q8_avx2(const uint8_t* w, size_t stride, const Q8Row& a, float* out) {
@@ -154,6 +327,10 @@ TL_AVX2 void dot_q8_avx2(const uint8_t* w, size_t stride, const Q8Row& a, float*
         const __m256i prod = dot_u8_i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
         acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p) * dx),
                                  _mm256_cvtepi32_ps(prod), acc[r]);
+      } else if constexpr (T == DType::Q5_0) {
+        const uint8_t* p = w + r * stride + b * 22;
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p) * dx),
+                                 _mm256_cvtepi32_ps(dot_i8_i8(q5_0_values(p), xq)), acc[r]);
       } else {
         const uint8_t* p = w + r * stride + b * (T == DType::Q4_1 ? 20 : 18);
         const __m256i prod = dot_u8_i8(nibbles32(p + (T == DType::Q4_1 ? 4 : 2)), xq);
@@ -168,7 +345,7 @@ TL_AVX2 void dot_q8_avx2(const uint8_t* w, size_t stride, const Q8Row& a, float*
   }
   for (int r = 0; r < R; ++r) {
     const float s = hsum256(acc[r]);
-    if constexpr (T == DType::Q8_0) out[r] = s;
+    if constexpr (T == DType::Q8_0 || T == DType::Q5_0) out[r] = s;
     else if constexpr (T == DType::Q4_1) out[r] = s + extra[r];
     else out[r] = s - 8.0f * extra[r];
   }
@@ -187,11 +364,15 @@ void rows_portable(const uint8_t* w, size_t stride, int rows, const Q8Row& a, fl
 #if defined(__x86_64__)
 template <DType T>
 TL_AVX2 void rows_avx2(const uint8_t* w, size_t stride, int rows, const Q8Row& a, float* out) {
-  switch (rows) {
-    case 4: return dot_q8_avx2<T, 4>(w, stride, a, out);
-    case 3: return dot_q8_avx2<T, 3>(w, stride, a, out);
-    case 2: return dot_q8_avx2<T, 2>(w, stride, a, out);
-    default: return dot_q8_avx2<T, 1>(w, stride, a, out);
+  if constexpr (T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K) {
+    for (int r = 0; r < rows; ++r) out[r] = dot_q8_kquant_avx2<T>(w + r * stride, a);
+  } else {
+    switch (rows) {
+      case 4: return dot_q8_avx2<T, 4>(w, stride, a, out);
+      case 3: return dot_q8_avx2<T, 3>(w, stride, a, out);
+      case 2: return dot_q8_avx2<T, 2>(w, stride, a, out);
+      default: return dot_q8_avx2<T, 1>(w, stride, a, out);
+    }
   }
 }
 #endif
@@ -216,13 +397,20 @@ Q8RowsFn rows_fn(DType t) {
     case DType::Q4_0: return rows_fn_for<DType::Q4_0>();
     case DType::Q4_1: return rows_fn_for<DType::Q4_1>();
     case DType::Q8_0: return rows_fn_for<DType::Q8_0>();
+    case DType::Q5_0: return rows_fn_for<DType::Q5_0>();
+    case DType::Q4_K: return rows_fn_for<DType::Q4_K>();
+    case DType::Q5_K: return rows_fn_for<DType::Q5_K>();
+    case DType::Q6_K: return rows_fn_for<DType::Q6_K>();
     default: return nullptr;
   }
 }
 
 }  // namespace
 
-bool has_q8_matvec(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool has_q8_matvec(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q8_0 || t == DType::Q4_K ||
+         t == DType::Q5_K || t == DType::Q6_K;
+}
 
 void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out) {
   if (k % kQ8Block != 0) kernel_fail("8-bit activations: K=" + std::to_string(k) + " is not a multiple of 32");
@@ -244,6 +432,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   // ~32 KiB of weights per chunk so that small matrices skip the dispatch.
   const int64_t groups = (N + 3) / 4;
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(4 * wrow * a.m, 1)));
+  const size_t total = static_cast<size_t>(N) * wrow;
   pool.parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t n = 4 * g;
@@ -251,8 +440,13 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       for (int64_t i = 0; i < a.m; ++i) {
         const Q8Row row{a.q.data() + i * a.nb * kQ8Block, a.d.data() + i * a.nb, a.dsum.data() + i * a.nb, a.nb};
         if (a.m == 1) {
-          // one weight row at a time for a single x row: the weights stream through memory in order
-          for (int r = 0; r < cnt; ++r) rows(w + (n + r) * wrow, wrow, 1, row, out + n + r);
+          // one weight row at a time for a single x row: the weights stream through memory in
+          // order, prefetched kMatvecPrefetchBytes ahead (as in linear's exact path)
+          for (int r = 0; r < cnt; ++r) {
+            const size_t at = static_cast<size_t>(n + r) * wrow, ahead = at + kMatvecPrefetchBytes;
+            if (ahead < total) prefetch_bytes(w + ahead, std::min(wrow, total - ahead));
+            rows(w + at, wrow, 1, row, out + n + r);
+          }
         } else {
           float o[4];
           rows(w + n * wrow, wrow, cnt, row, o);
