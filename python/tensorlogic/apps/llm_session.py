@@ -31,6 +31,7 @@ from ..models.errors import ModelError
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
 CHAT_CONTEXT = 2048  # default KV cache length of `tl chat`; `tl generate` sizes it to the request
+PREFILL_CHUNK = 256  # prompt ids per piece when a long prompt shows progress (tl generate/chat on a terminal)
 KV_DTYPES = ("f32", "f16")  # f32: exact; f16: half the cache's memory and bandwidth (long contexts)
 
 
@@ -119,12 +120,21 @@ class _TokenStream(TLObject):
         self.last_token_at: float | None = None
         self.prompt_done_at: float | None = None
         self.interrupted = False  # set by Ctrl-C (see _interrupts); push raises while it is set
+        self.on_prefill: Callable[[int, int], None] | None = None  # (done, total) after each prompt piece
+        self.prefill_chunk = 0
 
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
         if name == "push" and len(args) == 1:
             return self.push(int(args[0]))
         if name == "prompt_done" and len(args) == 1:
             return self.prompt_done(args[0])
+        if name == "prefill_chunk" and not args:
+            return self.prefill_chunk if self.on_prefill is not None else 0
+        if name == "prefill_progress" and len(args) == 2:
+            self.on_prefill(int(args[0]), int(args[1]))
+            if self.should_stop is not None and self.should_stop():
+                raise _Stopped("interrupt")
+            return None
         raise AttributeError(name)
 
     def prompt_done(self, logits) -> None:
@@ -283,12 +293,17 @@ class LlmSession:
                  on_text: Callable[[str], None] | None = None, keep_logits: bool = False,
                  track_memory: bool = False, sampler=None, repeat_penalty: float = 1.0, min_p: float = 0.0,
                  stop: list[str] | tuple[str, ...] = (),
-                 should_stop: Callable[[], bool] | None = None) -> GenerationResult:
+                 should_stop: Callable[[], bool] | None = None,
+                 on_prefill: Callable[[int, int], None] | None = None,
+                 prefill_chunk: int = PREFILL_CHUNK) -> GenerationResult:
         """Generate up to max_tokens ids after prompt_ids. `on_text` receives the text as it
         completes; generation ends at an end-of-generation id (stop_at_eog), at max_tokens, when the
         context is full, right after the text contains one of `stop` (which is cut from the text and
         never passed to on_text; stopped_by "stop"), or when `should_stop()`, asked after the prompt
-        and after every token, returns True (stopped_by "interrupt", as Ctrl-C)."""
+        and after every token, returns True (stopped_by "interrupt", as Ctrl-C). With `on_prefill`, a
+        prompt longer than `prefill_chunk` ids is processed in pieces of that many, and
+        `on_prefill(done, total)` follows them (the logits agree with one batched prefill to float
+        rounding)."""
         if not prompt_ids:
             raise ModelError("the prompt is empty (no tokens)")
         self._ensure_cache(len(prompt_ids) + max_tokens)
@@ -311,6 +326,8 @@ class LlmSession:
         stop_ids = sorted(self.tokenizer.tok.eog_ids) if stop_at_eog else []
         stream = _TokenStream(self.tokenizer.tok, on_text, keep_logits,
                               memory_stats if track_memory else None, tuple(stop), should_stop)
+        if on_prefill is not None and len(prompt_ids) - start > prefill_chunk > 0:
+            stream.on_prefill, stream.prefill_chunk = on_prefill, prefill_chunk
         self.cached_ids = list(prompt_ids[:start])
         stopped_by = "max_tokens"
         try:
@@ -366,6 +383,19 @@ def _write(text: str) -> None:
         raise OutputClosed() from None
 
 
+def _prefill_progress() -> Callable[[int, int], None] | None:
+    """A progress line on stderr while a long prompt is processed, when stderr is a terminal (it is
+    erased once the prompt is done, so the reply starts on a clean line)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        line = f"[prompt {done}/{total} tokens]"
+        sys.stderr.write("\r" + (line if done < total else " " * len(line) + "\r"))
+        sys.stderr.flush()
+    return show
+
+
 def _print_stats(session: LlmSession, r: GenerationResult) -> None:
     import resource
 
@@ -394,7 +424,7 @@ def run_generate(session: LlmSession, args, sampling: dict) -> int:
         prompt_ids = session.chat_prompt_ids(messages)
     stream = None if args.json else _write
     result = session.generate(prompt_ids, args.max_tokens, stop_at_eog=not args.ignore_eos, on_text=stream,
-                              keep_logits=bool(args.dump_logits), **sampling)
+                              keep_logits=bool(args.dump_logits), on_prefill=_prefill_progress(), **sampling)
     if args.dump_logits:
         try:
             np.save(args.dump_logits, result.prompt_logits)
@@ -578,7 +608,8 @@ def _chat_turn(session: LlmSession, state: ChatState, user_text: str, args, samp
                   f"exchange{'' if kept == 1 else 's'} kept]", file=sys.stderr)
     else:  # a base model: complete this message alone, as raw text
         prompt_ids = session.raw_prompt_ids(user_text)
-    result = session.generate(prompt_ids, args.max_tokens, on_text=_write, **sampling)
+    result = session.generate(prompt_ids, args.max_tokens, on_text=_write, on_prefill=_prefill_progress(),
+                              **sampling)
     state.last = result
     if result.stopped_by == "interrupt":
         _write(" [stopped]")
