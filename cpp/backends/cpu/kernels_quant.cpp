@@ -13,12 +13,7 @@
 #include <vector>
 
 #include "cpu_kernels_impl.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#define TL_INLINE inline __attribute__((always_inline))
+#include "quant_avx2.h"
 
 namespace tl::cpu {
 namespace {
@@ -241,7 +236,8 @@ void dequantize_row_portable(const uint8_t* src, int64_t n, float* dst) {
 }
 
 #if defined(__x86_64__)
-#define TL_AVX2 __attribute__((target("avx2,fma,f16c")))
+using avx2::half_avx2;
+using avx2::hsum256;
 
 template <DType T>
 TL_AVX2 float dot_row_avx2_generic(const uint8_t* w, const float* x, const float*, int64_t k) {
@@ -252,18 +248,7 @@ TL_AVX2 void dequantize_row_avx2(const uint8_t* src, int64_t n, float* dst) {
   dequantize_row_t<T>(src, n, dst);
 }
 
-TL_AVX2 TL_INLINE float hsum256(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
 
-TL_AVX2 TL_INLINE float half_avx2(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // sum_j q_j * x_j for one block of 32 unsigned nibbles (low nibbles are elements 0..15).
 TL_AVX2 TL_INLINE __m256 nibble_block_dot(const uint8_t* qs, const float* xb) {
@@ -475,7 +460,7 @@ TL_AVX2 float dot_q5_k_avx2(const uint8_t* w, const float* x, const float* xsum,
 // Q6_K: sum over super-blocks of d * sum_g sc_g * sum_j (q_j - 32) x_j over the 16 groups of 16.
 TL_AVX2 float dot_q6_k_avx2(const uint8_t* w, const float* x, const float*, int64_t k) {
   const int64_t nb = k / 256;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+  const __m256i off = _mm256_set1_epi8(32);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p = w + i * 210;
@@ -485,17 +470,8 @@ TL_AVX2 float dot_q6_k_avx2(const uint8_t* w, const float* x, const float*, int6
     _mm256_store_ps(scf, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scb)), d));
     _mm256_store_ps(scf + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(scb, 8))), d));
     for (int h = 0; h < 2; ++h) {
-      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h));
-      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32));
-      const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
-      // element l + 32c of this half: low (c < 2) or high (c >= 2) nibble of ql[l + 32 (c % 2)],
-      // bits 2c..2c+1 of qh[l] above it, minus 32
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-      q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(hv, m30));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                             _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+      avx2::unpack_q6_k_half(p, h, q);  // minus 32 below
       const float* xb = x + i * 256 + h * 128;
       const float* s = scf + 8 * h;
       for (int c = 0; c < 4; ++c) {

@@ -13,12 +13,7 @@
 #include <vector>
 
 #include "cpu_kernels_impl.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#define TL_INLINE inline __attribute__((always_inline))
+#include "quant_avx2.h"
 
 namespace tl::cpu {
 namespace {
@@ -147,20 +142,10 @@ float dot_q8_portable(const uint8_t* w, const Q8Row& a) {
 // ---------------------------------------------------------------- AVX2
 
 #if defined(__x86_64__)
-#define TL_AVX2 __attribute__((target("avx2,fma,f16c")))
+using avx2::half_avx2;
+using avx2::hsum256;
 
-TL_AVX2 TL_INLINE float half_avx2(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
-TL_AVX2 TL_INLINE float hsum256(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
 
 TL_AVX2 TL_INLINE __m256i round_clamp127(__m256 v, __m256 scale) {
   const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v, scale));
@@ -248,17 +233,10 @@ TL_AVX2 float dot_q8_kquant_avx2(const uint8_t* w, const Q8Row& a) {
       const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);  // 16 scales as int16
       alignas(32) int16_t scs[16];
       _mm256_store_si256(reinterpret_cast<__m256i*>(scs), sc16);
-      const __m256i m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+      const __m256i off = _mm256_set1_epi8(32);
       for (int h = 0; h < 2; ++h) {
-        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h));
-        const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32));
-        const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-        q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(hv, m30));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                               _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+        avx2::unpack_q6_k_half(p, h, q);
         for (int c = 0; c < 4; ++c) {
           const int j = 4 * h + c;
           const __m256i v = _mm256_sub_epi8(q[c], off);

@@ -1,0 +1,50 @@
+#pragma once
+// AVX2 helpers shared by the quantized CPU kernels (kernels_quant.cpp: f32 activations;
+// kernels_quant_q8.cpp: 8-bit activations). x86-64 only. Every function carries the AVX2 target
+// attribute: call them only from code that runs after the run-time AVX2 check, like the kernels.
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TL_INLINE inline __attribute__((always_inline))
+#define TL_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace tl::cpu::avx2 {
+
+TL_AVX2 TL_INLINE float hsum256(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// The f16 stored (unaligned) at p, as a float.
+TL_AVX2 TL_INLINE float half_avx2(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Half h (0 or 1) of a Q6_K super-block at p (210 bytes: ql[128], qh[64], scales[16], d): its 128
+// 6-bit quants, unbiased (0..63, the -32 not yet applied), as 4 vectors of 32 bytes: element
+// l + 32c of the half is the low (c < 2) or high (c >= 2) nibble of ql[l + 32 (c % 2)] with bits
+// 2c..2c+1 of qh[l] above it.
+TL_AVX2 TL_INLINE void unpack_q6_k_half(const uint8_t* p, int h, __m256i q[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h));
+  const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32));
+  const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
+  q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+  q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(hv, m30));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+}
+
+}  // namespace tl::cpu::avx2
+
+#else
+#define TL_INLINE inline __attribute__((always_inline))
+#endif  // __x86_64__
