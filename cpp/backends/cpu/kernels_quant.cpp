@@ -417,8 +417,6 @@ template <bool kFive>
 TL_AVX2 TL_INLINE float dot_k45_avx2(const uint8_t* w, const float* x, const float* xsum, int64_t k) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
   const int64_t nb = k / 256;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p = w + i * kBytes;
@@ -435,14 +433,8 @@ TL_AVX2 TL_INLINE float dot_k45_avx2(const uint8_t* w, const float* x, const flo
     const float* xb = x + i * 256;
     __m256i qh = kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)) : _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
-      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      if constexpr (kFive) {
-        // bits 2c and 2c + 1 of every qh byte (qh shifted right by 2c) become bit 4
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
-        qh = _mm256_srli_epi16(qh, 2);
-      }
+      __m256i lo, hi;
+      avx2::unpack_k45_chunk<kFive>(qs, c, qh, lo, hi);
       acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scf[2 * c]), u8x32_dot(lo, xb + 64 * c), acc0);
       acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scf[2 * c + 1]), u8x32_dot(hi, xb + 64 * c + 32), acc1);
     }

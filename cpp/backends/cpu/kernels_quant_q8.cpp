@@ -221,7 +221,6 @@ TL_AVX2 TL_INLINE __m256i xblock(const int8_t* xq, int j) {
 template <DType T>
 TL_AVX2 float dot_q8_kquant_avx2(const uint8_t* w, const Q8Row& a) {
   const int64_t nsb = a.nb / 8;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nsb; ++i) {
     const int8_t* xq = a.q + i * 8 * kQ8Block;
@@ -266,15 +265,9 @@ TL_AVX2 float dot_q8_kquant_avx2(const uint8_t* w, const Q8Row& a) {
       macc = _mm256_fmadd_ps(_mm256_mul_ps(mnf, _mm256_set1_ps(dmin)), _mm256_loadu_ps(a.dsum + i * 8), macc);
       const uint8_t* qs = p + (kFive ? 48 : 16);
       __m256i qh = kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)) : _mm256_setzero_si256();
-      const __m256i bit4 = _mm256_set1_epi8(0x10);
       for (int c = 0; c < 4; ++c) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if constexpr (kFive) {
-          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
-          qh = _mm256_srli_epi16(qh, 2);
-        }
+        __m256i lo, hi;
+        avx2::unpack_k45_chunk<kFive>(qs, c, qh, lo, hi);
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[2 * c]) * dx[2 * c]),
                                _mm256_cvtepi32_ps(dot_u8_i8(lo, xblock(xq, 2 * c))), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[2 * c + 1]) * dx[2 * c + 1]),

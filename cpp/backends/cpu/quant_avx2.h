@@ -43,6 +43,23 @@ TL_AVX2 TL_INLINE void unpack_q6_k_half(const uint8_t* p, int h, __m256i q[4]) {
                          _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
 }
 
+// Chunk c (0..3) of a Q4_K or Q5_K super-block's quants at qs (32 bytes a chunk): `lo` gets its
+// elements 64c..64c+31 (low nibbles), `hi` 64c+32..64c+63 (high nibbles), as bytes 0..15 (0..31
+// with Q5_K's fifth bit, taken from the low two bits of qh, which the call then shifts on).
+template <bool kFive>
+TL_AVX2 TL_INLINE void unpack_k45_chunk(const uint8_t* qs, int c, __m256i& qh, __m256i& lo, __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+  lo = _mm256_and_si256(q, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+  if constexpr (kFive) {
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+    qh = _mm256_srli_epi16(qh, 2);
+  }
+}
+
 }  // namespace tl::cpu::avx2
 
 #else
