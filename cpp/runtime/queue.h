@@ -101,7 +101,7 @@ class Queue {
   std::string first_error_;
   int max_in_flight_ = 8;
   // Memory bound: new output bytes of the command buffers in flight (TL_MAX_MB_IN_FLIGHT, default
-  // 16 MiB on the CPU, 1 GiB on GPUs; one larger command buffer still runs alone), and the open
+  // 8 MiB on the CPU, 1 GiB on GPUs; one larger command buffer still runs alone), and the open
   // command buffer commits once its new outputs reach a quarter of that. Without it a fast host encodes a whole prefill ahead
   // of the kernels and every intermediate of it is alive at once.
   int64_t max_in_flight_bytes_ = int64_t(16) << 20;

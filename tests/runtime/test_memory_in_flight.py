@@ -1,6 +1,6 @@
 """Work in flight is bounded by memory, not only by command-buffer count: a host that encodes far
 ahead of the kernels (a prefill: hundreds of ops with large outputs) must not keep every
-intermediate alive at once. On the CPU the bound is 16 MiB of new outputs in flight
+intermediate alive at once. On the CPU the bound is 8 MiB of new outputs in flight
 (TL_MAX_MB_IN_FLIGHT) plus an open command buffer of at most a quarter of that."""
 import numpy as np
 import pytest
