@@ -128,9 +128,7 @@ class _TokenStream(TLObject):
             return self.push(int(args[0]))
         if name == "prompt_done" and len(args) == 1:
             return self.prompt_done(args[0])
-        if name == "prefill_chunk" and not args:
-            return self.prefill_chunk if self.on_prefill is not None else 0
-        if name == "prefill_progress" and len(args) == 2:
+        if name == "prefill_progress" and len(args) == 2 and self.on_prefill is not None:
             self.on_prefill(int(args[0]), int(args[1]))
             if self.should_stop is not None and self.should_stop():
                 raise _Stopped("interrupt")
@@ -238,7 +236,7 @@ class LlmSession:
             self.interp.load_file(str(STDLIB_DIR / "generate.tl"))
         except TLError as e:
             raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
-        self._generate_fn = self.interp.functions["generate"]
+        self._generate_fn = self.interp.functions["generate_in_pieces"]
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -334,7 +332,7 @@ class LlmSession:
             with _interrupts(stream):
                 ids = self.interp.call_value(self._generate_fn, [
                     self.model, self.cache, list(prompt_ids[start:]), start, max_tokens, sampler, stop_ids,
-                    stream])
+                    stream, stream.prefill_chunk if stream.on_prefill is not None else 0])
         except KeyboardInterrupt:
             ids = list(stream.ids)
             stopped_by = "interrupt"
