@@ -104,8 +104,8 @@ class Queue {
   // 8 MiB on the CPU, 1 GiB on GPUs; one larger command buffer still runs alone), and the open
   // command buffer commits once its new outputs reach a quarter of that. Without it a fast host encodes a whole prefill ahead
   // of the kernels and every intermediate of it is alive at once.
-  int64_t max_in_flight_bytes_ = int64_t(16) << 20;
-  int64_t open_bytes_limit_ = int64_t(4) << 20;
+  int64_t max_in_flight_bytes_ = int64_t(8) << 20;
+  int64_t open_bytes_limit_ = int64_t(2) << 20;
 };
 
 }  // namespace tl

@@ -121,7 +121,6 @@ class _TokenStream(TLObject):
         self.prompt_done_at: float | None = None
         self.interrupted = False  # set by Ctrl-C (see _interrupts); push raises while it is set
         self.on_prefill: Callable[[int, int], None] | None = None  # (done, total) after each prompt piece
-        self.prefill_chunk = 0
 
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
         if name == "push" and len(args) == 1:
@@ -324,15 +323,16 @@ class LlmSession:
         stop_ids = sorted(self.tokenizer.tok.eog_ids) if stop_at_eog else []
         stream = _TokenStream(self.tokenizer.tok, on_text, keep_logits,
                               memory_stats if track_memory else None, tuple(stop), should_stop)
+        chunk = 0  # one batched prefill
         if on_prefill is not None and len(prompt_ids) - start > prefill_chunk > 0:
-            stream.on_prefill, stream.prefill_chunk = on_prefill, prefill_chunk
+            stream.on_prefill, chunk = on_prefill, prefill_chunk
         self.cached_ids = list(prompt_ids[:start])
         stopped_by = "max_tokens"
         try:
             with _interrupts(stream):
                 ids = self.interp.call_value(self._generate_fn, [
                     self.model, self.cache, list(prompt_ids[start:]), start, max_tokens, sampler, stop_ids,
-                    stream, stream.prefill_chunk if stream.on_prefill is not None else 0])
+                    stream, chunk])
         except KeyboardInterrupt:
             ids = list(stream.ids)
             stopped_by = "interrupt"

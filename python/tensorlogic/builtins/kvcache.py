@@ -176,26 +176,21 @@ class KVCache(TLObject):
             return core.slice(bufs[i], 0, 0, n, 1)
         return bufs[i][0:count]
 
-    def window_views(self, layer: Any, end: Any, window: int) -> tuple:
-        """(K, V) views of positions max(0, end - window)..end-1 of a layer (a sliding window). In a
-        compiled function `end` stays symbolic: before the window fills the views grow with `end`,
-        after it they keep `window` rows and move with it; a guard makes a replay in the other regime
-        record anew."""
+    def decode_window(self, layer: Any, pos: Symbolic, window: int) -> tuple:
+        """(K, V, query offset) for one query at the symbolic position `pos` of a compiled step that
+        attends over the last `window` (> 0) positions up to pos: before the window fills the views
+        are the growing prefix and the query sits at pos; after, they keep `window` rows and move
+        with pos, the query last among them. A guard makes a replay in the other regime record anew."""
         i = self._layer(layer)
-        dynamic = end.__class__ is Symbolic and end.live
-        n = end.value if dynamic else to_int(end, "length")
-        if window <= 0 or n <= window:
-            if dynamic and window > 0:
-                symbolic.add_guard(lambda scalars, end=end, w=window: symbolic.evaluate(end, scalars) <= w)
-            return self._view(self.k, i, end), self._view(self.v, i, end)
-        self._check_view(self.k, i, n)
-        if not dynamic:
-            return self.k[i][n - window:n], self.v[i][n - window:n]
-        symbolic.add_guard(lambda scalars, end=end, w=window: symbolic.evaluate(end, scalars) > w)
-        symbolic.add_hook(lambda scalars, i=i, end=end:
-                          self._check_view(self.k, i, symbolic.evaluate(end, scalars)))
+        end = pos + 1
+        if end.value <= window:
+            symbolic.add_guard(lambda scalars: symbolic.evaluate(end, scalars) <= window)
+            return self._view(self.k, i, end), self._view(self.v, i, end), pos
+        self._check_view(self.k, i, end.value)
+        symbolic.add_guard(lambda scalars: symbolic.evaluate(end, scalars) > window)
+        symbolic.add_hook(lambda scalars: self._check_view(self.k, i, symbolic.evaluate(end, scalars)))
         start = end - window
-        return core.slice(self.k[i], 0, start, end, 1), core.slice(self.v[i], 0, start, end, 1)
+        return core.slice(self.k[i], 0, start, end, 1), core.slice(self.v[i], 0, start, end, 1), window - 1
 
     def _check_view(self, bufs: list, i: int, count: int) -> None:
         if bufs[i] is None or count <= 0:

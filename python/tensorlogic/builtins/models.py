@@ -604,11 +604,9 @@ def _cache_attention(q, cache, layer, pos, scale=None, window=0):
     if not (pos.__class__ is Symbolic and pos.live and n == 1 and w > 0):
         end = pos + n
         return _causal_attention(q, cache.keys(layer, end), cache.values(layer, end), pos, scale, window)
-    # one query in a compiled step with a sliding window: the views follow the position (see
-    # KVCache.window_views); once the window is full the query is its last position
-    k, v = cache.window_views(layer, pos + 1, w)
+    # one query in a compiled step with a sliding window: the views follow the position
+    k, v, offset = cache.decode_window(layer, pos, w)
     s = None if scale is None else to_float(scale, "scale")
-    offset = pos if pos.value + 1 <= w else w - 1
     return core.attention(q, k, v, scale=s, causal=True, pos_offset=offset)
 
 

@@ -177,25 +177,26 @@ class CompiledFunction:
         g = self.interp.globals
         for name, value in entry.global_reads.items():
             if g.get(name) is not value:
-                _note(f"{self.name}: global '{name}' changed since it was recorded; recording again")
-                del self.entries[k]
-                return self._record(k, argv, tensors, scalars, pinned)
+                return self._record_again(f"global '{name}' changed since it was recorded", k, argv,
+                                          tensors, scalars, pinned)
         fscalars = [float(s) for s in scalars]
-        for guard in entry.guards:
-            if not guard(fscalars):
-                _note(f"{self.name}: the recording does not hold for these arguments; recording again")
-                del self.entries[k]
-                return self._record(k, argv, tensors, scalars, pinned)
+        if not all(guard(fscalars) for guard in entry.guards):
+            return self._record_again("the recording does not hold for these arguments", k, argv, tensors,
+                                      scalars, pinned)
         for hook in entry.hooks:
             hook(fscalars)
         try:
             outs = entry.recording.replay(fscalars, tensors)
         except recording.ReplayRefused as e:
-            _note(f"{self.name}: {e}; recording again")
-            del self.entries[k]
-            return self._record(k, argv, tensors, scalars, pinned)
+            return self._record_again(str(e), k, argv, tensors, scalars, pinned)
         self.replays += 1
         return _build(entry.result, outs, fscalars)
+
+    def _record_again(self, why: str, key: tuple, argv: list, tensors: list, scalars: list,
+                      pinned: list) -> Any:
+        _note(f"{self.name}: {why}; recording again")
+        del self.entries[key]
+        return self._record(key, argv, tensors, scalars, pinned)
 
     def _record(self, key: tuple, argv: list, tensors: list, scalars: list, pinned: list) -> Any:
         if len(self.entries) >= MAX_RECORDINGS_PER_FUNCTION:
