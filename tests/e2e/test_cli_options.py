@@ -196,6 +196,14 @@ def test_chat_commands(model, tmp_path):
     assert data["messages"][1]["content"] == r.stdout.splitlines()[0]
 
 
+@pytest.mark.parametrize("command", ["/exit", "/quit"])
+def test_chat_exit_command_ends_the_chat(model, command):
+    r = tl("chat", "--model", model, "--max-tokens", "4", stdin=f"/stats\n{command}\n{QUESTION}\n/bogus\n")
+    assert r.returncode == 0, r.stderr
+    assert "[conversation: 0 turns" in r.stderr  # the command before it ran
+    assert r.stdout == "" and "unknown command" not in r.stderr  # nothing after it did
+
+
 def test_chat_load_then_continue_and_system(model, tmp_path):
     conv = tmp_path / "c.json"
     conv.write_text(json.dumps({"messages": [

@@ -450,6 +450,7 @@ CHAT_HELP = """\
 /save FILE     write the conversation as JSON
 /load FILE     read a conversation written by /save (replaces this one)
 /stats         the last reply's speed and how full the context is
+/exit, /quit   leave the chat (as Ctrl-D)
 //TEXT         send a message that begins with /TEXT
 Ctrl-C stops a reply, Ctrl-D exits."""
 
@@ -522,7 +523,8 @@ def run_chat(session: LlmSession, args, sampling: dict) -> int:
         if not line.strip():
             continue
         if line.startswith("/") and not line.startswith("//"):
-            _chat_command(session, state, line.strip())
+            if not _chat_command(session, state, line.strip()):
+                return 0
             continue
         if line.startswith("//"):
             line = line[1:]
@@ -534,14 +536,17 @@ def run_chat(session: LlmSession, args, sampling: dict) -> int:
                 state.turns.pop()
 
 
-def _chat_command(session: LlmSession, state: ChatState, line: str) -> None:
-    """One /command of `tl chat`; its answer goes to stderr (stdout holds only replies)."""
+def _chat_command(session: LlmSession, state: ChatState, line: str) -> bool:
+    """One /command of `tl chat`; its answer goes to stderr (stdout holds only replies). False when
+    the command ends the chat."""
     name, _, rest = line.partition(" ")
     rest = rest.strip()
 
     def say(text: str) -> None:
         print(text, file=sys.stderr)
 
+    if name in ("/exit", "/quit", "/bye"):
+        return False
     if name == "/help":
         say(CHAT_HELP)
     elif name == "/clear":
@@ -550,13 +555,13 @@ def _chat_command(session: LlmSession, state: ChatState, line: str) -> None:
     elif name == "/system":
         if not session.has_chat_template:
             say("tl: error: this model has no chat template, so it takes no system message")
-            return
+            return True
         state.system = rest or None
         say(f"[system message set: {rest}]" if rest else "[system message removed]")
     elif name in ("/save", "/load"):
         if not rest:
             say(f"tl: error: {name} needs a file name ({name} FILE)")
-            return
+            return True
         path = Path(rest).expanduser()
         if name == "/save":
             try:
@@ -564,7 +569,7 @@ def _chat_command(session: LlmSession, state: ChatState, line: str) -> None:
                                 encoding="utf-8")
             except OSError as e:
                 say(f"tl: error: cannot write {rest}: {e.strerror or e}")
-                return
+                return True
             say(f"[saved {len(state.messages())} messages to {rest}]")
         else:
             try:
@@ -572,10 +577,10 @@ def _chat_command(session: LlmSession, state: ChatState, line: str) -> None:
                 state.load_json(data)
             except OSError as e:
                 say(f"tl: error: cannot read {rest}: {e.strerror or e}")
-                return
+                return True
             except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
                 say(f"tl: error: {rest} is not a saved conversation: {' '.join(str(e).split())}")
-                return
+                return True
             if not session.has_chat_template and (state.system or state.turns):
                 say("[note: this model has no chat template; its replies do not see the history]")
             say(f"[loaded {len(state.messages())} messages from {rest}]")
@@ -587,6 +592,7 @@ def _chat_command(session: LlmSession, state: ChatState, line: str) -> None:
             _print_stats(session, state.last)
     else:
         say(f"tl: error: unknown command {name} (/help lists them; //TEXT sends a message starting with /)")
+    return True
 
 
 def _chat_turn(session: LlmSession, state: ChatState, user_text: str, args, sampling: dict) -> str | None:
