@@ -1,7 +1,8 @@
-"""A long prompt processed in pieces so that `tl generate`/`tl chat` can show a progress line
-(stdlib/generate.tl's `prefill`): the pieces cover the prompt in order, the logits agree with one
-batched prefill to float rounding and the generated ids are equal, on both architectures (Gemma's
-sliding window included); a short prompt and a run without a progress callback stay one batch."""
+"""A long prompt is processed in pieces (stdlib/generate.tl's `prefill`), which bounds the prefill's
+memory and lets `tl generate`/`tl chat` show a progress line: the pieces cover the prompt in order,
+with or without a progress callback, the logits agree with one batched prefill to float rounding and
+the generated ids are equal, on both architectures (Gemma's sliding window included); a prompt of at
+most one piece stays one batch."""
 from __future__ import annotations
 
 import pty
@@ -35,13 +36,17 @@ def test_prefill_in_pieces_reports_progress_and_equals_one_batch(tmp_path, arch)
         np.testing.assert_allclose(pieces.prompt_logits, whole.prompt_logits, atol=1e-4, rtol=1e-4)
         assert pieces.ids == whole.ids
         s.cached_ids = []
+        quiet = s.generate(ids, 6, stop_at_eog=False, keep_logits=True, prefill_chunk=8)
+        np.testing.assert_array_equal(quiet.prompt_logits, pieces.prompt_logits)  # the same pieces
+        assert quiet.ids == whole.ids
+        s.cached_ids = []
         seen.clear()
         s.generate(ids[:8], 2, stop_at_eog=False, on_prefill=lambda d, t: seen.append((d, t)), prefill_chunk=8)
         assert seen == []  # no longer than one piece: one batch, nothing to report
 
 
 def test_generate_on_a_terminal_shows_and_erases_the_progress_line(tmp_path):
-    path = write_tiny_llama(tmp_path / "m.gguf", context_length=1024)
+    path = write_tiny_llama(tmp_path / "m.gguf", context_length=2048)
     parent = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
     env = dict(os.environ, PYTHONPATH=parent + os.pathsep + os.environ.get("PYTHONPATH", ""))
     primary, secondary = pty.openpty()  # stderr is a terminal, stdout a pipe
@@ -66,4 +71,4 @@ def test_generate_on_a_terminal_shows_and_erases_the_progress_line(tmp_path):
         os.close(primary)
     assert r.returncode == 0, err
     text = err.decode(errors="replace")
-    assert "[prompt 256/" in text and "\r" in text, text
+    assert "[prompt 512/" in text and "\r" in text, text
