@@ -15,6 +15,7 @@ so a replay uses each step's own values.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from .tape import AutogradError, Param, no_recording
@@ -121,7 +122,7 @@ class Optimizer:
         t = states.get(p)
         if t is None:
             trace = symbolic.active()
-            with trace.outside() if trace is not None else _NoTrace():
+            with trace.outside() if trace is not None else contextlib.nullcontext():
                 t = core.zeros(list(like.shape), FLOAT32)
             states[p] = t
         return t
@@ -223,14 +224,6 @@ class AdamW(Adam):
     def __init__(self, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                  weight_decay: float = 0.01):
         super().__init__(lr, beta1, beta2, eps, weight_decay)
-
-
-class _NoTrace:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
 
 
 def clip_grad_norm(params: list[Param], max_norm: float):
