@@ -199,3 +199,19 @@ def test_the_compiled_training_example_ends_with_zero_live_bytes():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "memory check passed: 0 live bytes" in proc.stdout
     assert "train_step: recorded" in proc.stderr and "runs eagerly" not in proc.stderr
+
+
+def test_the_compiled_training_example_under_poison_delay_and_one_op_per_command_buffer():
+    """Replays write parameters and optimizer state in place while the host queues the next step:
+    with recycled buffers poisoned, random kernel delays and every recorded op in its own command
+    buffer while recording, the printed losses are the normal run's."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
+    path = os.path.join(ROOT, "examples", "learning", "compiled_training_step.tl")
+    outs = []
+    for extra in ({}, {"TL_DEBUG_POISON": "1", "TL_DEBUG_DELAY_US": "50", "TL_OPS_PER_COMMAND_BUFFER": "1"}):
+        env = dict(os.environ, PYTHONPATH=package_parent, **extra)
+        proc = subprocess.run([sys.executable, "-m", "tensorlogic", "run", path], capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1]
