@@ -140,9 +140,9 @@ int main() {
   Tensor w = tl_test::host_tensor({64}, 0.5f), w_ref = tl_test::host_tensor({64}, 0.5f);
   Tensor m_ref = full({64}, 0.0, DType::F32), v_ref = full({64}, 0.0, DType::F32);
   OptimizerConfig adam;
+  Tensor gx = tl_test::host_tensor({64}, 0.0f);
   auto rec4 = std::make_shared<Recording>(0);
   rec4->begin();
-  Tensor gx = tl_test::host_tensor({64}, 0.0f);
   Tensor slot_g = rec4->bind_input(gx);
   rec4->pause();
   Tensor m = full({64}, 0.0, DType::F32), v = full({64}, 0.0, DType::F32);
