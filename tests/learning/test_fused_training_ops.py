@@ -128,3 +128,21 @@ def test_scatter_add_rows_out_of_range_id_is_an_error_naming_the_op_and_shapes()
     with pytest.raises(Exception, match=r"scatter_add_rows: src must be \[n, D\] with n = the number of ids, "
                                         r"got src \[2, 4\] and ids \[3\]"):
         core.scatter_add_rows(ids, core.ones([2, 4], "f32"), 5)
+
+
+def test_the_scatter_add_rows_builtin_matches_np_add_at_and_names_itself_on_a_bad_id():
+    import tensorlogic
+    result = tensorlogic.run("""
+let src = reshape(arange(0, 12) * 1.0, [4, 3])
+let out = scatter_add_rows([2, 0, 2, 2], src, 5)
+print(out)
+""")
+    assert result.error is None, result.error_text
+    want = np.zeros((5, 3))
+    np.add.at(want, [2, 0, 2, 2], np.arange(12.0).reshape(4, 3))
+    got = np.array(eval(result.output.replace("\n", "")))  # the printed nested list
+    np.testing.assert_array_equal(got, want)
+    bad = tensorlogic.run("let y = scatter_add_rows([1, 9], ones([2, 3]), 5)\n", filename="bad.tl")
+    assert bad.error is not None
+    assert ("bad.tl:1" in bad.error_text and "scatter_add_rows: id 9 (position 1 of 2 ids) is out of range for "
+            "5 rows (src [2, 3])" in bad.error_text)

@@ -409,6 +409,13 @@ def _scatter_add_rows(ids, g2, rows: int):
     return total if g2.dtype == "f32" else core.astype(total, g2.dtype)
 
 
+@rule("scatter_add_rows")
+def _scatter_add_rows_rule(g, out, needs, ids, src, rows):
+    if not needs[1]:
+        return [None, None, None]
+    return [None, _float_grad(core.embedding(g, ids), src), None]
+
+
 @rule("embedding")
 def _embedding(g, out, needs, table, ids):
     if not needs[0]:
