@@ -149,6 +149,8 @@ def main() -> None:
                     help="python/ dir of another built TensorLogic checkout, timed as 'TL before'")
     args = ap.parse_args()
     os.environ["TL_THREADS"] = str(args.threads)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # NumPy's BLAS: the same count
+        os.environ[var] = str(args.threads)
     here = os.path.join(REPO, "python")
     tl_seconds(2, EAGER, here)  # warms the file cache
     rows = []
