@@ -215,3 +215,37 @@ def test_the_compiled_training_example_under_poison_delay_and_one_op_per_command
         assert proc.returncode == 0, proc.stdout + proc.stderr
         outs.append(proc.stdout)
     assert outs[0] == outs[1]
+
+
+EMBED = """
+seed(6)
+let E = learnable(randn([50, 8]) * 0.5)
+let W = learnable(randn([8, 2]) * 0.5)
+
+@compile
+fn step(ids, y) {
+    let err = matmul(embedding(E, ids), W) - y
+    let loss = mean(err * err)
+    backward(loss)
+    loss
+}
+"""
+
+
+def test_an_embedding_step_compiles_with_its_scatter_add_gradient_and_equals_eager():
+    rng = np.random.default_rng(3)
+    batches = [(core.from_numpy(rng.integers(0, 50, 16).astype(np.int64)),
+                core.from_numpy(rng.standard_normal((16, 2)).astype(np.float32))) for _ in range(4)]
+    results = []
+    for source in (EMBED, EMBED.replace("@compile\n", "")):
+        interp = _load(source)
+        sess = learn_session.LearnSession(AdamW(0.05, weight_decay=0.01), 12, None, None)
+        with learn_session.running(sess):
+            losses = [_bits(interp.call_value(interp.functions["step"], list(batches[i % 4]))) for i in range(12)]
+        results.append((losses, _bits(interp.globals["E"]), _bits(interp.globals["W"]),
+                        interp.functions["step"].impl))
+        interp.close()
+    (lc, ec, wc, impl), (le, ee, we, _) = results
+    assert (impl.records, impl.replays) == (1, 11)
+    assert all(np.array_equal(a, b) for a, b in zip(lc, le))
+    assert np.array_equal(ec, ee) and np.array_equal(wc, we)
