@@ -5,7 +5,7 @@
 // error record (rule R3). optimizer_update computes the CPU twin's f32 expressions in its order.
 #include "tl_common.h"
 
-// CPU twin: Kernels::scatter_add_rows (cpp/backends/cpu/kernels_optimizer.cpp). p.m ids,
+// CPU twin: Kernels::scatter_add_rows (cpp/backends/cpu/kernels_training.cpp). p.m ids,
 // p.n = V output rows, p.k = D columns; src [m, D] and out [V, D] contiguous f32.
 kernel void tl_scatter_add_rows(constant TLRowsParams& p [[buffer(0)]],
                                 device const uchar* ids [[buffer(1)]],
@@ -39,7 +39,7 @@ kernel void tl_scatter_add_rows(constant TLRowsParams& p [[buffer(0)]],
   }
 }
 
-// CPU twin: Kernels::optimizer_update (cpp/backends/cpu/kernels_optimizer.cpp). param, grad, m, v
+// CPU twin: Kernels::optimizer_update (cpp/backends/cpu/kernels_training.cpp). param, grad, m, v
 // contiguous f32 of n elements; m and v are placeholders when absent (SGD).
 kernel void tl_optimizer_update(constant TLOptimizerParams& p [[buffer(0)]],
                                 device float* param [[buffer(1)]],
