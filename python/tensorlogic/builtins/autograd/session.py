@@ -47,7 +47,6 @@ class LearnSession:
         self.optimizer.zero_grad()
         self.steps += 1
 
-
     def _replays_here(self, _scalars) -> bool:
         return current() is self
 
