@@ -5,7 +5,8 @@ Update rules follow the published forms (PyTorch's documentation states the same
   Adam:  g += wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= lr * m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
   AdamW: p *= 1 - lr*wd, then Adam without the wd term.
 Invariants: a step runs with recording off and is one fused runtime op per parameter
-(`adam_update_` / `sgd_update_`), which writes the parameter and its state in place, so every TL
+(`adam_update_` / `sgd_update_`; an f16 or strided parameter is updated through an f32 copy written
+back), which writes the parameter and its state in place, so every TL
 variable bound to a learnable sees the new value and a training loop's allocations stop after the
 first step. Optimizer state has the parameter's shape in f32, starts at zeros (which makes the first
 step equal to the textbook's m = (1-b1)*g, b = g) and is created outside any compiled-function
