@@ -43,6 +43,9 @@ class MetalKernels : public Kernels {
   void matmul(const View& a, const View& b, const View& out) override;
   void linear(const View& x, const View& w, const View& out) override;
   void gather_rows(const View& table, const View& ids, const View& out) override;
+  void scatter_add_rows(const View& ids, const View& src, const View& out) override;
+  void optimizer_update(const OptimizerStep& s, const View& param, const View& grad, const View& m,
+                        const View& v) override;
   void rms_norm(const View& x, const View& w, float eps, const View& out) override;
   void layer_norm(const View& x, const View& w, const View& b, float eps,
                   const View& out) override;

@@ -34,6 +34,7 @@ static_assert(sizeof(TLRopeParams) % 8 == 0, "params must be 8-byte sized");
 static_assert(sizeof(TLFusedLinearParams) % 8 == 0, "params must be 8-byte sized");
 static_assert(sizeof(TLRopeKVParams) % 8 == 0, "params must be 8-byte sized");
 static_assert(sizeof(TLRopeKVParams) <= 4096, "setBytes takes at most 4 KiB");
+static_assert(sizeof(TLOptimizerParams) % 8 == 0, "params must be 8-byte sized");
 static_assert(TL_MAX_DIMS == kMaxDims, "shader and runtime dimension limits differ");
 static_assert(static_cast<int>(DType::Q6_K) == TL_Q6_K && static_cast<int>(DType::Bool) == TL_BOOL,
               "shader dtype codes must equal tl::DType values");
@@ -490,6 +491,75 @@ void MetalKernels::gather_rows(const View& table, const View& ids, const View& o
   grid.threads = MTLSizeMake(64, 1, 1);
   grid.groups = MTLSizeMake(groups_for(p.k, 64), clamp_groups(p.m), 1);
   encode(pso, &p, sizeof p, bindings, 4, grid);
+}
+
+// ---- training: scatter_add_rows, optimizer_update ----------------------------------------------
+
+void MetalKernels::scatter_add_rows(const View& ids, const View& src, const View& out) {
+  require_ndim(src, 2, "scatter_add_rows", "src");
+  require_ndim(out, 2, "scatter_add_rows", "out");
+  require_contiguous(ids, "scatter_add_rows", "ids");
+  require_contiguous(src, "scatter_add_rows", "src");
+  require_contiguous(out, "scatter_add_rows", "out");
+  require_dtype(src, DType::F32, "scatter_add_rows", "src");
+  require_dtype(out, DType::F32, "scatter_add_rows", "out");
+  if (ids.dtype != DType::I32 && ids.dtype != DType::I64) {
+    fail("scatter_add_rows", std::string("ids must be i32 or i64, got ") + dtype_name(ids.dtype));
+  }
+  if (src.shape[1] != out.shape[1] || src.shape[0] != ids.numel()) {
+    fail("scatter_add_rows", "expected out [V, D], src [n, D] and ids [n]");
+  }
+  TLRowsParams p;
+  std::memset(&p, 0, sizeof p);
+  p.m = ids.numel();
+  p.n = out.shape[0];
+  p.k = out.shape[1];
+  p.ids_dtype = dtype_code(ids.dtype);
+  p.w_dtype = dtype_code(src.dtype);
+  p.out_dtype = dtype_code(out.dtype);
+  if (p.m * p.k == 0) return;
+  Binding bindings[] = {bind(ids, 1, "scatter_add_rows"), bind(src, 2, "scatter_add_rows"),
+                        bind(out, 3, "scatter_add_rows"), Binding{}};
+  bindings[3].slice = error_record();
+  bindings[3].index = 4;
+  // One thread per output column, each walking the ids in order: deterministic, no atomics.
+  PipelineRef pso = pipeline("tl_scatter_add_rows", 1);
+  encode(pso, &p, sizeof p, bindings, 4, grid_1d(p.k, pso.max_threads));
+}
+
+void MetalKernels::optimizer_update(const OptimizerStep& s, const View& param, const View& grad,
+                                    const View& m, const View& v) {
+  const View* operands[] = {&param, &grad, &m, &v};
+  for (const View* t : operands) {
+    if (t->data == nullptr) continue;
+    require_dtype(*t, DType::F32, "optimizer_update", "every operand");
+    require_contiguous(*t, "optimizer_update", "every operand");
+    if (t->numel() != param.numel()) fail("optimizer_update", "operands differ in size");
+  }
+  const bool adam = s.kind == OptimizerKind::Adam;
+  if (adam && (m.data == nullptr || v.data == nullptr)) fail("optimizer_update", "Adam needs m and v");
+  TLOptimizerParams p;
+  std::memset(&p, 0, sizeof p);
+  p.n = param.numel();
+  p.step = s.step;
+  p.decay = s.decay;
+  p.weight_decay = s.weight_decay;
+  p.beta1 = s.beta1;
+  p.one_minus_beta1 = s.one_minus_beta1;
+  p.beta2 = s.beta2;
+  p.one_minus_beta2 = s.one_minus_beta2;
+  p.bias2 = s.bias2;
+  p.eps = s.eps;
+  p.momentum = s.momentum;
+  p.kind = adam ? TL_OPT_ADAM : TL_OPT_SGD;
+  p.decoupled = s.decoupled ? 1 : 0;
+  p.nesterov = s.nesterov ? 1 : 0;
+  p.has_m = m.data != nullptr ? 1 : 0;
+  if (p.n == 0) return;
+  Binding bindings[] = {bind(param, 1, "optimizer_update"), bind(grad, 2, "optimizer_update"),
+                        bind(m, 3, "optimizer_update", true), bind(v, 4, "optimizer_update", true)};
+  PipelineRef pso = pipeline("tl_optimizer_update", 1);
+  encode(pso, &p, sizeof p, bindings, 4, grid_1d(p.n, pso.max_threads));
 }
 
 // ---- normalisation, rope, attention ----------------------------------------------------------

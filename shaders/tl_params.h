@@ -197,14 +197,37 @@ struct TLAttentionParams {
 };
 
 // delay: spin for about `iterations` dependent multiply-adds on one GPU thread.
+// optimizer_update: one Adam / AdamW / SGD step in place over n contiguous f32 elements
+// (tl::OptimizerStep, cpp/runtime/kernels.h, has the rules and the meaning of each constant).
+#define TL_OPT_ADAM 0
+#define TL_OPT_SGD 1
+struct TLOptimizerParams {
+  tl_i64 n;
+  float step;
+  float decay;
+  float weight_decay;
+  float beta1;
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float bias2;
+  float eps;
+  float momentum;
+  int kind;        // TL_OPT_ADAM or TL_OPT_SGD
+  int decoupled;   // AdamW
+  int nesterov;
+  int has_m;       // SGD: a momentum buffer is bound
+};
+
 struct TLDelayParams {
   tl_i64 iterations;
 };
 
 // Layout of the per-command-buffer error record that kernels which can detect bad data at run
-// time (gather_rows) write; the completion handler turns it into the command buffer's error.
+// time (gather_rows, scatter_add_rows) write; the completion handler turns it into the command buffer's error.
 #define TL_ERROR_NONE 0
 #define TL_ERROR_GATHER_ID_OUT_OF_RANGE 1
+#define TL_ERROR_SCATTER_ID_OUT_OF_RANGE 2
 struct TLErrorRecord {
   int code;       // written with an atomic compare-exchange from TL_ERROR_NONE: first error wins
   int pad0;

@@ -335,6 +335,50 @@ void bind_ops(py::module_& m) {
         }, py::arg("dst"), py::arg("value"),
         "Set every element of the view dst to value, in place (value may be a compiled function's "
         "symbolic scalar); returns dst.");
+  m.def("scatter_add_rows", [](py::handle ids, py::handle src, py::handle rows) {
+          return scatter_add_rows(as_tensor(ids, "scatter_add_rows"), as_tensor(src, "scatter_add_rows"),
+                                  parse_int(rows, "rows"));
+        }, py::arg("ids"), py::arg("src"), py::arg("rows"),
+        "A [rows, D] f32 tensor of zeros with src[i, :] added into row ids[i] for every i, in order "
+        "(np.add.at; repeated ids add up, deterministically). src is [n, D] for n ids.");
+  m.def("adam_update_", [](const Tensor& param, py::handle grad, const Tensor& m_, const Tensor& v_,
+                           py::handle lr, py::handle bias1, py::handle bias2, double beta1, double beta2,
+                           double eps, double weight_decay, bool decoupled) {
+          OptimizerConfig c;
+          c.kind = OptimizerKind::Adam;
+          c.decoupled = decoupled;
+          c.beta1 = beta1;
+          c.beta2 = beta2;
+          c.eps = eps;
+          c.weight_decay = weight_decay;
+          bool f = false;
+          optimizer_update(c, param, as_tensor(grad, "adam_update_"), m_, v_,
+                           parse_dyn_scalar(lr, "adam_update_ lr", &f),
+                           parse_dyn_scalar(bias1, "adam_update_ bias1", &f),
+                           parse_dyn_scalar(bias2, "adam_update_ bias2", &f));
+          return param;
+        }, py::arg("param"), py::arg("grad"), py::arg("m"), py::arg("v"), py::arg("lr"), py::arg("bias1"),
+        py::arg("bias2"), py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8,
+        py::arg("weight_decay") = 0.0, py::arg("decoupled") = false,
+        "One Adam (AdamW when decoupled) step in place, one kernel: param, m and v (contiguous f32 of one "
+        "shape) are updated from grad; bias1 = 1 - beta1**t and bias2 = 1 - beta2**t for step t. lr, bias1 "
+        "and bias2 may be a compiled function's symbolic scalars. Returns param.");
+  m.def("sgd_update_", [](const Tensor& param, py::handle grad, py::handle buf, py::handle lr, double momentum,
+                          bool nesterov, double weight_decay) {
+          OptimizerConfig c;
+          c.kind = OptimizerKind::Sgd;
+          c.nesterov = nesterov;
+          c.momentum = momentum;
+          c.weight_decay = weight_decay;
+          bool f = false;
+          optimizer_update(c, param, as_tensor(grad, "sgd_update_"), opt_tensor(buf, "sgd_update_"), std::nullopt,
+                           parse_dyn_scalar(lr, "sgd_update_ lr", &f), DynScalar(1.0), DynScalar(1.0));
+          return param;
+        }, py::arg("param"), py::arg("grad"), py::arg("buf"), py::arg("lr"), py::arg("momentum") = 0.0,
+        py::arg("nesterov") = false, py::arg("weight_decay") = 0.0,
+        "One SGD step in place, one kernel: with a momentum buffer buf (contiguous f32 of param's shape, "
+        "None for plain SGD) b = momentum*b + g, then p -= lr * (g + momentum*b if nesterov else b). "
+        "Returns param.");
 }
 
 }  // namespace tl::py_bind

@@ -23,6 +23,12 @@ copies of the outputs. replay(scalars, inputs) runs the commands again with new 
       .def("cancel", &Recording::cancel, "End recording after an error (the recording is abandoned).")
       .def("abandon", &Recording::abandon, py::arg("reason"),
            "Mark the recording as not replayable (the first reason is kept); the call goes on eagerly.")
+      .def("cannot_replay", &Recording::cannot_replay,
+           "Why a replay would be refused now ('' if it would run).")
+      .def("add_scalar_input", &Recording::add_scalar_input,
+           "A further scalar input after the call's own (a host-computed per-call value); returns its slot.")
+      .def("pause", &Recording::pause, "Stop appending ops (they run eagerly; what they allocate is not owned).")
+      .def("resume", &Recording::resume, "Append ops again after pause().")
       .def("replay", &Recording::replay, py::arg("scalars"), py::arg("inputs"),
            py::call_guard<py::gil_scoped_release>(),
            "Run the recording as one command buffer; returns fresh output tensors. Raises "

@@ -73,6 +73,23 @@ constexpr int kReduceOpCount = static_cast<int>(ReduceOp::ArgMin) + 1;
 // What fused_linear does to each row of x before the matrix product.
 enum class LinearPrologue : uint8_t { None, RmsNorm, SwiGLU };
 
+// One optimizer step's constants, already reduced to f32 by the ops layer (optimizer_update in
+// ops_fused.cpp), so every backend computes the same f32 expression as the unfused ops would:
+//   Adam:  g += wd*p (unless decoupled: p *= decay); m = beta1*m + one_minus_beta1*g;
+//          v = beta2*v + one_minus_beta2*g*g; p -= m / (sqrt(v / bias2) + eps) * step
+//   SGD:   g += wd*p; with momentum b = momentum*b + g, g = nesterov ? g + momentum*b : b;
+//          p -= g * step
+// with step = lr / (1 - beta1^t) (Adam) or lr (SGD), bias2 = 1 - beta2^t, decay = 1 - lr*wd.
+enum class OptimizerKind : uint8_t { Adam, Sgd };
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::Adam;
+  bool decoupled = false;  // AdamW
+  bool nesterov = false;   // SGD
+  float step = 0, decay = 1, weight_decay = 0;
+  float beta1 = 0, one_minus_beta1 = 1, beta2 = 0, one_minus_beta2 = 1, bias2 = 1, eps = 0;
+  float momentum = 0;
+};
+
 class Kernels {
  public:
   virtual ~Kernels() = default;
@@ -121,6 +138,16 @@ class Kernels {
   // contiguous I32/I64 [n], out contiguous [n, D] (f32/f16). Throws KernelError if an id is
   // outside [0, V).
   virtual void gather_rows(const View& table, const View& ids, const View& out) = 0;
+
+  // out[ids[i], :] += src[i, :] for i = 0..n-1 in order (repeated ids add up, in id order, with no
+  // atomics: the result is the same on every run). out contiguous [V, D] f32, src contiguous
+  // [n, D] f32, ids contiguous I32/I64 [n]. Throws KernelError if an id is outside [0, V).
+  virtual void scatter_add_rows(const View& ids, const View& src, const View& out) = 0;
+  // One optimizer step in place (OptimizerStep above), elementwise over n = param.numel():
+  // param, grad, m (Adam's first moment / SGD's momentum buffer) and v (Adam's second moment)
+  // contiguous f32 of one shape; m absent for SGD without momentum, v absent for SGD.
+  virtual void optimizer_update(const OptimizerStep& s, const View& param, const View& grad,
+                                const View& m, const View& v) = 0;
 
   // x, out contiguous [rows, D]; w [D] or absent. out = x / sqrt(mean(x^2) + eps) * w.
   virtual void rms_norm(const View& x, const View& w, float eps, const View& out) = 0;

@@ -86,6 +86,25 @@ Tensor swiglu(const Tensor& gate, const std::optional<Tensor>& up);
 Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                      const Tensor& v_cache, DynInt pos, double base, bool neox);
 
+// Training (ops_training.cpp).
+// [rows, D] f32 zeros plus, for each i in order, src[i, :] added into row ids[i] (np.add.at):
+// the gradient of embedding / index_select. ids: any shape, n ids; src [n, D]. An id outside
+// [0, rows) is a kernel error (raised at the next wait, naming the op and the shapes).
+Tensor scatter_add_rows(const Tensor& ids, const Tensor& src, int64_t rows);
+// What stays fixed across an optimizer's steps (kernels.h OptimizerStep has the update rules).
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::Adam;
+  bool decoupled = false;  // AdamW
+  bool nesterov = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, momentum = 0;
+};
+// One step in place: param (contiguous f32), m/v (Adam moments or the SGD momentum buffer,
+// contiguous f32 of param's shape) updated with grad. lr, bias1 = 1 - beta1^t and
+// bias2 = 1 - beta2^t may be dynamic (a compiled training step replays with each step's values).
+void optimizer_update(const OptimizerConfig& c, const Tensor& param, const Tensor& grad,
+                      const std::optional<Tensor>& m, const std::optional<Tensor>& v, DynScalar lr,
+                      DynScalar bias1, DynScalar bias2);
+
 // Shape ops (views when possible).
 Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);

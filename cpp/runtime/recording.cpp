@@ -66,6 +66,24 @@ void Recording::abandon(const std::string& reason) {
   if (state_ != State::Idle) state_ = State::Abandoned;
 }
 
+int Recording::add_scalar_input() {
+  if (state_ != State::Recording) throw TLError("Recording.add_scalar_input: not recording");
+  return n_scalars_++;
+}
+
+void Recording::pause() {
+  if (state_ != State::Recording) throw TLError("Recording.pause: not recording");
+  stop_recording();
+}
+
+void Recording::resume() {
+  if (state_ != State::Recording) throw TLError("Recording.resume: not recording");
+  if (device_->recording() == this) return;
+  if (device_->recording())
+    throw TLError("Recording.resume: another recording is active (compiled functions do not nest)");
+  device_->set_recording(this);
+}
+
 void Recording::cancel() {
   stop_recording();
   if (reason_.empty()) reason_ = "the call raised an error";
@@ -278,6 +296,15 @@ std::vector<Tensor> Recording::replay(const std::vector<double>& scalars,
   dev->queue().submit_recorded(std::move(cmds), reads, writes, std::move(retained));
   replays_++;
   return results;
+}
+
+std::string Recording::cannot_replay() const {
+  if (state_ != State::Ready) return "the recording is not replayable";
+  if (!device_ || !has_current_device() || current_device() != device_)
+    return "the device it was recorded on was shut down or replaced";
+  for (const BufferRef& ref : buffers_)
+    if (!ref.owned && ref.outside.expired()) return "a tensor the recording uses was released";
+  return "";
 }
 
 int64_t Recording::n_dynamic() const {

@@ -13,6 +13,9 @@
 //  - Dynamic parameters (affine in the call's scalar inputs: a decode position, a learning rate) are
 //    evaluated and bounds-checked before anything is submitted: an out-of-range replay is an error,
 //    never a stray write.
+//  - A recording may be paused: what runs meanwhile is eager only, and what it allocates is not
+//    owned (it is outside state, like a weight). Host-computed scalar inputs (add_scalar_input)
+//    extend the call's scalars; the driver supplies them at each replay.
 //  - What a recording cannot express (host reads and writes, random numbers, a dynamic-length view
 //    used by an op without a runtime length) abandons it: the call still completes eagerly and
 //    correctly, and the recording refuses to replay, giving reason().
@@ -100,6 +103,14 @@ class Recording {
   std::vector<Tensor> finish(const std::vector<Tensor>& outputs);
   void cancel();  // ends recording after an error; the recording is abandoned
   void abandon(const std::string& reason);  // keeps the first reason
+  // A further scalar input, fed at each replay after the call's own (a value the host computes
+  // per call, such as an optimizer's step number); returns its slot. Only while recording.
+  int add_scalar_input();
+  // While paused, ops run eagerly without being recorded and the buffers they allocate belong to
+  // the caller, not the recording (an optimizer's state made during its first recorded step):
+  // later recorded ops use them as outside buffers, held weakly.
+  void pause();
+  void resume();
   bool recording() const { return state_ == State::Recording; }
   bool ready() const { return state_ == State::Ready; }
   const std::string& reason() const { return reason_; }
@@ -114,6 +125,9 @@ class Recording {
   // Runs the recorded commands with these scalar inputs and input tensors (same shapes and dtypes
   // as at record time; ShapeError otherwise) as one command buffer; returns fresh output tensors.
   std::vector<Tensor> replay(const std::vector<double>& scalars, const std::vector<Tensor>& inputs);
+  // Why replay() would be refused now ("" if it would not be): the driver asks before it runs the
+  // host side of a replay (counters) that a refused replay must not run.
+  std::string cannot_replay() const;
 
   int n_scalars() const { return n_scalars_; }
   int64_t n_commands() const { return static_cast<int64_t>(entries_.size()); }

@@ -1,7 +1,9 @@
 // Recordings (cpp/runtime/recording.h): a replay computes what the eager call computed, with
 // dynamic parameters recomputed from the scalar inputs (KV-cache style write position, attended
 // length, rope offset, scalar operand); it is refused once a buffer it uses was released; the
-// memory it owns is freed when it is dropped; an abandoned recording never replays.
+// memory it owns is freed when it is dropped; an abandoned recording never replays; a recorded
+// optimizer step takes its rate and bias corrections from host scalar inputs added while recording,
+// and state made while the recording is paused is outside state, held weakly.
 #include <cmath>
 #include <cstring>
 
@@ -132,5 +134,52 @@ int main() {
   Tensor result = binary_scalar(BinaryOp::Mul, kept, 2.0, true, false);
   rec3->finish({result});
   CHECK(!rec3->ready());
+
+  // A training step: the Adam update's lr and bias corrections are scalar inputs added while
+  // recording (add_scalar_input); m and v are made while paused, so they are not the recording's.
+  Tensor w = tl_test::host_tensor({64}, 0.5f), w_ref = tl_test::host_tensor({64}, 0.5f);
+  Tensor m_ref = full({64}, 0.0, DType::F32), v_ref = full({64}, 0.0, DType::F32);
+  OptimizerConfig adam;
+  Tensor gx = tl_test::host_tensor({64}, 0.0f);
+  auto rec4 = std::make_shared<Recording>(0);
+  rec4->begin();
+  Tensor slot_g = rec4->bind_input(gx);
+  rec4->pause();
+  Tensor m = full({64}, 0.0, DType::F32), v = full({64}, 0.0, DType::F32);
+  rec4->resume();
+  const int s_lr = rec4->add_scalar_input(), s_b1 = rec4->add_scalar_input(), s_b2 = rec4->add_scalar_input();
+  auto bias = [](double beta, int t) { return 1.0 - std::pow(beta, t); };
+  Tensor g2 = binary_scalar(BinaryOp::Mul, slot_g, 2.0, true, false);
+  optimizer_update(adam, w, g2, m, v, DynScalar(0.1, slot(s_lr)), DynScalar(bias(0.9, 1), slot(s_b1)),
+                   DynScalar(bias(0.999, 1), slot(s_b2)));
+  Tensor loss = reduce(ReduceOp::Sum, g2, std::nullopt, false);
+  g2 = Tensor();
+  slot_g = Tensor();
+  std::vector<Tensor> outs4 = rec4->finish({loss});
+  loss = Tensor();
+  CHECK(rec4->ready());
+  CHECK(rec4->n_scalars() == 3);
+  optimizer_update(adam, w_ref, binary_scalar(BinaryOp::Mul, gx, 2.0, true, false), m_ref, v_ref, 0.1,
+                   bias(0.9, 1), bias(0.999, 1));
+  for (int t = 2; t <= 6; ++t) {
+    Tensor g = tl_test::host_tensor({64}, 0.1f * static_cast<float>(t));
+    double lr = 0.1 / t;
+    rec4->replay({lr, bias(0.9, t), bias(0.999, t)}, {g});
+    optimizer_update(adam, w_ref, binary_scalar(BinaryOp::Mul, g, 2.0, true, false), m_ref, v_ref, lr,
+                     bias(0.9, t), bias(0.999, t));
+  }
+  CHECK(same(tl_test::read(w), tl_test::read(w_ref)));
+  CHECK(same(tl_test::read(m), tl_test::read(m_ref)));
+  CHECK(same(tl_test::read(v), tl_test::read(v_ref)));
+  CHECK(rec4->cannot_replay().empty());
+  v = Tensor();  // the optimizer dropped its state: refused, before anything runs
+  CHECK(!rec4->cannot_replay().empty());
+  threw = false;
+  try {
+    rec4->replay({0.1, 0.5, 0.5}, {gx});
+  } catch (const ReplayRefused&) {
+    threw = true;
+  }
+  CHECK(threw);
   return tl_test::test_result("test_recording");
 }

@@ -173,6 +173,7 @@ extern "C" size_t tl_shim_sizeof(const char* type) {
   if (t == "TLErrorRecord") return sizeof(TLErrorRecord);
   if (t == "TLFusedLinearParams") return sizeof(TLFusedLinearParams);
   if (t == "TLRopeKVParams") return sizeof(TLRopeKVParams);
+  if (t == "TLOptimizerParams") return sizeof(TLOptimizerParams);
   return 0;
 }
 
@@ -182,7 +183,7 @@ extern "C" int tl_shim_has_kernel(const char* kernel) {
       "tl_binary", "tl_binary_scalar", "tl_where", "tl_unary", "tl_copy", "tl_fill", "tl_arange",
       "tl_reduce", "tl_softmax", "tl_reduce_columns", "tl_softmax_columns", "tl_matmul", "tl_linear", "tl_gather_rows", "tl_rms_norm",
       "tl_layer_norm", "tl_rope", "tl_causal_mask", "tl_attention", "tl_delay", "tl_fused_linear",
-      "tl_swiglu", "tl_rope_kv_write"};
+      "tl_swiglu", "tl_rope_kv_write", "tl_scatter_add_rows", "tl_optimizer_update"};
   for (const char* name : names) {
     if (std::strcmp(name, kernel) == 0) return 1;
   }
@@ -322,6 +323,18 @@ extern "C" int tl_shim_dispatch(const char* kernel, void* params, void** buffers
       tl_rope_kv_write(p, buffer<const uchar>(b, 1), buffer<const uchar>(b, 2), buffer<const uchar>(b, 3),
                        buffer<float>(b, 4), buffer<uchar>(b, 5), buffer<uchar>(b, 6), q.gid().x,
                        q.grid().x);
+    });
+  } else if (name == "tl_scatter_add_rows") {
+    auto& p = *static_cast<TLRowsParams*>(params);
+    run_grid(groups, threads, false, [&](const Position& q) {
+      tl_scatter_add_rows(p, buffer<const uchar>(b, 1), buffer<const float>(b, 2), buffer<float>(b, 3),
+                          buffer<TLErrorRecord>(b, 4), q.gid().x, q.grid().x);
+    });
+  } else if (name == "tl_optimizer_update") {
+    auto& p = *static_cast<TLOptimizerParams*>(params);
+    run_grid(groups, threads, false, [&](const Position& q) {
+      tl_optimizer_update(p, buffer<float>(b, 1), buffer<const float>(b, 2), buffer<float>(b, 3),
+                          buffer<float>(b, 4), q.gid().x, q.grid().x);
     });
   } else if (name == "tl_delay") {
     auto& p = *static_cast<TLDelayParams*>(params);

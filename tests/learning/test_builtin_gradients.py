@@ -40,6 +40,8 @@ def test_nn_builtins():
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w
     check(lambda x, w: b("rms_norm")(x, w), rms, [rand(2, 5), rand(5)])
     check(lambda t: b("embedding")(t, [1, 1, 0]), lambda t: t[[1, 1, 0]], [rand(3, 2)])
+    check(lambda s: b("scatter_add_rows")([2, 0, 2], s, 4),
+          lambda s: np.stack([s[1], np.zeros(2), s[0] + s[2], np.zeros(2)]), [rand(3, 2)])
     check(lambda s: b("softmax")(s, 0), lambda s: np.exp(s) / np.exp(s).sum(0, keepdims=True), [rand(3, 2)])
     check(lambda x: b("gelu")(x), lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
           [rand(3, 3)])

@@ -276,9 +276,19 @@ def test_tensor_operators_are_taped():
     check(lambda a: a.permute([1, 0]).softmax(0), lambda a: _softmax(a.T, 0), [rand(2, 3)])
 
 
-def test_embedding_gradient_in_one_hot_chunks_matches_numpy(monkeypatch):
-    from tensorlogic.builtins.autograd import rules
-    monkeypatch.setattr(rules, "ONE_HOT_ELEMENTS", 10)  # 2 ids per chunk for a 5-row table
+def _add_at(src, ids, rows):
+    out = np.zeros((rows, src.shape[1]))
+    np.add.at(out, ids, src)
+    return out
+
+
+def test_scatter_add_rows_gradient_gathers_rows():
+    ids = np.array([3, 0, 3, 5, 3, 1, 0])
+    ids_t = raw_core.from_numpy(ids)
+    check(lambda s: core.scatter_add_rows(ids_t, s, 6), lambda s: _add_at(s, ids, 6), [rand(7, 3)])
+
+
+def test_embedding_gradient_scatter_adds_repeated_ids_like_numpy():
     ids = np.array([4, 0, 4, 2, 1, 4, 3])
     ids_t = raw_core.from_numpy(ids)
     check(lambda w: core.embedding(w, ids_t), lambda w: w[ids], [rand(5, 3)])

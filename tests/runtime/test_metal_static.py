@@ -337,6 +337,13 @@ class RopeKVParams(ctypes.Structure):
                 ("neox", c_int32), ("pad0", c_int32), ("freq_hi", c_float * 256), ("freq_lo", c_float * 256)]
 
 
+class OptimizerParams(ctypes.Structure):
+    _fields_ = [("n", c_int64), ("step", c_float), ("decay", c_float), ("weight_decay", c_float),
+                ("beta1", c_float), ("one_minus_beta1", c_float), ("beta2", c_float),
+                ("one_minus_beta2", c_float), ("bias2", c_float), ("eps", c_float), ("momentum", c_float),
+                ("kind", c_int32), ("decoupled", c_int32), ("nesterov", c_int32), ("has_m", c_int32)]
+
+
 class DelayParams(ctypes.Structure):
     _fields_ = [("iterations", c_int64)]
 
@@ -351,7 +358,7 @@ PARAM_TYPES = {"TLViewDesc": ViewDesc, "TLElementwiseParams": ElementwiseParams,
                "TLNormParams": NormParams, "TLAttentionParams": AttentionParams,
                "TLDelayParams": DelayParams, "TLErrorRecord": ErrorRecord,
                "TLRopeParams": RopeParams, "TLFusedLinearParams": FusedLinearParams,
-               "TLRopeKVParams": RopeKVParams}
+               "TLRopeKVParams": RopeKVParams, "TLOptimizerParams": OptimizerParams}
 
 
 @pytest.fixture(scope="module")
@@ -695,6 +702,58 @@ def test_gather_rows_kernel_records_an_out_of_range_id(shim):
     assert (record.code, record.value, record.limit) == (1, 7, 3)
     np.testing.assert_array_equal(out[[0, 2]], table[[1, 2]])
     assert (out[1] == 0).all()
+
+
+def test_scatter_add_rows_kernel_matches_np_add_at_and_records_an_out_of_range_id(shim):
+    rng = np.random.default_rng(8)
+    ids = np.array([2, 0, 2, 2, 1, 2], np.int32)
+    src = rng.standard_normal((6, 5)).astype(np.float32)
+    out = np.zeros((4, 5), np.float32)
+    record = ErrorRecord()
+    p = RowsParams(m=6, n=4, k=5, w_dtype=F32, ids_dtype=I32, out_dtype=F32)
+    dispatch(shim, "tl_scatter_add_rows", p, {1: ids, 2: src, 3: out, 4: record}, groups=[1], threads=[4])
+    want = np.zeros((4, 5), np.float32)
+    for i, r in enumerate(ids):  # id order, as the kernel and its CPU twin add
+        want[r] += src[i]
+    assert np.array_equal(out, want) and record.code == 0
+    bad = np.array([1, 9], np.int64)
+    out2 = np.zeros((4, 5), np.float32)
+    p = RowsParams(m=2, n=4, k=5, w_dtype=F32, ids_dtype=I64, out_dtype=F32)
+    dispatch(shim, "tl_scatter_add_rows", p, {1: bad, 2: src[:2].copy(), 3: out2, 4: record}, groups=[2],
+             threads=[4])
+    assert (record.code, record.value, record.limit) == (2, 9, 4)
+    np.testing.assert_array_equal(out2[1], src[0])
+
+
+@pytest.mark.parametrize("kind", ["adam", "adamw", "sgd", "nesterov"])
+def test_optimizer_update_kernel_matches_the_float32_rule(shim, kind):
+    rng = np.random.default_rng(9)
+    n = 1000
+    f = np.float32
+    w, g = rng.standard_normal(n).astype(f), rng.standard_normal(n).astype(f)
+    m, v = rng.standard_normal(n).astype(f), np.abs(rng.standard_normal(n)).astype(f)
+    adam = kind.startswith("adam")
+    p = OptimizerParams(n=n, step=0.01 / 0.1, decay=1 - 0.01 * 0.1, weight_decay=0.0 if kind == "adamw" else 0.05,
+                        beta1=0.9, one_minus_beta1=1 - 0.9, beta2=0.999, one_minus_beta2=1 - 0.999,
+                        bias2=0.001, eps=1e-8, momentum=0.9, kind=0 if adam else 1,
+                        decoupled=int(kind == "adamw"), nesterov=int(kind == "nesterov"), has_m=1)
+    wk, mk, vk = w.copy(), m.copy(), v.copy()
+    dispatch(shim, "tl_optimizer_update", p, {1: wk, 2: g, 3: mk, 4: vk}, groups=[4], threads=[64])
+    wd = f(p.weight_decay)
+    if adam:
+        ww = w * f(p.decay) if kind == "adamw" else w
+        gg = g if kind == "adamw" else g + w * wd
+        m2 = m * f(p.beta1) + gg * f(p.one_minus_beta1)
+        v2 = v * f(p.beta2) + (gg * gg) * f(p.one_minus_beta2)
+        want = ww - (m2 / (np.sqrt(v2 / f(p.bias2)) + f(p.eps))) * f(p.step)
+        np.testing.assert_allclose(vk, v2, rtol=1e-6)
+    else:
+        gg = g + w * wd
+        m2 = m * f(0.9) + gg
+        gg = gg + m2 * f(0.9) if kind == "nesterov" else m2
+        want = w - gg * f(p.step)
+    np.testing.assert_allclose(mk, m2, rtol=1e-6)
+    np.testing.assert_allclose(wk, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("with_weight", [True, False])

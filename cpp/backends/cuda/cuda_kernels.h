@@ -16,13 +16,14 @@ namespace cuda {
 
 // Written by a kernel that finds bad data; the first writer (code 0 -> nonzero) wins.
 struct DeviceErrorSlot {
-  int32_t code;    // 0: no error; kErrorIdOutOfRange
+  int32_t code;    // 0: no error; kErrorIdOutOfRange or kErrorScatterIdOutOfRange
   int32_t unused;
   int64_t value;   // the offending id
   int64_t limit;   // the exclusive bound it broke
 };
 
-constexpr int32_t kErrorIdOutOfRange = 1;
+constexpr int32_t kErrorIdOutOfRange = 1;         // gather_rows (embedding)
+constexpr int32_t kErrorScatterIdOutOfRange = 2;  // scatter_add_rows
 
 class CudaKernels final : public Kernels {
  public:
@@ -48,6 +49,10 @@ class CudaKernels final : public Kernels {
   void matmul(const View& a, const View& b, const View& out) override;
   void linear(const View& x, const View& w, const View& out) override;
   void gather_rows(const View& table, const View& ids, const View& out) override;
+
+  void scatter_add_rows(const View& ids, const View& src, const View& out) override;
+  void optimizer_update(const OptimizerStep& s, const View& param, const View& grad, const View& m,
+                        const View& v) override;
 
   void rms_norm(const View& x, const View& w, float eps, const View& out) override;
   void layer_norm(const View& x, const View& w, const View& b, float eps,

@@ -485,6 +485,78 @@ void test_gather() {
   }
 }
 
+// scatter_add_rows (repeated ids add in id order on both) and the fused optimizer step (the CUDA
+// kernel rounds like the CPU one: no FMA contraction), several steps in place.
+void test_training() {
+  for (int rep = 0; rep < 4; ++rep) {
+    const int64_t V = rand_int(1, 30), D = rand_int(1, 300), n = rand_int(1, 200);
+    DType tid = coin() ? DType::I32 : DType::I64;
+    auto ids = contiguous(tid, {n});
+    std::vector<uint8_t> h(n * block_bytes(tid));
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = rand_int(0, std::min<int64_t>(V - 1, 4));  // many repeats
+      if (tid == DType::I32) { int32_t v32 = static_cast<int32_t>(v); std::memcpy(&h[i * 4], &v32, 4); }
+      else std::memcpy(&h[i * 8], &v, 8);
+    }
+    for (int s = 0; s < 2; ++s) g_backends[s]->copy_to_device(ids->ptr[s], h.data(), h.size());
+    auto src = contiguous(DType::F32, {n, D});
+    auto out = contiguous(DType::F32, {V, D});
+    const std::string what = "scatter_add_rows V=" + std::to_string(V) + " D=" + std::to_string(D) +
+                             " n=" + std::to_string(n);
+    if (run_both(what, [&](Kernels& k, int s) { k.scatter_add_rows(ids->view(s), src->view(s), out->view(s)); }))
+      compare(what, *out, 0, 0);
+    int64_t badv = V + rand_int(0, 5);
+    if (tid == DType::I32) { int32_t v32 = static_cast<int32_t>(badv); std::memcpy(&h[0], &v32, 4); }
+    else std::memcpy(&h[0], &badv, 8);
+    for (int s = 0; s < 2; ++s) g_backends[s]->copy_to_device(ids->ptr[s], h.data(), h.size());
+    run_both(what + " (id out of range)",
+             [&](Kernels& k, int s) { k.scatter_add_rows(ids->view(s), src->view(s), out->view(s)); }, true);
+  }
+  for (int kind = 0; kind < 4; ++kind) {
+    const int64_t n = rand_int(1, 5000);
+    auto p = contiguous(DType::F32, {n});
+    auto g = contiguous(DType::F32, {n});
+    auto m = contiguous(DType::F32, {n});
+    auto v = contiguous(DType::F32, {n});
+    std::vector<uint8_t> hv = v->download(0);
+    for (int64_t i = 0; i < n; ++i) {
+      float f;
+      std::memcpy(&f, &hv[i * 4], 4);
+      f = std::fabs(f);
+      std::memcpy(&hv[i * 4], &f, 4);
+    }
+    for (int s = 0; s < 2; ++s) g_backends[s]->copy_to_device(v->ptr[s], hv.data(), hv.size());
+    OptimizerStep st;
+    st.kind = kind < 2 ? OptimizerKind::Adam : OptimizerKind::Sgd;
+    st.decoupled = kind == 1;
+    st.nesterov = kind == 3;
+    st.step = 0.01f / (1.0f - 0.9f);
+    st.decay = 1.0f - 0.01f * 0.1f;
+    st.weight_decay = kind == 1 ? 0.0f : 0.05f;
+    st.beta1 = 0.9f;
+    st.one_minus_beta1 = 0.1f;
+    st.beta2 = 0.999f;
+    st.one_minus_beta2 = 0.001f;
+    st.bias2 = 0.001f;
+    st.eps = 1e-8f;
+    st.momentum = 0.9f;
+    View none;
+    const bool adam = st.kind == OptimizerKind::Adam;
+    const std::string what = std::string("optimizer_update ") + (adam ? (st.decoupled ? "adamw" : "adam") : "sgd") +
+                             " n=" + std::to_string(n);
+    bool ok = true;
+    for (int step = 0; step < 3 && ok; ++step)
+      ok = run_both(what, [&](Kernels& k, int s) {
+        k.optimizer_update(st, p->view(s), g->view(s), m->view(s), adam ? v->view(s) : none);
+      });
+    if (ok) {
+      compare(what + " param", *p, 0, 0);
+      compare(what + " m", *m, 0, 0);
+      if (adam) compare(what + " v", *v, 0, 0);
+    }
+  }
+}
+
 void test_norm_rope_mask() {
   for (int rep = 0; rep < 6; ++rep) {
     const int64_t rows = rand_int(1, 20), D = rand_int(1, 1200);
@@ -863,6 +935,7 @@ int main(int argc, char** argv) {
   test_matmul();
   test_linear();
   test_gather();
+  test_training();
   test_norm_rope_mask();
   test_attention();
   test_backend_contract(*gpu);

@@ -88,6 +88,10 @@ struct Operand {
   bool output = false;
 };
 
+// An operand the kernel reads and writes in place (compared after the call like an output).
+template <typename T>
+Operand inout(const std::vector<T>& values, DType dtype);
+
 struct Case {
   std::string name;
   std::vector<Operand> operands;
@@ -102,6 +106,13 @@ Operand input(const std::vector<T>& values, DType dtype) {
   op.dtype = dtype;
   op.bytes.resize(values.size() * sizeof(T));
   std::memcpy(op.bytes.data(), values.data(), op.bytes.size());
+  return op;
+}
+
+template <typename T>
+Operand inout(const std::vector<T>& values, DType dtype) {
+  Operand op = input(values, dtype);
+  op.output = true;
   return op;
 }
 
@@ -431,6 +442,45 @@ std::vector<Case> every_kernel_case() {
                       make_view(vc, DType::F32, {2, 2, 16}));
     };
     c.tolerance = 1e-3;
+    cases.push_back(c);
+  }
+  {
+    std::vector<int64_t> ids = {2, 0, 2, 2, 1};
+    Case c{"scatter_add_rows repeated ids", {input(ids, DType::I64), input(random_floats(5 * 7), DType::F32),
+                                             output(3 * 7 * 4, DType::F32)}, {}};
+    c.call = [](Kernels& k, P p) {
+      k.scatter_add_rows(make_view(p[0], DType::I64, {5}), make_view(p[1], DType::F32, {5, 7}),
+                         make_view(p[2], DType::F32, {3, 7}));
+    };
+    cases.push_back(c);
+  }
+  for (int kind = 0; kind < 3; ++kind) {
+    const char* names[] = {"adam", "adamw", "sgd nesterov"};
+    std::vector<float> v = random_floats(300);
+    for (float& x : v) x = std::fabs(x);
+    Case c{std::string("optimizer_update ") + names[kind],
+           {inout(random_floats(300), DType::F32), input(random_floats(300), DType::F32),
+            inout(random_floats(300), DType::F32), inout(v, DType::F32)}, {}};
+    c.call = [kind](Kernels& k, P p) {
+      tl::OptimizerStep s;
+      s.kind = kind < 2 ? tl::OptimizerKind::Adam : tl::OptimizerKind::Sgd;
+      s.decoupled = kind == 1;
+      s.nesterov = kind == 2;
+      s.step = 0.1f;
+      s.decay = 0.999f;
+      s.weight_decay = kind == 1 ? 0.0f : 0.05f;
+      s.beta1 = 0.9f;
+      s.one_minus_beta1 = 0.1f;
+      s.beta2 = 0.999f;
+      s.one_minus_beta2 = 0.001f;
+      s.bias2 = 0.001f;
+      s.eps = 1e-8f;
+      s.momentum = 0.9f;
+      View v_view = kind < 2 ? make_view(p[3], DType::F32, {300}) : View{};
+      k.optimizer_update(s, make_view(p[0], DType::F32, {300}), make_view(p[1], DType::F32, {300}),
+                         make_view(p[2], DType::F32, {300}), v_view);
+    };
+    c.tolerance = 1e-5;
     cases.push_back(c);
   }
   {

@@ -88,6 +88,25 @@ def embedding(table, ids):
     return core.embedding(table, core.from_numpy(np.array(id_list, dtype=np.int64)))
 
 
+@builtin("scatter_add_rows", "scatter_add_rows(ids, src, rows)",
+         "[rows, D] zeros with src[i] added into row ids[i] for each i (np.add.at: repeated ids add up, "
+         "deterministically); the gradient of embedding", min_args=3, max_args=3, category=C)
+def scatter_add_rows(ids, src, rows):
+    src = to_tensor(src, "src")
+    n_rows = to_int(rows, "rows")
+    if src.ndim != 2:
+        raise BuiltinArgError(f"src must be [n, D], got {list(src.shape)}")
+    if isinstance(ids, Tensor):
+        ids_t = ids if ids.dtype in ("i32", "i64") else ids.astype("i64")
+        return core.scatter_add_rows(ids_t, src, n_rows)  # the kernel reports out-of-range ids
+    id_list = [to_int(i, "id") for i in (ids if isinstance(ids, list) else [ids])]
+    for pos, i in enumerate(id_list):
+        if not 0 <= i < n_rows:
+            raise BuiltinArgError(f"id {i} (position {pos} of {len(id_list)} ids) is out of range for "
+                                  f"{n_rows} rows (src {list(src.shape)})")
+    return core.scatter_add_rows(core.from_numpy(np.array(id_list, dtype=np.int64)), src, n_rows)
+
+
 @builtin("rope", "rope(x, position_offset, [base], [neox])",
          "rotary position embedding of x [..., seq, heads, head_dim] (adjacent pairs unless neox)",
          min_args=1, max_args=4, category=C)

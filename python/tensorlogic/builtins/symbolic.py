@@ -30,6 +30,27 @@ class Trace:
         # the call record anew instead of replaying
         self.guards: list[Callable[[list[float]], bool]] = []
         self.global_reads: dict[str, Any] = {}  # globals the body read, checked by identity at replay
+        # run in order at each replay after the hooks: each does the host side of something the
+        # body did (an optimizer step's counter) and returns the values of the scalar inputs it added
+        # (host_scalars), which follow the call's own scalars
+        self.host_inputs: list[Callable[[], list[float]]] = []
+        self.outside_grads: set[int] = set()  # ids of learnables' gradients made before the recording
+
+    def host_scalars(self, replayed: Callable[[], list[float]], values: list[float]) -> list[Any]:
+        """Scalar inputs computed on the host at each replay (`replayed()` returns them, in order, and
+        does the host bookkeeping that goes with them); returns Symbolics for this call's `values`."""
+        if self.reason is not None:
+            return values
+        out = []
+        for v in values:
+            slot = self.recording.add_scalar_input()
+            out.append(Symbolic(float(v), 0.0, ((slot, 1.0),), self))
+        self.host_inputs.append(replayed)
+        return out
+
+    def outside(self) -> "_Paused":
+        """`with trace.outside():` ops run eagerly, unrecorded; what they make is not the recording's."""
+        return _Paused(self.recording)
 
     def abandon(self, reason: str) -> None:
         if self.reason is None:
@@ -39,6 +60,19 @@ class Trace:
     @property
     def live(self) -> bool:
         return self.reason is None
+
+
+class _Paused:
+    __slots__ = ("recording",)
+
+    def __init__(self, recording: Any):
+        self.recording = recording
+
+    def __enter__(self):
+        self.recording.pause()
+
+    def __exit__(self, *exc):
+        self.recording.resume()
 
 
 CURRENT: Trace | None = None  # the trace recording now (compiled functions do not nest)

@@ -9,6 +9,9 @@ Recording: the body runs eagerly on private copies of the tensor inputs (slots) 
 Replay: the globals the body read must be the same objects, the builtins' guards must hold (else
 the call records anew: a sliding window that filled since), the builtins' replay hooks run (a KV
 cache's length bookkeeping and checks), then the recording runs with the new scalars and tensors.
+Host inputs: scalars the builtins compute on the host for each call (a compiled training step's
+learning rate and bias corrections, trace.host_scalars) follow the call's own scalars; the step's
+host bookkeeping (its counters) runs in the same order as eagerly, once the replay is known to run.
 Invariants: a replay computes what an eager call would (bitwise on the CPU backend); whatever a
 recording cannot express abandons it and that signature runs eagerly from then on (a one-line note
 under --debug); a refused replay (a tensor it used was released) records anew.
@@ -48,13 +51,14 @@ class _Eager:
 
 
 class _Replayable:
-    __slots__ = ("recording", "result", "hooks", "guards", "global_reads", "pinned")
+    __slots__ = ("recording", "result", "hooks", "guards", "host_inputs", "global_reads", "pinned")
 
-    def __init__(self, recording, result, hooks, guards, global_reads, pinned):
+    def __init__(self, recording, result, hooks, guards, host_inputs, global_reads, pinned):
         self.recording = recording
         self.result = result  # the result's shape: see _result_spec
         self.hooks = hooks
         self.guards = guards
+        self.host_inputs = host_inputs
         self.global_reads = global_reads
         self.pinned = pinned  # the identity-keyed arguments, kept alive so their ids stay theirs
 
@@ -183,8 +187,13 @@ class CompiledFunction:
         if not all(guard(fscalars) for guard in entry.guards):
             return self._record_again("the recording does not hold for these arguments", k, argv, tensors,
                                       scalars, pinned)
+        why = entry.recording.cannot_replay()
+        if why:
+            return self._record_again(why, k, argv, tensors, scalars, pinned)
         for hook in entry.hooks:
             hook(fscalars)
+        for host in entry.host_inputs:
+            fscalars.extend(host())
         try:
             outs = entry.recording.replay(fscalars, tensors)
         except recording.ReplayRefused as e:
@@ -201,6 +210,11 @@ class CompiledFunction:
     def _record(self, key: tuple, argv: list, tensors: list, scalars: list, pinned: list) -> Any:
         if len(self.entries) >= MAX_RECORDINGS_PER_FUNCTION:
             del self.entries[next(iter(self.entries))]
+        problem = recording.argument_problem(tensors)
+        if problem:  # the body must see the arguments themselves, not the recording's copies
+            self.entries[key] = _Eager(problem)
+            _note(f"{self.name}: runs eagerly for this signature: {problem}")
+            return self.impl(argv)
         rec = recording.new_recording(len(scalars))
         trace = Trace(rec, self.name)
         symbolic.CURRENT = trace
@@ -209,6 +223,7 @@ class CompiledFunction:
         except BaseException:
             symbolic.CURRENT = None
             raise
+        recording.note_gradients(trace)
         try:
             slots = [rec.bind_input(t) for t in tensors]
             syms = [Symbolic(v, 0.0, ((i, 1.0),), trace) for i, v in enumerate(scalars)]
@@ -225,13 +240,15 @@ class CompiledFunction:
             symbolic.CURRENT = None
             raise
         symbolic.CURRENT = None
+        recording.detach_results(outs)
         fresh = rec.finish(outs)
         del outs
         fscalars = [float(s) for s in scalars]
         value = _build(spec, fresh, fscalars)
         self.records += 1
         if rec.ready:
-            self.entries[key] = _Replayable(rec, spec, trace.hooks, trace.guards, trace.global_reads, pinned)
+            self.entries[key] = _Replayable(rec, spec, trace.hooks, trace.guards, trace.host_inputs,
+                                            trace.global_reads, pinned)
             _note(f"{self.name}: recorded {rec.n_commands} ops ({rec.n_dynamic} with dynamic parameters, "
                   f"{rec.owned_bytes} bytes owned)")
         else:

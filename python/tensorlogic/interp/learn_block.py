@@ -35,6 +35,8 @@ settings: optimizer (sgd/adam/adamw), lr, epochs, clip_grad_norm, scheduler (ste
 cosine_lr), objective. Inside the block `epochs` and `optimizer` are bound, dropout(x, p) is active,
 set_lr(optimizer, lr) changes the rate. Learnables: learnable(t) or `tensor w: f32[n] learnable = ...`.
 Outside learn blocks: backward(loss), grad(W), zero_grad(), detach(x), clip_grad_norm(max).
+Compiled step: a `@compile fn` that calls backward(loss) inside the block records the whole step
+once and replays it (examples/learning/compiled_training_step.tl); read learnables as globals.
 See `tl help builtins` (category learning)."""
 
 

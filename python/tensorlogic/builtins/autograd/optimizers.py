@@ -1,19 +1,26 @@
 """Optimizers (SGD with momentum/Nesterov/weight decay, Adam, AdamW), gradient clipping, lr schedules.
 
 Update rules follow the published forms (PyTorch's documentation states the same ones):
-  SGD:   g += wd*p; b = mu*b + g (b = g at the first step); g = g + mu*b (Nesterov) or b; p -= lr*g
+  SGD:   g += wd*p; b = mu*b + g (b = 0 before the first step); g = g + mu*b (Nesterov) or b; p -= lr*g
   Adam:  g += wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= lr * m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
   AdamW: p *= 1 - lr*wd, then Adam without the wd term.
-Invariants: a step runs with recording off and writes each parameter in place (`copy_`), so every
-TL variable bound to a learnable sees the new value; optimizer state has the parameter's shape in
-f32 and is created at the first step (a reservation or the pool serves it, R7), then rebound each
-step to same-shaped tensors, so a training loop's allocations stop after warm-up.
+Invariants: a step runs with recording off and is one fused runtime op per parameter
+(`adam_update_` / `sgd_update_`; an f16 or strided parameter is updated through an f32 copy written
+back), which writes the parameter and its state in place, so every TL
+variable bound to a learnable sees the new value and a training loop's allocations stop after the
+first step. Optimizer state has the parameter's shape in f32, starts at zeros (which makes the first
+step equal to the textbook's m = (1-b1)*g, b = g) and is created outside any compiled-function
+recording: it is the optimizer's, not the recording's. The per-step scalars (the rate, the bias
+corrections) are passed to the op as replay inputs of a compiled training step (`_step_scalars`),
+so a replay uses each step's own values.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from .tape import AutogradError, Param, no_recording
+from .. import symbolic
 from ..core import core
 
 FLOAT32 = "f32"
@@ -87,22 +94,46 @@ class Optimizer:
 
     def step(self) -> None:
         self.steps += 1
+        scalars = self._step_scalars()
+        trace = symbolic.active()
+        if trace is not None:  # a compiled training step: each replay computes its own step's scalars
+            scalars = trace.host_scalars(self._replayed_step, scalars)
         with no_recording():
             for p in self.params:
                 tensor = p.tensor
                 if tensor is None or p.grad is None:
                     continue
-                g = p.grad if p.grad.dtype == FLOAT32 else core.astype(p.grad, FLOAT32)
-                w = tensor if tensor.dtype == FLOAT32 else core.astype(tensor, FLOAT32)
-                new_w = self._update(p, w, g)
-                core.copy_(tensor, new_w if tensor.dtype == FLOAT32 else core.astype(new_w, tensor.dtype))
+                direct = tensor.dtype == FLOAT32 and tensor.is_contiguous()
+                w = tensor if direct else core.contiguous(core.astype(tensor, FLOAT32))
+                self._update(p, w, p.grad, *scalars)
+                if not direct:
+                    core.copy_(tensor, w if tensor.dtype == FLOAT32 else core.astype(w, tensor.dtype))
+
+    def _step_scalars(self) -> list[float]:
+        """The scalars of step `self.steps` that the update op takes at run time: [lr, bias1, bias2]."""
+        return [self.lr, 1.0, 1.0]
+
+    def _replayed_step(self) -> list[float]:
+        """A replay of a compiled training step: the host side of step() and its scalars."""
+        self.steps += 1
+        return self._step_scalars()
+
+    def _state(self, states: dict, p: Param, like):
+        """p's state tensor in `states` (f32 zeros of p's shape, made outside any recording)."""
+        t = states.get(p)
+        if t is None:
+            trace = symbolic.active()
+            with trace.outside() if trace is not None else contextlib.nullcontext():
+                t = core.zeros(list(like.shape), FLOAT32)
+            states[p] = t
+        return t
 
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
 
-    def _update(self, p: Param, w, g):
-        """The new value of parameter p (f32) from its value w and gradient g; subclasses define it."""
+    def _update(self, p: Param, w, g, lr, bias1, bias2) -> None:
+        """Write parameter p's new value into w (f32, contiguous) from its gradient g; subclasses define it."""
         raise AutogradError(f"{self.kind} has no update rule")
 
     def describe(self) -> str:
@@ -141,15 +172,9 @@ class SGD(Optimizer):
     def _state_dicts(self) -> list[dict]:
         return [self.buffers]
 
-    def _update(self, p, w, g):
-        if self.weight_decay:
-            g = core.add(g, core.mul(w, self.weight_decay))
-        if self.momentum:
-            prev = self.buffers.get(p)
-            buf = g if prev is None else core.add(core.mul(prev, self.momentum), g)
-            self.buffers[p] = buf
-            g = core.add(g, core.mul(buf, self.momentum)) if self.nesterov else buf
-        return core.sub(w, core.mul(g, self.lr))
+    def _update(self, p, w, g, lr, bias1, bias2):
+        buf = self._state(self.buffers, p, w) if self.momentum else None
+        core.sgd_update_(w, g, buf, lr, self.momentum, self.nesterov, self.weight_decay)
 
     def describe(self) -> str:
         extra = f", momentum = {self.momentum:g}" if self.momentum else ""
@@ -178,24 +203,15 @@ class Adam(Optimizer):
     def _state_dicts(self) -> list[dict]:
         return [self.m, self.v]
 
-    def _update(self, p, w, g):
-        b1, b2 = self.beta1, self.beta2
-        if self.weight_decay:
-            if self.decoupled:
-                w = core.mul(w, 1.0 - self.lr * self.weight_decay)
-            else:
-                g = core.add(g, core.mul(w, self.weight_decay))
-        m = self.m.get(p)
-        v = self.v.get(p)
-        g_part = core.mul(g, 1 - b1)
-        m = g_part if m is None else core.add(core.mul(m, b1), g_part)
-        sq_part = core.mul(core.mul(g, g), 1 - b2)
-        v = sq_part if v is None else core.add(core.mul(v, b2), sq_part)
-        self.m[p], self.v[p] = m, v
+    def _step_scalars(self) -> list[float]:
         t = self.steps
-        step_size = self.lr / (1 - b1 ** t)
-        denom = core.add(core.sqrt(core.div(v, 1 - b2 ** t)), self.eps)
-        return core.sub(w, core.mul(core.div(m, denom), step_size))
+        return [self.lr, 1 - self.beta1 ** t, 1 - self.beta2 ** t]
+
+    def _update(self, p, w, g, lr, bias1, bias2):
+        m = self._state(self.m, p, w)
+        v = self._state(self.v, p, w)
+        core.adam_update_(w, g, m, v, lr, bias1, bias2, self.beta1, self.beta2, self.eps, self.weight_decay,
+                          self.decoupled)
 
     def describe(self) -> str:
         wd = f", weight_decay = {self.weight_decay:g}" if self.weight_decay else ""

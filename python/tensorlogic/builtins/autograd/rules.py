@@ -402,25 +402,18 @@ def _stack(g, out, needs, tensors, dim=0):
     return [[_float_grad(core.select(g, d, i), t) if _t(t) else None for i, t in enumerate(tensors)], None]
 
 
-ONE_HOT_ELEMENTS = 1 << 22  # at most this many one-hot entries at a time (16 MiB in f32)
-
-
 def _scatter_add_rows(ids, g2, rows: int):
-    """[rows, D] sums of the rows of g2 [n, D] by their integer ids [n]: one-hot(ids)^T @ g2, in chunks
-    of ids so the one-hot matrix stays within ONE_HOT_ELEMENTS (no scatter kernel is needed)."""
-    flat = core.reshape(core.contiguous(ids), [-1, 1])
-    n = flat.shape[0]
-    chunk = max(1, ONE_HOT_ELEMENTS // max(rows, 1))
-    positions = core.arange(0, rows, 1, flat.dtype)
-    total = None
-    for start in range(0, n, chunk):
-        stop = min(n, start + chunk)
-        part_ids = flat if (start, stop) == (0, n) else core.slice(flat, 0, start, stop)
-        part_g = g2 if (start, stop) == (0, n) else core.slice(g2, 0, start, stop)
-        one_hot = core.astype(core.eq(part_ids, positions), g2.dtype)
-        summed = core.matmul(core.transpose(one_hot, 0, 1), part_g)
-        total = summed if total is None else core.add(total, summed)
-    return total if total is not None else core.zeros([rows, g2.shape[1]], g2.dtype)
+    """[rows, D] sums of the rows of g2 [n, D] by their integer ids [n] (np.add.at), in g2's dtype: one
+    runtime op whose kernel adds repeated ids in id order (deterministic)."""
+    total = core.scatter_add_rows(ids, g2, rows)
+    return total if g2.dtype == "f32" else core.astype(total, g2.dtype)
+
+
+@rule("scatter_add_rows")
+def _scatter_add_rows_rule(g, out, needs, ids, src, rows):
+    if not needs[1]:
+        return [None, None, None]
+    return [None, _float_grad(core.embedding(g, ids), src), None]
 
 
 @rule("embedding")

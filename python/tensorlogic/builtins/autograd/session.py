@@ -4,10 +4,14 @@ Invariants: at most one learn block runs at a time (`ACTIVE`); while it runs `ST
 (dropout is active) and every `backward(loss)` is one full step: gradients of every live learnable,
 optional clipping, one optimizer update in place, gradients cleared. When the block ends, however it
 ends, the optimizer's state is dropped and training is off again, so nothing of it outlives the block.
+A step taken while a compiled function records (a compiled training step) adds a guard (a replay
+runs only inside this same block) and a replay hook doing the step's host bookkeeping; the
+optimizer adds its per-step scalars itself (optimizers.py).
 """
 from __future__ import annotations
 
 from . import tape
+from .. import symbolic
 from .optimizers import LRScheduler, Optimizer, clip_grad_norm
 from .tape import STATE, AutogradError
 
@@ -31,12 +35,23 @@ class LearnSession:
         if not params:
             raise AutogradError("learn block: there is no learnable tensor to train "
                                 "(make one with learnable(...) or `tensor w: f32[..] learnable`)")
+        trace = symbolic.active()
+        if trace is not None:
+            trace.guards.append(self._replays_here)
+            trace.hooks.append(self._replayed_step)
         tape.backward(loss)
         self.optimizer.attach(params)
         if self.clip is not None:
             clip_grad_norm(params, self.clip)
         self.optimizer.step()
         self.optimizer.zero_grad()
+        self.steps += 1
+
+    def _replays_here(self, _scalars) -> bool:
+        return current() is self
+
+    def _replayed_step(self, _scalars) -> None:
+        self.optimizer.attach(tape.live_params())
         self.steps += 1
 
 

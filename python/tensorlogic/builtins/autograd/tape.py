@@ -9,13 +9,17 @@ Invariants (all bookkeeping lives here):
 - Backward rules are compositions of the same traced `_core` ops the forward pass uses, run with
   recording off: gradients are queued on the tensors' device like any other op, never computed on the host.
 - Gradients of learnables accumulate in `Param.grad` (a tensor of the parameter's shape) until
-  `zero_grad` or an optimizer step clears them.
+  `zero_grad` or an optimizer step clears them. Inside a compiled function's recording, backward is
+  recorded like any ops (the walk over the tape is the same for every call of one signature); adding
+  to a gradient that existed before the recording abandons it, and a gradient still set when the
+  call ends is outside state, so the runtime abandons that recording too (never a stale replay).
 """
 from __future__ import annotations
 
 import weakref
 from typing import Any, Callable
 
+from .. import symbolic
 from ..core import Tensor, core, runtime
 
 
@@ -88,6 +92,14 @@ def mark_learnable(tensor) -> Param:
     return param
 
 
+def forget(tensor) -> None:
+    """Drop a recorded op's entry for `tensor` (a compiled function's result): it no longer carries a
+    gradient and its graph is freed. Learnables keep theirs."""
+    entry = TRACKED.get(id(tensor))
+    if entry.__class__ is Node:
+        del TRACKED[id(tensor)]
+
+
 def param_of(tensor) -> Param | None:
     entry = TRACKED.get(id(tensor))
     return entry if entry.__class__ is Param else None
@@ -154,6 +166,10 @@ def backward(loss, seed=None) -> int:
                     g = core.reshape(g, list(tensor.shape))
                 if g.dtype != tensor.dtype:
                     g = core.astype(g, tensor.dtype)
+                if entry.grad is not None and symbolic.CURRENT is not None \
+                        and id(entry.grad) in symbolic.CURRENT.outside_grads:
+                    symbolic.abandon("backward adds to gradients accumulated before the call (clear them "
+                                     "with zero_grad() first, or step inside a learn block)")
                 entry.grad = g if entry.grad is None else core.add(entry.grad, g)
                 reached += 1
                 continue

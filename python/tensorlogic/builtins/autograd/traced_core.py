@@ -23,7 +23,8 @@ DIFFERENTIABLE = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "mod"
                   "log", "sqrt", "rsqrt", "square", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "silu",
                   "gelu", "astype", "contiguous", "sum", "mean", "max", "min", "softmax", "log_softmax",
                   "matmul", "linear", "reshape", "flatten", "squeeze", "unsqueeze", "expand", "transpose",
-                  "permute", "slice", "select", "concat", "stack", "embedding", "index_select")
+                  "permute", "slice", "select", "concat", "stack", "embedding", "index_select",
+                  "scatter_add_rows")
 
 
 def _any_tracked(args) -> bool:
