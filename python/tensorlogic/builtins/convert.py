@@ -107,7 +107,7 @@ def _symbolic_list_tensor(v: list) -> Any:
     return t
 
 
-def list_to_numpy(v: list) -> np.ndarray:
+def list_to_numpy(v: list, keep_float64: bool = False) -> np.ndarray:
     depth = list_depth(v)
     if depth > MAX_TENSOR_RANK:
         raise BuiltinArgError(f"nested {depth} levels deep (a tensor has at most {MAX_TENSOR_RANK} dimensions)")
@@ -117,13 +117,64 @@ def list_to_numpy(v: list) -> np.ndarray:
         arr = np.array(v)
     except ValueError:
         raise BuiltinArgError("array literal is ragged (rows have different lengths)") from None
+    except OverflowError:  # an int beyond int64 next to a negative one
+        arr = np.array(v, dtype=object)
+    if arr.dtype.kind == "u" or arr.dtype == object or (
+            arr.dtype.kind == "f" and arr.size and float(np.abs(arr).max()) >= 2.0 ** 63):
+        # ints beyond int64 (NumPy made them uint64, float64 or objects): an error, never a wrap
+        for x in np.array(v, dtype=object).flat:
+            if isinstance(x, int) and not isinstance(x, bool):
+                check_int_range(x, "i64", "array element")
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise BuiltinArgError("expected a numeric array")
     if arr.dtype.kind == "f":
-        arr = arr.astype(np.float32)
+        if not keep_float64:
+            arr = arr.astype(np.float32)
     elif arr.dtype.kind in "iu":
         arr = arr.astype(np.int64)
     return arr
+
+
+INT_RANGES = {"i32": (-2 ** 31, 2 ** 31 - 1), "i64": (-2 ** 63, 2 ** 63 - 1)}
+
+
+def check_int_range(v: int | float, dt: str, what: str = "value") -> None:
+    """BuiltinArgError unless the number `v` fits the integer dtype `dt` (a float: after truncation);
+    never a silent wrap or saturation. No-op for other dtypes."""
+    bounds = INT_RANGES.get(dt)
+    if bounds is None:
+        return
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        raise BuiltinArgError(f"{what} {repr(v)} cannot become {dt}")
+    lo, hi = bounds
+    if not lo <= (int(v) if isinstance(v, float) else v) <= hi:
+        shown = repr(v) if isinstance(v, float) else str(v)
+        raise BuiltinArgError(f"{what} {shown} is out of the range of {dt}")
+
+
+def _has_symbolic(v: list) -> bool:
+    stack = [v]
+    while stack:
+        for x in stack.pop():
+            if x.__class__ is list:
+                stack.append(x)
+            elif x.__class__ is Symbolic:
+                return True
+    return False
+
+
+def tensor_of_dtype(values: Any, dt: str, what: str = "array") -> Any:
+    """A tensor of dtype `dt` from a tensor (cast) or a numeric (nested) list, whose ints (and
+    floats) must fit an integer dtype exactly: no detour through i64 or f32 that would wrap or round."""
+    if isinstance(values, list) and values and dt in INT_RANGES and is_numeric_list(values) \
+            and not _has_symbolic(values):
+        arr = list_to_numpy(values, keep_float64=True)
+        if arr.size:
+            lo, hi = (arr.min(), arr.max())
+            for x in (lo, hi):
+                check_int_range(float(x) if arr.dtype.kind == "f" else int(x), dt, f"{what} element")
+        return core.from_numpy(arr, dt)
+    return to_tensor(values, what).astype(dt)
 
 
 def to_tensor(v: Any, what: str = "argument", *, float_default: bool = True) -> Any:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .convert import (BuiltinArgError, Tensor, core, list_to_numpy, to_dim, to_float, to_int,
-                      to_list, to_shape, to_tensor, type_name)
+from .convert import (INT_RANGES, BuiltinArgError, Tensor, check_int_range, core, list_to_numpy,
+                      tensor_of_dtype, to_dim, to_float, to_int, to_list, to_shape, to_tensor, type_name)
 from .dtypes import dtype_of
 from .registry import builtin
 
@@ -32,7 +32,17 @@ def ones(shape, dtype="f32"):
 
 @builtin("full", "full(shape, value, [dtype])", "tensor filled with value", min_args=2, max_args=3, category=C)
 def full(shape, value, dtype="f32"):
-    return core.full(to_shape(shape), to_float(value, "value"), dtype_of(dtype))
+    return _full(to_shape(shape), value, dtype_of(dtype))
+
+
+def _full(dims, value, dt: str):
+    """core.full, exact for integer dtypes: a value that does not fit is an error (never a
+    saturation), and an int beyond 2^53 (which a double cannot hold) is filled exactly."""
+    if dt in INT_RANGES and isinstance(value, (int, float)) and not isinstance(value, bool):
+        check_int_range(value, dt)
+        if isinstance(value, int) and abs(value) > 2 ** 53:
+            return core.from_numpy(np.full(dims, value, dtype=np.int64), dt)
+    return core.full(dims, to_float(value, "value"), dt)
 
 
 @builtin("arange", "arange(n) | arange(start, stop, [step])", "evenly spaced values (f32)",
@@ -63,8 +73,7 @@ def randn(ctx, shape):
 @builtin("from_array", "from_array(array, [dtype])", "a tensor from a (nested) numeric array",
          min_args=1, max_args=2, category=C)
 def from_array(values, dtype=None):
-    t = to_tensor(values)
-    return t.astype(dtype_of(dtype)) if dtype is not None else t
+    return tensor_of_dtype(values, dtype_of(dtype)) if dtype is not None else to_tensor(values)
 
 
 @builtin("shape", "shape(t)", "the shape of t as an int array", min_args=1, max_args=1, category=C)
@@ -385,7 +394,7 @@ def _register_typed(prefix: str, dt: str) -> None:
     @builtin(f"{prefix}::full", f"{prefix}::full(shape, value)", f"{dt} tensor filled with value", min_args=2,
              max_args=2, category=C)
     def typed_full(shape, value):
-        return core.full(to_shape(shape), to_float(value, "value"), dt)
+        return _full(to_shape(shape), value, dt)
 
     @builtin(f"{prefix}::arange", f"{prefix}::arange(n | start, stop, [step])", f"{dt} evenly spaced values",
              min_args=1, max_args=3, category=C)
@@ -396,7 +405,7 @@ def _register_typed(prefix: str, dt: str) -> None:
              f"{dt} tensor from a (nested) numeric array, optionally reshaped", min_args=1, max_args=2,
              category=C)
     def typed_from_array(values, shape=None):
-        t = to_tensor(values).astype(dt)
+        t = tensor_of_dtype(values, dt)
         return reshape(t, shape) if shape is not None else t
 
     @builtin(f"{prefix}::rand", f"{prefix}::rand(shape)", f"{dt} uniform random values", min_args=1,
@@ -461,6 +470,12 @@ def one_hot(ids, n):
     classes = to_int(n, "n")
     if classes <= 0:
         raise BuiltinArgError(f"needs n > 0, got {classes}")
+    host = t.numpy()
+    if host.size:
+        bad = host[(host < 0) | (host >= classes) | (host != np.floor(host))]
+        if bad.size:
+            shown = bad.flat[0].item()
+            raise BuiltinArgError(f"id {shown} is not one of 0..{classes - 1} (n = {classes})")
     hits = core.eq(core.unsqueeze(core.astype(t, "f32"), -1), core.arange(0, classes, 1, "f32"))
     return core.astype(hits, "f32")
 
