@@ -81,7 +81,19 @@ def _div(a, b):
 def _mod(a, b):
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return scalar_mod(a, b)
+    if _integer(a) and _integer(b) and _has_zero(b):  # as floor_div: an error, not a silent 0
+        raise ZeroDivisionError
     return a % b
+
+
+def _integer(v) -> bool:
+    return (v.__class__ is int) or (isinstance(v, Tensor) and v.dtype in ("i32", "i64"))
+
+
+def _has_zero(v) -> bool:
+    if v.__class__ is int:
+        return v == 0
+    return bool((v.numpy() == 0).any())  # a host read, as floor_div of integer tensors does
 
 
 def _pow(a, b):
