@@ -351,6 +351,7 @@ class LogicEngine:
         self._tables = None
         self._pending = {}
         derived: dict[str, set] = {}  # head relation -> index tuples computed by arithmetic rules
+        processed: dict[int, set] = {}  # arithmetic rule -> its body rows already turned into heads
         compiled = self._compile()
         tables = {name: self._fact_table(name) for name in self.relations}
         stats = []
@@ -360,7 +361,7 @@ class LogicEngine:
                 rules = [r for r in compiled if r.head.relation in component]
                 if rules:
                     stats.append(self._run_stratum(component, rules, tables))
-                if not (self._arith and self._derive_arithmetic(component, tables, derived)):
+                if not (self._arith and self._derive_arithmetic(component, tables, derived, processed)):
                     break
                 # New tuples from arithmetic rules (the strata before are complete, so they are
                 # sound): domains may have grown, so recompile, re-encode, and run this stratum again.
@@ -421,12 +422,15 @@ class LogicEngine:
         """For stratification: each arithmetic rule's head depends on its body rule's relation."""
         return [_DependencyEdge(a.head.relation, a.body_rule.head.relation, a.rule) for a in self._arith]
 
-    def _derive_arithmetic(self, component, tables: dict, derived: dict) -> bool:
+    def _derive_arithmetic(self, component, tables: dict, derived: dict, processed: dict) -> bool:
         """Compute the heads of the arithmetic rules whose body relation is in `component` (just
-        completed) from its rows; add the new head tuples to `derived`. True if there were any."""
+        completed) from its rows; add the new head tuples to `derived`. True if there were any.
+        Semi-naive: a body row seen in an earlier round of this inference (`processed`; rows only
+        grow while a stratum repeats, and domain indices are stable) already gave its head, so
+        each round costs its new rows, not all of them (a chain of n numbers was O(n^2))."""
         grew = False
         known = self._known_constants()
-        for arith in self._arith:
+        for number, arith in enumerate(self._arith):
             if arith.body_rule.head.relation not in component:
                 continue
             body_name = arith.body_rule.head.relation
@@ -434,11 +438,18 @@ class LogicEngine:
             if not len(table):
                 continue
             columns = table.columns()
+            seen = processed.setdefault(number, set())
+            index_rows = list(zip(*[c.tolist() for c in columns]))
+            fresh = np.fromiter((r not in seen for r in index_rows), bool, len(index_rows))
+            if not fresh.any():
+                continue
+            seen.update(index_rows)
+            columns = [c[fresh] for c in columns]
             values = {}
             for i, var in enumerate(arith.variables):
                 domain = self._domain(self._types_of(body_name)[i])
                 values[var] = np.array([domain.values[j] for j in columns[i].tolist()], dtype=object)
-            rows = len(table)
+            rows = int(fresh.sum())
             keep = np.ones(rows, bool)
             for comparison in arith.comparisons:
                 left = _evaluate(comparison.left, values, rows, known, arith.rule)
