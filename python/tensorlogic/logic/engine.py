@@ -115,8 +115,8 @@ _COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equa
 
 
 def _evaluate(term, values: dict, rows: int, known: set, rule: Rule, numeric: bool = True) -> np.ndarray:
-    """A term's value for every row: an int64 array when numeric (arithmetic needs integers), else
-    the constants as they are."""
+    """A term's value for every row: when numeric an object array of Python ints (arithmetic needs
+    integers, and TL's ints are exact: int64 would wrap), else the constants as they are."""
     if isinstance(term, Arith):
         left = _evaluate(term.left, values, rows, known, rule)
         if term.op == "neg":
@@ -140,7 +140,7 @@ def _evaluate(term, values: dict, rows: int, known: set, rule: Rule, numeric: bo
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in column.tolist()):
         bad = next(v for v in column.tolist() if not isinstance(v, (int, np.integer)))
         raise LogicError(f"rule `{rule}` computes with {bad!r}, which is not an integer", rule.pos)
-    return column.astype(np.int64)
+    return np.array([int(v) for v in column.tolist()] + [None], dtype=object)[:-1]  # 1-D even if empty
 
 
 @dataclass
@@ -454,7 +454,7 @@ class LogicEngine:
             for comparison in arith.comparisons:
                 left = _evaluate(comparison.left, values, rows, known, arith.rule)
                 right = _evaluate(comparison.right, values, rows, known, arith.rule)
-                keep &= _COMPARE[comparison.op](left, right)
+                keep &= np.asarray(_COMPARE[comparison.op](left, right), dtype=bool)
             if not keep.any():
                 continue
             head_columns = []
