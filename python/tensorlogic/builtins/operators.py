@@ -246,10 +246,18 @@ def set_item(container, key: list, v) -> None:
         container[map_key(key[0])] = v
         return
     if isinstance(container, list):
-        target = container
-        for x in key[:-1]:
-            target = target[index_key(x)]
-        target[index_key(key[-1])] = v
+        target = get_item(container, tuple(key[:-1])) if len(key) > 1 else container
+        if isinstance(target, Tensor):
+            set_item(target, key[-1:], v)
+            return
+        if not isinstance(target, list):
+            raise BuiltinArgError(f"cannot assign into {type_name(target)}")
+        k = index_key(key[-1])
+        if k.__class__ is not int:
+            raise BuiltinArgError(f"an array index must be an integer, got {type_name(k)}")
+        if not -len(target) <= k < len(target):
+            raise BuiltinArgError(f"index {k} is out of range for array of length {len(target)}")
+        target[k] = v
         return
     raise BuiltinArgError(f"cannot assign into {type_name(container)}")
 
