@@ -213,21 +213,27 @@ def tensor_or_scalar(v: Any) -> Any:
     raise BuiltinArgError(f"expected a tensor or a number, got {type_name(v)}")
 
 
-def to_int(v: Any, what: str = "argument") -> int:
+def to_int(v: Any, what: str = "argument", *, limit64: bool = True) -> int:
+    """An int argument (a size, dim, count, seed, ...): an integral number or one-element tensor,
+    within 64 bits unless `limit64` is off (beyond them the runtime and NumPy could not take it:
+    `eye(1e300)` was an internal error)."""
     if v.__class__ is Symbolic:
-        return to_int(v.concrete(what), what)
+        return to_int(v.concrete(what), what, limit64=limit64)
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        if math.isfinite(v) and v == int(v):
-            return int(v)
-        raise BuiltinArgError(f"{what} must be an integer, got {v!r}")
-    if isinstance(v, Tensor) and v.numel == 1:
-        item = v.item()
-        return to_int(item, what)
-    raise BuiltinArgError(f"{what} must be an integer, got {type_name(v)}")
+        n = v
+    elif isinstance(v, float):
+        if not (math.isfinite(v) and v == int(v)):
+            raise BuiltinArgError(f"{what} must be an integer, got {v!r}")
+        n = int(v)
+    elif isinstance(v, Tensor) and v.numel == 1:
+        return to_int(v.item(), what, limit64=limit64)
+    else:
+        raise BuiltinArgError(f"{what} must be an integer, got {type_name(v)}")
+    if limit64 and not -2 ** 63 <= n < 2 ** 63:
+        raise BuiltinArgError(f"{what} {v!r} is too large (it must fit in 64 bits)")
+    return n
 
 
 def to_float(v: Any, what: str = "argument") -> float:
@@ -277,6 +283,14 @@ def to_dim(v: Any, ndim: int, what: str = "dim") -> int:
     if not -max(ndim, 1) <= d < max(ndim, 1):
         raise BuiltinArgError(f"{what} {d} is out of range for a tensor of rank {ndim}")
     return d
+
+
+def to_axis(v: Any, ndim: int, what: str = "dim") -> int:
+    """to_dim for a builtin that indexes along the dim (gather, select, slice, split, var, ...): a
+    0-d tensor has no dim to index (to_dim lets reductions take dim 0 of a scalar, as PyTorch does)."""
+    if ndim == 0:
+        raise BuiltinArgError(f"needs a tensor with at least one dimension, got a 0-d tensor")
+    return to_dim(v, ndim, what)
 
 
 def to_str(v: Any, what: str = "argument") -> str:

@@ -6,10 +6,12 @@ a 1-D tensor wherever a tensor is expected (convert.py); the default dtype is f3
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .convert import (INT_RANGES, BuiltinArgError, Tensor, check_int_range, core, list_to_numpy,
-                      tensor_of_dtype, to_dim, to_float, to_int, to_list, to_shape, to_tensor, type_name)
+                      tensor_of_dtype, to_axis, to_dim, to_float, to_int, to_list, to_shape, to_tensor, type_name)
 from .dtypes import dtype_of
 from .registry import builtin
 
@@ -56,17 +58,24 @@ def arange(a, b=None, step=1):
     return core.arange(to_float(a, "start"), to_float(b, "stop"), s, "f32")
 
 
+def _creation_dims(shape) -> list[int]:
+    dims = to_shape(shape)
+    if any(d < 0 for d in dims):
+        raise BuiltinArgError(f"shape {dims} has a negative dimension")
+    return dims
+
+
 @builtin("rand", "rand(shape)", "uniform random values in [0, 1) from the program's seeded generator",
          min_args=1, max_args=1, needs_ctx=True, category=C)
 def rand(ctx, shape):
-    dims = to_shape(shape)
+    dims = _creation_dims(shape)
     return core.from_numpy(ctx.rng.random(dims, dtype=np.float32))
 
 
 @builtin("randn", "randn(shape)", "standard normal random values from the program's seeded generator",
          min_args=1, max_args=1, needs_ctx=True, category=C)
 def randn(ctx, shape):
-    dims = to_shape(shape)
+    dims = _creation_dims(shape)
     return core.from_numpy(ctx.rng.standard_normal(dims, dtype=np.float32))
 
 
@@ -146,7 +155,7 @@ def squeeze(t, dim=None):
     t = to_tensor(t, "t")
     if dim is None:
         return core.squeeze(t)
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     if t.shape[d] != 1:
         raise BuiltinArgError(f"dim {d} of tensor {list(t.shape)} has size {t.shape[d]}, not 1")
     return core.squeeze(t, d)
@@ -178,7 +187,7 @@ def concat(a, b=None, dim=None):
             raise BuiltinArgError("concat needs two tensors (or an array of tensors)")
         tensors = [to_tensor(a, "a"), to_tensor(b, "b")]
         dim = 0 if dim is None else dim
-    d = to_dim(dim, tensors[0].ndim)
+    d = to_axis(dim, tensors[0].ndim)
     return core.concat(tensors, d)
 
 
@@ -199,7 +208,7 @@ def slice_(t, a, b, c=None):
         dim, start, stop = 0, a, b
     else:
         dim, start, stop = a, b, c
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     n = t.shape[d]
     s, e = to_int(start, "start"), to_int(stop, "end")
     s, e, _ = slice(s, e).indices(n)
@@ -210,7 +219,7 @@ def slice_(t, a, b, c=None):
          min_args=1, max_args=2, category=C)
 def slice_last(t, axis=0):
     t = to_tensor(t, "t")
-    d = to_dim(axis, t.ndim)
+    d = to_axis(axis, t.ndim)
     return core.select(t, d, t.shape[d] - 1)
 
 
@@ -218,7 +227,7 @@ def slice_last(t, axis=0):
          max_args=3, category=C)
 def select(t, dim, index):
     t = to_tensor(t, "t")
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     i = to_int(index, "index")
     n = t.shape[d]
     if not -n <= i < n:
@@ -232,7 +241,7 @@ def gather(t, ids, dim=0):
     t = to_tensor(t, "t")
     idx = ids if isinstance(ids, Tensor) else core.from_numpy(np.asarray(
         [to_int(i, "id") for i in (ids if isinstance(ids, list) else [ids])], dtype=np.int64))
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     n = t.shape[d]
     host = idx.numpy()
     if host.size and (host.min() < -n or host.max() >= n):
@@ -252,7 +261,7 @@ def index_select(t, dim, ids):
          min_args=4, max_args=4, category=C)
 def scatter(t, dim, ids, src):
     t = to_tensor(t, "t")
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     arr = t.numpy().copy()
     id_list = ids.numpy().reshape(-1).tolist() if isinstance(ids, Tensor) else (
         ids if isinstance(ids, list) else [ids])
@@ -280,7 +289,7 @@ def chunk(t, n, dim=0):
     k = to_int(n, "n")
     if k <= 0:
         raise BuiltinArgError("n must be positive")
-    return list(core.chunk(t, k, to_dim(dim, t.ndim)))
+    return list(core.chunk(t, k, to_axis(dim, t.ndim)))
 
 
 @builtin("split", "split(t, size_or_sizes, [dim])", "split t into pieces of a size (or a list of sizes)",
@@ -289,7 +298,7 @@ def split(t, sizes, dim=0):
     if isinstance(t, str):
         return t.split(sizes) if isinstance(sizes, str) else t.split()
     t = to_tensor(t, "t")
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     if isinstance(sizes, list):
         parts = [to_int(s, "size") for s in sizes]
         if sum(parts) != t.shape[d]:
@@ -321,6 +330,8 @@ def copy_(dst, src):
          category=C)
 def to_int_builtin(x):
     if isinstance(x, float):
+        if not math.isfinite(x):
+            raise BuiltinArgError(f"cannot convert {x!r} to int")
         return int(x)
     if isinstance(x, Tensor):
         if x.numel != 1:
@@ -331,7 +342,7 @@ def to_int_builtin(x):
             return int(x.strip())
         except ValueError:
             raise BuiltinArgError(f"cannot convert {x!r} to int") from None
-    return to_int(x, "x")
+    return to_int(x, "x", limit64=False)
 
 
 @builtin("to_float", "to_float(x)", "a float from a number or a one-element tensor", min_args=1, max_args=1,
@@ -485,7 +496,7 @@ def flip(t, dim=-1):
     t = to_tensor(t, "t")
     if t.ndim == 0:
         return t
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     size = t.shape[d]
     return core.index_select(t, d, core.from_numpy(np.arange(size - 1, -1, -1, dtype=np.int64)))
 
@@ -495,6 +506,8 @@ def flip(t, dim=-1):
          "[before, after] pair per dim from the first", min_args=2, max_args=3, category=C)
 def pad(t, widths, value=0.0):
     t = to_tensor(t, "t")
+    if t.ndim == 0:
+        raise BuiltinArgError("needs a tensor with at least one dimension, got a 0-d tensor")
     w = widths.numpy().tolist() if isinstance(widths, Tensor) else to_list(widths, "widths")
     if w and not isinstance(w[0], list):
         pairs, dims = [w], [t.ndim - 1]  # a flat [before, after]: the last dim
@@ -531,7 +544,7 @@ def repeat(t, n, dim=None):
     if dim is None:
         t, d = core.reshape(t, [t.numel]), 0
     else:
-        d = to_dim(dim, t.ndim)
+        d = to_axis(dim, t.ndim)
     ids = np.repeat(np.arange(t.shape[d], dtype=np.int64), times)
     return core.index_select(t, d, core.from_numpy(ids))
 
