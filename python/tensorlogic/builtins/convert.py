@@ -263,11 +263,11 @@ def to_bool(v: Any, what: str = "condition") -> bool:
 def to_shape(v: Any, what: str = "shape") -> list[int]:
     """A shape from a list of (integral) numbers, a single int, or a 1-D integer tensor."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        dims = [to_int(v, what)]
+        dims = [to_int(v, what, limit64=False)]
     elif isinstance(v, list):
-        dims = [to_int(d, f"{what} entry") for d in v]
+        dims = [to_int(d, f"{what} entry", limit64=False) for d in v]
     elif isinstance(v, Tensor) and v.ndim <= 1:
-        dims = [to_int(d, f"{what} entry") for d in np.atleast_1d(v.numpy()).tolist()]
+        dims = [to_int(d, f"{what} entry", limit64=False) for d in np.atleast_1d(v.numpy()).tolist()]
     else:
         raise BuiltinArgError(f"{what} must be a list of integers like [2, 3], got {type_name(v)}")
     for d in dims:
