@@ -26,6 +26,10 @@ DynScalar parse_dyn_scalar(py::handle obj, const char* what, bool* is_float);
 // Tensor from a Tensor, NumPy array, nested list or Python scalar (`like` picks a scalar's dtype).
 Tensor as_tensor(py::handle obj, const char* op, const Tensor* like = nullptr);
 Tensor from_numpy(py::handle arr, std::optional<DType> dtype);
+// A Python int beside an integer tensor in a binary op: nullopt where the scalar path (a double) is
+// exact; else the int as a 0-d tensor of the tensor's element type (i64 for a comparison). An int
+// that does not fit that type is a DTypeError naming it (NumPy 2 refuses it too), never a wrap.
+std::optional<Tensor> exact_int_operand(py::handle s, const Tensor& a, BinaryOp op, const char* name);
 py::array to_numpy(const Tensor& t);
 py::object item(const Tensor& t);
 

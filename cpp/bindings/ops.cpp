@@ -11,6 +11,7 @@ Tensor binary_any(BinaryOp op, py::handle a, py::handle b, const char* name) {
   bool at = py::isinstance<Tensor>(a), bt = py::isinstance<Tensor>(b);
   if (!at && is_scalar(a) && (bt || !is_scalar(b))) {
     Tensor tb = as_tensor(b, name);
+    if (auto exact = exact_int_operand(a, tb, op, name)) return binary(op, *exact, tb);
     double v = py::isinstance<py::bool_>(a) ? (a.cast<bool>() ? 1.0 : 0.0) : a.cast<double>();
     return binary_scalar(op, tb, v, py::isinstance<py::float_>(a), true);
   }
@@ -26,6 +27,7 @@ Tensor binary_any(BinaryOp op, py::handle a, py::handle b, const char* name) {
   }
   Tensor ta = as_tensor(a, name);
   if (!bt && is_scalar(b)) {
+    if (auto exact = exact_int_operand(b, ta, op, name)) return binary(op, ta, *exact);
     double v = py::isinstance<py::bool_>(b) ? (b.cast<bool>() ? 1.0 : 0.0) : b.cast<double>();
     return binary_scalar(op, ta, v, py::isinstance<py::float_>(b), false);
   }

@@ -134,6 +134,30 @@ void require_fits_integer(const py::array& arr, char kind, DType target) {
                      " is out of the range of " + dtype_name(target));
 }
 
+std::optional<Tensor> exact_int_operand(py::handle s, const Tensor& a, BinaryOp op, const char* name) {
+  if (!py::isinstance<py::int_>(s) || py::isinstance<py::bool_>(s)) return std::nullopt;
+  if (a.dtype != DType::I32 && a.dtype != DType::I64 && a.dtype != DType::Bool) return std::nullopt;
+  if (op == BinaryOp::Div || op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr) return std::nullopt;
+  // Arithmetic keeps the tensor's element type (i32 stays i32); a comparison only needs the value.
+  const bool compare = op >= BinaryOp::Eq;
+  const DType target = (a.dtype == DType::I32 && !compare) ? DType::I32 : DType::I64;
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(s.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  const bool fits = overflow == 0 && (target == DType::I64 || (v >= INT32_MIN && v <= INT32_MAX));
+  if (!fits)
+    throw DTypeError(std::string(name) + ": the integer " + py::str(s).cast<std::string>() +
+                     " is out of the range of " + dtype_name(target) + " (the tensor's element type is " +
+                     dtype_name(a.dtype) + ")");
+  // The scalar kernels read the double in the tensor's element type: exact up to 2^53 for i64,
+  // and for i32 within i32's range (a comparison beyond it goes through an i64 tensor).
+  constexpr long long kExactInDouble = 1LL << 53;
+  const bool exact = a.dtype == DType::I32 ? (v >= INT32_MIN && v <= INT32_MAX)
+                                           : (v >= -kExactInDouble && v <= kExactInDouble);
+  if (exact) return std::nullopt;
+  return from_numpy(numpy().attr("array")(s, "int64"), target);
+}
+
 bool is_symbolic(py::handle obj) {
   if (!obj || obj.is_none() || py::isinstance<Tensor>(obj) || is_scalar(obj)) return false;
   return py::hasattr(obj, "_tl_affine");
@@ -258,6 +282,7 @@ Tensor as_tensor(py::handle obj, const char* op, const Tensor* like) {
     else if (py::isinstance<py::int_>(obj)) t = DType::I64;
     else t = DType::F32;
     if (like && is_floating(like->dtype) && t != DType::Bool) t = like->dtype;
+    if (t == DType::I64) return from_numpy(numpy().attr("array")(obj, "int64"), DType::I64);  // exact
     double v = py::isinstance<py::bool_>(obj) ? (obj.cast<bool>() ? 1.0 : 0.0) : obj.cast<double>();
     return full({}, v, t);
   }
@@ -326,12 +351,28 @@ Tensor get_index(const Tensor& x, py::handle idx) {
   return r;
 }
 
+const char* op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Maximum: return "maximum";
+    case BinaryOp::Minimum: return "minimum";
+    case BinaryOp::Mod: return "mod";
+    default: return "compare";
+  }
+}
+
 Tensor binop(BinaryOp op, const Tensor& a, py::handle b, bool reflected) {
   if (py::isinstance<Tensor>(b)) {
     const Tensor& t = b.cast<const Tensor&>();
     return reflected ? binary(op, t, a) : binary(op, a, t);
   }
   if (is_scalar(b)) {
+    if (auto exact = exact_int_operand(b, a, op, op_name(op)))
+      return reflected ? binary(op, *exact, a) : binary(op, a, *exact);
     double v = py::isinstance<py::bool_>(b) ? (b.cast<bool>() ? 1.0 : 0.0) : b.cast<double>();
     return binary_scalar(op, a, v, py::isinstance<py::float_>(b), reflected);
   }

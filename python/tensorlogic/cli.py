@@ -353,6 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         silence_stdout()
         return EXIT_OK
+    except Exception as e:  # noqa: BLE001 - escaped a command: a bug or a broken install, still one line
+        text = " ".join(str(e).split())
+        sys.stderr.write(f"tl: internal error: {type(e).__name__}: {text} "
+                         "(a bug in TensorLogic, or a broken installation)\n")
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

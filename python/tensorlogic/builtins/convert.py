@@ -107,7 +107,7 @@ def _symbolic_list_tensor(v: list) -> Any:
     return t
 
 
-def list_to_numpy(v: list) -> np.ndarray:
+def list_to_numpy(v: list, keep_float64: bool = False) -> np.ndarray:
     depth = list_depth(v)
     if depth > MAX_TENSOR_RANK:
         raise BuiltinArgError(f"nested {depth} levels deep (a tensor has at most {MAX_TENSOR_RANK} dimensions)")
@@ -117,13 +117,64 @@ def list_to_numpy(v: list) -> np.ndarray:
         arr = np.array(v)
     except ValueError:
         raise BuiltinArgError("array literal is ragged (rows have different lengths)") from None
+    except OverflowError:  # an int beyond int64 next to a negative one
+        arr = np.array(v, dtype=object)
+    if arr.dtype.kind == "u" or arr.dtype == object or (
+            arr.dtype.kind == "f" and arr.size and float(np.abs(arr).max()) >= 2.0 ** 63):
+        # ints beyond int64 (NumPy made them uint64, float64 or objects): an error, never a wrap
+        for x in np.array(v, dtype=object).flat:
+            if isinstance(x, int) and not isinstance(x, bool):
+                check_int_range(x, "i64", "array element")
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise BuiltinArgError("expected a numeric array")
     if arr.dtype.kind == "f":
-        arr = arr.astype(np.float32)
+        if not keep_float64:
+            arr = arr.astype(np.float32)
     elif arr.dtype.kind in "iu":
         arr = arr.astype(np.int64)
     return arr
+
+
+INT_RANGES = {"i32": (-2 ** 31, 2 ** 31 - 1), "i64": (-2 ** 63, 2 ** 63 - 1)}
+
+
+def check_int_range(v: int | float, dt: str, what: str = "value") -> None:
+    """BuiltinArgError unless the number `v` fits the integer dtype `dt` (a float: after truncation);
+    never a silent wrap or saturation. No-op for other dtypes."""
+    bounds = INT_RANGES.get(dt)
+    if bounds is None:
+        return
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        raise BuiltinArgError(f"{what} {repr(v)} cannot become {dt}")
+    lo, hi = bounds
+    if not lo <= (int(v) if isinstance(v, float) else v) <= hi:
+        shown = repr(v) if isinstance(v, float) else str(v)
+        raise BuiltinArgError(f"{what} {shown} is out of the range of {dt}")
+
+
+def _has_symbolic(v: list) -> bool:
+    stack = [v]
+    while stack:
+        for x in stack.pop():
+            if x.__class__ is list:
+                stack.append(x)
+            elif x.__class__ is Symbolic:
+                return True
+    return False
+
+
+def tensor_of_dtype(values: Any, dt: str, what: str = "array") -> Any:
+    """A tensor of dtype `dt` from a tensor (cast) or a numeric (nested) list, whose ints (and
+    floats) must fit an integer dtype exactly: no detour through i64 or f32 that would wrap or round."""
+    if isinstance(values, list) and values and dt in INT_RANGES and is_numeric_list(values) \
+            and not _has_symbolic(values):
+        arr = list_to_numpy(values, keep_float64=True)
+        if arr.size:
+            lo, hi = (arr.min(), arr.max())
+            for x in (lo, hi):
+                check_int_range(float(x) if arr.dtype.kind == "f" else int(x), dt, f"{what} element")
+        return core.from_numpy(arr, dt)
+    return to_tensor(values, what).astype(dt)
 
 
 def to_tensor(v: Any, what: str = "argument", *, float_default: bool = True) -> Any:
@@ -162,21 +213,27 @@ def tensor_or_scalar(v: Any) -> Any:
     raise BuiltinArgError(f"expected a tensor or a number, got {type_name(v)}")
 
 
-def to_int(v: Any, what: str = "argument") -> int:
+def to_int(v: Any, what: str = "argument", *, limit64: bool = True) -> int:
+    """An int argument (a size, dim, count, seed, ...): an integral number or one-element tensor,
+    within 64 bits unless `limit64` is off (beyond them the runtime and NumPy could not take it:
+    `eye(1e300)` was an internal error)."""
     if v.__class__ is Symbolic:
-        return to_int(v.concrete(what), what)
+        return to_int(v.concrete(what), what, limit64=limit64)
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        if math.isfinite(v) and v == int(v):
-            return int(v)
-        raise BuiltinArgError(f"{what} must be an integer, got {v!r}")
-    if isinstance(v, Tensor) and v.numel == 1:
-        item = v.item()
-        return to_int(item, what)
-    raise BuiltinArgError(f"{what} must be an integer, got {type_name(v)}")
+        n = v
+    elif isinstance(v, float):
+        if not (math.isfinite(v) and v == int(v)):
+            raise BuiltinArgError(f"{what} must be an integer, got {v!r}")
+        n = int(v)
+    elif isinstance(v, Tensor) and v.numel == 1:
+        return to_int(v.item(), what, limit64=limit64)
+    else:
+        raise BuiltinArgError(f"{what} must be an integer, got {type_name(v)}")
+    if limit64 and not -2 ** 63 <= n < 2 ** 63:
+        raise BuiltinArgError(f"{what} {v!r} is too large (it must fit in 64 bits)")
+    return n
 
 
 def to_float(v: Any, what: str = "argument") -> float:
@@ -206,11 +263,11 @@ def to_bool(v: Any, what: str = "condition") -> bool:
 def to_shape(v: Any, what: str = "shape") -> list[int]:
     """A shape from a list of (integral) numbers, a single int, or a 1-D integer tensor."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        dims = [to_int(v, what)]
+        dims = [to_int(v, what, limit64=False)]
     elif isinstance(v, list):
-        dims = [to_int(d, f"{what} entry") for d in v]
+        dims = [to_int(d, f"{what} entry", limit64=False) for d in v]
     elif isinstance(v, Tensor) and v.ndim <= 1:
-        dims = [to_int(d, f"{what} entry") for d in np.atleast_1d(v.numpy()).tolist()]
+        dims = [to_int(d, f"{what} entry", limit64=False) for d in np.atleast_1d(v.numpy()).tolist()]
     else:
         raise BuiltinArgError(f"{what} must be a list of integers like [2, 3], got {type_name(v)}")
     for d in dims:
@@ -226,6 +283,14 @@ def to_dim(v: Any, ndim: int, what: str = "dim") -> int:
     if not -max(ndim, 1) <= d < max(ndim, 1):
         raise BuiltinArgError(f"{what} {d} is out of range for a tensor of rank {ndim}")
     return d
+
+
+def to_axis(v: Any, ndim: int, what: str = "dim") -> int:
+    """to_dim for a builtin that indexes along the dim (gather, select, slice, split, var, ...): a
+    0-d tensor has no dim to index (to_dim lets reductions take dim 0 of a scalar, as PyTorch does)."""
+    if ndim == 0:
+        raise BuiltinArgError(f"needs a tensor with at least one dimension, got a 0-d tensor")
+    return to_dim(v, ndim, what)
 
 
 def to_str(v: Any, what: str = "argument") -> str:

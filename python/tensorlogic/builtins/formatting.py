@@ -61,6 +61,10 @@ def format_value(v: Any, nested: bool = False, _open: frozenset = frozenset()) -
         return np.array2string(v, separator=", ", threshold=1000)
     if isinstance(v, np.generic):
         return format_value(v.item(), nested)
+    if isinstance(v, range):  # its values, as the array it stands for; a long one by its bounds
+        if len(v) <= 1000:
+            return "[" + ", ".join(str(x) for x in v) + "]"
+        return f"range({v.start}, {v.stop}" + (f", {v.step})" if v.step != 1 else ")")
     if id(v) in _open:
         return "<cycle>"
     inner_open = _open | {id(v)}

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..logic.dense_ops import CoreOps, sigmoid_t_host
 from ..logic.errors import LogicError
+from .convert import is_numeric_list, type_name
 from .core import Tensor, core
 from .registry import builtin
 
@@ -47,6 +48,8 @@ def sigmoid_t(x, temperature):
         if temperature == 0:
             return core.astype(core.gt(x32, 0.0), "f32")
         return core.sigmoid(core.div(x32, temperature))
+    if not (isinstance(x, np.ndarray) or is_numeric_list(x)):
+        raise LogicError(f"sigmoid_t: x must be a number or a tensor, got {type_name(x)}")
     host = sigmoid_t_host(np.asarray(x, dtype=np.float32), temperature)
     return core.from_numpy(host)
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .convert import BuiltinArgError, Tensor, core, tensor_or_scalar, to_bool, to_dim, to_float, to_int, to_tensor
+from .convert import BuiltinArgError, Tensor, core, tensor_or_scalar, to_axis, to_bool, to_dim, to_float, to_int, to_tensor
 from .registry import builtin
 
 C = "math"
@@ -191,7 +191,7 @@ def where(cond, a, b):
 
 @builtin("clamp", "clamp(x, lo, hi)", "elementwise min(max(x, lo), hi)", min_args=3, max_args=3, category=C)
 def clamp(x, lo, hi):
-    if isinstance(x, (int, float)):
+    if isinstance(x, (int, float)) and isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
         return min(max(x, lo), hi)
     return core.minimum(core.maximum(to_tensor(x, "x"), to_float(lo, "lo")), to_float(hi, "hi"))
 
@@ -269,7 +269,7 @@ def _var(t, dim, keepdim, correction):
         centered = core.sub(t, core.mean(t))
         total = core.sum(core.square(centered))
     else:
-        d = to_dim(dim, t.ndim)
+        d = to_axis(dim, t.ndim)
         n = t.shape[d]
         centered = core.sub(t, core.mean(t, d, True))
         total = core.sum(core.square(centered), d, to_bool(keepdim, "keepdim"))

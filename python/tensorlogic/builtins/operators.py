@@ -81,7 +81,19 @@ def _div(a, b):
 def _mod(a, b):
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return scalar_mod(a, b)
+    if _integer(a) and _integer(b) and _has_zero(b):  # as floor_div: an error, not a silent 0
+        raise ZeroDivisionError
     return a % b
+
+
+def _integer(v) -> bool:
+    return (v.__class__ is int) or (isinstance(v, Tensor) and v.dtype in ("i32", "i64"))
+
+
+def _has_zero(v) -> bool:
+    if v.__class__ is int:
+        return v == 0
+    return bool((v.numpy() == 0).any())  # a host read, as floor_div of integer tensors does
 
 
 def _pow(a, b):
@@ -234,10 +246,18 @@ def set_item(container, key: list, v) -> None:
         container[map_key(key[0])] = v
         return
     if isinstance(container, list):
-        target = container
-        for x in key[:-1]:
-            target = target[index_key(x)]
-        target[index_key(key[-1])] = v
+        target = get_item(container, tuple(key[:-1])) if len(key) > 1 else container
+        if isinstance(target, Tensor):
+            set_item(target, key[-1:], v)
+            return
+        if not isinstance(target, list):
+            raise BuiltinArgError(f"cannot assign into {type_name(target)}")
+        k = index_key(key[-1])
+        if k.__class__ is not int:
+            raise BuiltinArgError(f"an array index must be an integer, got {type_name(k)}")
+        if not -len(target) <= k < len(target):
+            raise BuiltinArgError(f"index {k} is out of range for array of length {len(target)}")
+        target[k] = v
         return
     raise BuiltinArgError(f"cannot assign into {type_name(container)}")
 

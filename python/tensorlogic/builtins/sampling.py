@@ -174,7 +174,10 @@ def top_p(ctx, logits, p, temperature=1.0):
 @builtin("seed", "seed(n)", "reseed the program's random generator (rand, sampling)", min_args=1, max_args=1,
          needs_ctx=True, category=C)
 def seed(ctx, n):
-    ctx.reseed(to_int(n, "n"))
+    value = to_int(n, "n")
+    if value < 0:
+        raise BuiltinArgError(f"a seed must be >= 0, got {value}")
+    ctx.reseed(value)
     return None
 
 

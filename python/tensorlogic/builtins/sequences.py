@@ -132,7 +132,9 @@ def contains(xs, v):
         return v in xs
     if isinstance(xs, str):
         return to_str(v, "v") in xs
-    return any(x == v if not isinstance(x, Tensor) else False for x in to_list(xs, "xs"))
+    if isinstance(v, (Tensor, list)):  # an element that is an array: compared as a value, never elementwise
+        return any(x.__class__ is list and x == v for x in to_list(xs, "xs")) if isinstance(v, list) else False
+    return any(x == v if not isinstance(x, (Tensor, list)) else False for x in to_list(xs, "xs"))
 
 
 @builtin("join", "join(xs, sep)", "the strings of xs joined with sep", min_args=2, max_args=2, category=C)

@@ -6,10 +6,12 @@ a 1-D tensor wherever a tensor is expected (convert.py); the default dtype is f3
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .convert import (BuiltinArgError, Tensor, core, list_to_numpy, to_dim, to_float, to_int,
-                      to_list, to_shape, to_tensor, type_name)
+from .convert import (INT_RANGES, BuiltinArgError, Tensor, check_int_range, core, list_to_numpy,
+                      tensor_of_dtype, to_axis, to_dim, to_float, to_int, to_list, to_shape, to_tensor, type_name)
 from .dtypes import dtype_of
 from .registry import builtin
 
@@ -32,7 +34,17 @@ def ones(shape, dtype="f32"):
 
 @builtin("full", "full(shape, value, [dtype])", "tensor filled with value", min_args=2, max_args=3, category=C)
 def full(shape, value, dtype="f32"):
-    return core.full(to_shape(shape), to_float(value, "value"), dtype_of(dtype))
+    return _full(to_shape(shape), value, dtype_of(dtype))
+
+
+def _full(dims, value, dt: str):
+    """core.full, exact for integer dtypes: a value that does not fit is an error (never a
+    saturation), and an int beyond 2^53 (which a double cannot hold) is filled exactly."""
+    if dt in INT_RANGES and isinstance(value, (int, float)) and not isinstance(value, bool):
+        check_int_range(value, dt)
+        if isinstance(value, int) and abs(value) > 2 ** 53:
+            return core.from_numpy(np.full(dims, value, dtype=np.int64), dt)
+    return core.full(dims, to_float(value, "value"), dt)
 
 
 @builtin("arange", "arange(n) | arange(start, stop, [step])", "evenly spaced values (f32)",
@@ -46,25 +58,31 @@ def arange(a, b=None, step=1):
     return core.arange(to_float(a, "start"), to_float(b, "stop"), s, "f32")
 
 
+def _creation_dims(shape) -> list[int]:
+    dims = to_shape(shape)
+    if any(d < 0 for d in dims):
+        raise BuiltinArgError(f"shape {dims} has a negative dimension")
+    return dims
+
+
 @builtin("rand", "rand(shape)", "uniform random values in [0, 1) from the program's seeded generator",
          min_args=1, max_args=1, needs_ctx=True, category=C)
 def rand(ctx, shape):
-    dims = to_shape(shape)
+    dims = _creation_dims(shape)
     return core.from_numpy(ctx.rng.random(dims, dtype=np.float32))
 
 
 @builtin("randn", "randn(shape)", "standard normal random values from the program's seeded generator",
          min_args=1, max_args=1, needs_ctx=True, category=C)
 def randn(ctx, shape):
-    dims = to_shape(shape)
+    dims = _creation_dims(shape)
     return core.from_numpy(ctx.rng.standard_normal(dims, dtype=np.float32))
 
 
 @builtin("from_array", "from_array(array, [dtype])", "a tensor from a (nested) numeric array",
          min_args=1, max_args=2, category=C)
 def from_array(values, dtype=None):
-    t = to_tensor(values)
-    return t.astype(dtype_of(dtype)) if dtype is not None else t
+    return tensor_of_dtype(values, dtype_of(dtype)) if dtype is not None else to_tensor(values)
 
 
 @builtin("shape", "shape(t)", "the shape of t as an int array", min_args=1, max_args=1, category=C)
@@ -137,7 +155,7 @@ def squeeze(t, dim=None):
     t = to_tensor(t, "t")
     if dim is None:
         return core.squeeze(t)
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     if t.shape[d] != 1:
         raise BuiltinArgError(f"dim {d} of tensor {list(t.shape)} has size {t.shape[d]}, not 1")
     return core.squeeze(t, d)
@@ -169,7 +187,7 @@ def concat(a, b=None, dim=None):
             raise BuiltinArgError("concat needs two tensors (or an array of tensors)")
         tensors = [to_tensor(a, "a"), to_tensor(b, "b")]
         dim = 0 if dim is None else dim
-    d = to_dim(dim, tensors[0].ndim)
+    d = to_axis(dim, tensors[0].ndim)
     return core.concat(tensors, d)
 
 
@@ -190,7 +208,7 @@ def slice_(t, a, b, c=None):
         dim, start, stop = 0, a, b
     else:
         dim, start, stop = a, b, c
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     n = t.shape[d]
     s, e = to_int(start, "start"), to_int(stop, "end")
     s, e, _ = slice(s, e).indices(n)
@@ -201,7 +219,7 @@ def slice_(t, a, b, c=None):
          min_args=1, max_args=2, category=C)
 def slice_last(t, axis=0):
     t = to_tensor(t, "t")
-    d = to_dim(axis, t.ndim)
+    d = to_axis(axis, t.ndim)
     return core.select(t, d, t.shape[d] - 1)
 
 
@@ -209,7 +227,7 @@ def slice_last(t, axis=0):
          max_args=3, category=C)
 def select(t, dim, index):
     t = to_tensor(t, "t")
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     i = to_int(index, "index")
     n = t.shape[d]
     if not -n <= i < n:
@@ -223,7 +241,7 @@ def gather(t, ids, dim=0):
     t = to_tensor(t, "t")
     idx = ids if isinstance(ids, Tensor) else core.from_numpy(np.asarray(
         [to_int(i, "id") for i in (ids if isinstance(ids, list) else [ids])], dtype=np.int64))
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     n = t.shape[d]
     host = idx.numpy()
     if host.size and (host.min() < -n or host.max() >= n):
@@ -243,7 +261,7 @@ def index_select(t, dim, ids):
          min_args=4, max_args=4, category=C)
 def scatter(t, dim, ids, src):
     t = to_tensor(t, "t")
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     arr = t.numpy().copy()
     id_list = ids.numpy().reshape(-1).tolist() if isinstance(ids, Tensor) else (
         ids if isinstance(ids, list) else [ids])
@@ -271,7 +289,7 @@ def chunk(t, n, dim=0):
     k = to_int(n, "n")
     if k <= 0:
         raise BuiltinArgError("n must be positive")
-    return list(core.chunk(t, k, to_dim(dim, t.ndim)))
+    return list(core.chunk(t, k, to_axis(dim, t.ndim)))
 
 
 @builtin("split", "split(t, size_or_sizes, [dim])", "split t into pieces of a size (or a list of sizes)",
@@ -280,7 +298,7 @@ def split(t, sizes, dim=0):
     if isinstance(t, str):
         return t.split(sizes) if isinstance(sizes, str) else t.split()
     t = to_tensor(t, "t")
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     if isinstance(sizes, list):
         parts = [to_int(s, "size") for s in sizes]
         if sum(parts) != t.shape[d]:
@@ -312,6 +330,8 @@ def copy_(dst, src):
          category=C)
 def to_int_builtin(x):
     if isinstance(x, float):
+        if not math.isfinite(x):
+            raise BuiltinArgError(f"cannot convert {x!r} to int")
         return int(x)
     if isinstance(x, Tensor):
         if x.numel != 1:
@@ -322,7 +342,7 @@ def to_int_builtin(x):
             return int(x.strip())
         except ValueError:
             raise BuiltinArgError(f"cannot convert {x!r} to int") from None
-    return to_int(x, "x")
+    return to_int(x, "x", limit64=False)
 
 
 @builtin("to_float", "to_float(x)", "a float from a number or a one-element tensor", min_args=1, max_args=1,
@@ -385,7 +405,7 @@ def _register_typed(prefix: str, dt: str) -> None:
     @builtin(f"{prefix}::full", f"{prefix}::full(shape, value)", f"{dt} tensor filled with value", min_args=2,
              max_args=2, category=C)
     def typed_full(shape, value):
-        return core.full(to_shape(shape), to_float(value, "value"), dt)
+        return _full(to_shape(shape), value, dt)
 
     @builtin(f"{prefix}::arange", f"{prefix}::arange(n | start, stop, [step])", f"{dt} evenly spaced values",
              min_args=1, max_args=3, category=C)
@@ -396,7 +416,7 @@ def _register_typed(prefix: str, dt: str) -> None:
              f"{dt} tensor from a (nested) numeric array, optionally reshaped", min_args=1, max_args=2,
              category=C)
     def typed_from_array(values, shape=None):
-        t = to_tensor(values).astype(dt)
+        t = tensor_of_dtype(values, dt)
         return reshape(t, shape) if shape is not None else t
 
     @builtin(f"{prefix}::rand", f"{prefix}::rand(shape)", f"{dt} uniform random values", min_args=1,
@@ -461,6 +481,12 @@ def one_hot(ids, n):
     classes = to_int(n, "n")
     if classes <= 0:
         raise BuiltinArgError(f"needs n > 0, got {classes}")
+    host = t.numpy()
+    if host.size:
+        bad = host[(host < 0) | (host >= classes) | (host != np.floor(host))]
+        if bad.size:
+            shown = bad.flat[0].item()
+            raise BuiltinArgError(f"id {shown} is not one of 0..{classes - 1} (n = {classes})")
     hits = core.eq(core.unsqueeze(core.astype(t, "f32"), -1), core.arange(0, classes, 1, "f32"))
     return core.astype(hits, "f32")
 
@@ -470,7 +496,7 @@ def flip(t, dim=-1):
     t = to_tensor(t, "t")
     if t.ndim == 0:
         return t
-    d = to_dim(dim, t.ndim)
+    d = to_axis(dim, t.ndim)
     size = t.shape[d]
     return core.index_select(t, d, core.from_numpy(np.arange(size - 1, -1, -1, dtype=np.int64)))
 
@@ -480,6 +506,8 @@ def flip(t, dim=-1):
          "[before, after] pair per dim from the first", min_args=2, max_args=3, category=C)
 def pad(t, widths, value=0.0):
     t = to_tensor(t, "t")
+    if t.ndim == 0:
+        raise BuiltinArgError("needs a tensor with at least one dimension, got a 0-d tensor")
     w = widths.numpy().tolist() if isinstance(widths, Tensor) else to_list(widths, "widths")
     if w and not isinstance(w[0], list):
         pairs, dims = [w], [t.ndim - 1]  # a flat [before, after]: the last dim
@@ -516,7 +544,7 @@ def repeat(t, n, dim=None):
     if dim is None:
         t, d = core.reshape(t, [t.numel]), 0
     else:
-        d = to_dim(dim, t.ndim)
+        d = to_axis(dim, t.ndim)
     ids = np.repeat(np.arange(t.shape[d], dtype=np.int64), times)
     return core.index_select(t, d, core.from_numpy(ids))
 

@@ -132,8 +132,30 @@ class ExpressionCompiler:
             missing = [n for n in st.field_names if n not in values]
             if missing:
                 raise self.error(f"struct {st.name} literal is missing field(s): {', '.join(missing)}", e)
+            checks = field_checks.get(st)
+            if checks is None:
+                checks = field_checks[st] = self._field_checks(st)
+            named: dict = {}
+            for n, check in checks:
+                try:
+                    values[n] = check(values[n], named)
+                except TLError as exc:
+                    raise self.error(exc.message, e) from None
             return StructValue(st, {n: values[n] for n in st.field_names})
+        field_checks: dict = {}  # struct type -> [(field, check)], made at the first evaluation
         return ev_struct
+
+    def _field_checks(self, st) -> list:
+        """The declared type checks of a struct's fields (generic ones aside)."""
+        from .type_check import type_checker
+        out = []
+        for n, typ in zip(st.field_names, st.field_types):
+            if typ is None or (typ.dims is None and typ.name in st.generics):
+                continue
+            check = type_checker(typ, f"struct {st.name}: field '{n}'", self.interp.structs)
+            if check is not None:
+                out.append((n, check))
+        return out
 
     def expr_BinOp(self, e: ast.BinOp, scope: Scope):
         op = e.op

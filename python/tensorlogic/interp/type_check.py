@@ -56,7 +56,7 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
             if v.__class__ is Symbolic and isinstance(v.value, int):  # a compiled function's argument
                 return v
             if isinstance(v, float) and v == int(v) or isinstance(v, Tensor) and v.numel == 1:
-                return to_int(v)
+                return to_int(v, limit64=False)
             if isinstance(v, bool):
                 return int(v)
             raise TLRuntimeError(f"{what} expects an int, got {type_name(v)}")

@@ -115,8 +115,8 @@ _COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equa
 
 
 def _evaluate(term, values: dict, rows: int, known: set, rule: Rule, numeric: bool = True) -> np.ndarray:
-    """A term's value for every row: an int64 array when numeric (arithmetic needs integers), else
-    the constants as they are."""
+    """A term's value for every row: when numeric an object array of Python ints (arithmetic needs
+    integers, and TL's ints are exact: int64 would wrap), else the constants as they are."""
     if isinstance(term, Arith):
         left = _evaluate(term.left, values, rows, known, rule)
         if term.op == "neg":
@@ -140,7 +140,7 @@ def _evaluate(term, values: dict, rows: int, known: set, rule: Rule, numeric: bo
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in column.tolist()):
         bad = next(v for v in column.tolist() if not isinstance(v, (int, np.integer)))
         raise LogicError(f"rule `{rule}` computes with {bad!r}, which is not an integer", rule.pos)
-    return column.astype(np.int64)
+    return np.array([int(v) for v in column.tolist()] + [None], dtype=object)[:-1]  # 1-D even if empty
 
 
 @dataclass
@@ -351,6 +351,7 @@ class LogicEngine:
         self._tables = None
         self._pending = {}
         derived: dict[str, set] = {}  # head relation -> index tuples computed by arithmetic rules
+        processed: dict[int, set] = {}  # arithmetic rule -> its body rows already turned into heads
         compiled = self._compile()
         tables = {name: self._fact_table(name) for name in self.relations}
         stats = []
@@ -360,7 +361,7 @@ class LogicEngine:
                 rules = [r for r in compiled if r.head.relation in component]
                 if rules:
                     stats.append(self._run_stratum(component, rules, tables))
-                if not (self._arith and self._derive_arithmetic(component, tables, derived)):
+                if not (self._arith and self._derive_arithmetic(component, tables, derived, processed)):
                     break
                 # New tuples from arithmetic rules (the strata before are complete, so they are
                 # sound): domains may have grown, so recompile, re-encode, and run this stratum again.
@@ -421,12 +422,15 @@ class LogicEngine:
         """For stratification: each arithmetic rule's head depends on its body rule's relation."""
         return [_DependencyEdge(a.head.relation, a.body_rule.head.relation, a.rule) for a in self._arith]
 
-    def _derive_arithmetic(self, component, tables: dict, derived: dict) -> bool:
+    def _derive_arithmetic(self, component, tables: dict, derived: dict, processed: dict) -> bool:
         """Compute the heads of the arithmetic rules whose body relation is in `component` (just
-        completed) from its rows; add the new head tuples to `derived`. True if there were any."""
+        completed) from its rows; add the new head tuples to `derived`. True if there were any.
+        Semi-naive: a body row seen in an earlier round of this inference (`processed`; rows only
+        grow while a stratum repeats, and domain indices are stable) already gave its head, so
+        each round costs its new rows, not all of them (a chain of n numbers was O(n^2))."""
         grew = False
         known = self._known_constants()
-        for arith in self._arith:
+        for number, arith in enumerate(self._arith):
             if arith.body_rule.head.relation not in component:
                 continue
             body_name = arith.body_rule.head.relation
@@ -434,16 +438,23 @@ class LogicEngine:
             if not len(table):
                 continue
             columns = table.columns()
+            seen = processed.setdefault(number, set())
+            index_rows = list(zip(*[c.tolist() for c in columns]))
+            fresh = np.fromiter((r not in seen for r in index_rows), bool, len(index_rows))
+            if not fresh.any():
+                continue
+            seen.update(index_rows)
+            columns = [c[fresh] for c in columns]
             values = {}
             for i, var in enumerate(arith.variables):
                 domain = self._domain(self._types_of(body_name)[i])
                 values[var] = np.array([domain.values[j] for j in columns[i].tolist()], dtype=object)
-            rows = len(table)
+            rows = int(fresh.sum())
             keep = np.ones(rows, bool)
             for comparison in arith.comparisons:
                 left = _evaluate(comparison.left, values, rows, known, arith.rule)
                 right = _evaluate(comparison.right, values, rows, known, arith.rule)
-                keep &= _COMPARE[comparison.op](left, right)
+                keep &= np.asarray(_COMPARE[comparison.op](left, right), dtype=bool)
             if not keep.any():
                 continue
             head_columns = []

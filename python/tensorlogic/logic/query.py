@@ -5,6 +5,8 @@ alphabetically, column by column), so the same program always prints the same te
 """
 from __future__ import annotations
 
+import numpy as np
+
 from dataclasses import dataclass
 
 from .terms import Atom
@@ -14,6 +16,12 @@ PRINT_LIMIT = 1000  # answers printed before "... and N more"
 
 def _format_weight(weight: float) -> str:
     return f"{weight:.3f}"
+
+
+def _truth(w) -> float:
+    """A truth value as a TL float: an f32 weight by its shortest decimal (0.7, not the
+    0.699999988079071 its exact value spells), as f32 scalars print everywhere in TL."""
+    return float(str(np.float32(w)))  # weighted relations hold f32 truth values
 
 
 @dataclass
@@ -32,7 +40,7 @@ class QueryResult:
         """For a ground query: its truth value (1.0 / 0.0 for Boolean relations)."""
         if not self.rows:
             return 0.0
-        return 1.0 if self.weights is None else float(self.weights[0])
+        return 1.0 if self.weights is None else _truth(self.weights[0])
 
     @property
     def value(self):
@@ -42,7 +50,7 @@ class QueryResult:
         if self.is_ground:
             return self.truth if self.weights is not None else bool(self.rows)
         if self.weights is not None:
-            return [tuple(row) + (float(w),) for row, w in zip(self.rows, self.weights)]
+            return [tuple(row) + (_truth(w),) for row, w in zip(self.rows, self.weights)]
         return list(self.rows)
 
     def text(self) -> str:
