@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from .autograd import tape
+from .autograd.rules import RULES
 from .convert import BuiltinArgError, Tensor, core, tensor_or_scalar, to_axis, to_bool, to_dim, to_float, to_int, to_tensor
 from .registry import builtin
 
@@ -247,18 +249,40 @@ def _floating(t):
 def prod(t, dim=None, keepdim=False):
     t = to_tensor(t, "t")  # no product kernel: exact on the host (reductions are not a per-token path)
     arr = t.numpy()
-    out = np.prod(arr) if dim is None else np.prod(arr, axis=to_dim(dim, t.ndim), keepdims=to_bool(keepdim, "keepdim"))
-    return core.from_numpy(np.array(out, dtype=arr.dtype, order="C"))
+    d = None if dim is None else to_dim(dim, t.ndim)
+    keep = to_bool(keepdim, "keepdim")
+    out = np.prod(arr) if d is None else np.prod(arr, axis=d, keepdims=keep)
+    result = core.from_numpy(np.array(out, dtype=arr.dtype, order="C"))
+    if tape.tracking(t):  # the host product is taped with its rule (rules.py)
+        tape.record(RULES["prod"], (t, d, keep), {}, result)
+    return result
 
 
 @builtin("cumsum", "cumsum(t, [dim])", "running sums along dim (default the last)", min_args=1, max_args=2,
          category=C)
 def cumsum(t, dim=-1):
     t = to_tensor(t, "t")
+    if tape.tracking(t):
+        return _cumsum_differentiable(t, to_dim(dim, max(t.ndim, 1)) if t.ndim else 0)
     arr = t.numpy()
     if t.ndim == 0:
         return core.from_numpy(arr.copy())
     return core.from_numpy(np.ascontiguousarray(np.cumsum(arr, axis=to_dim(dim, t.ndim), dtype=arr.dtype)))
+
+
+def _cumsum_differentiable(t, d):
+    """cumsum of a tracked tensor as taped device ops: x @ U along dim d, U[j, i] = 1 for j <= i (its
+    gradient is then the reversed running sum, from matmul's rule)."""
+    if t.ndim == 0:
+        return core.mul(t, 1.0)
+    n = t.shape[d]
+    upper = core.from_numpy(np.triu(np.ones((n, n), dtype=np.float32)))
+    if t.dtype != "f32":
+        upper = core.astype(upper, t.dtype)
+    last = t.ndim - 1
+    moved = core.transpose(t, d, last) if d != last else t
+    out = core.matmul(moved, upper)
+    return core.contiguous(core.transpose(out, d, last)) if d != last else out
 
 
 def _var(t, dim, keepdim, correction):

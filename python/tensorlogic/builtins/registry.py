@@ -50,6 +50,27 @@ def _effect_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
+def _refusal_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A builtin that would cut the gradient graph (autograd/optable.py): a learnable input, or one
+    computed from a learnable, is an error naming it."""
+    from .autograd import optable, tape
+
+    def guarded(*args):
+        if tape.tracking(*args):
+            raise tape.AutogradError(optable.refusal_message(name))
+        return fn(*args)
+
+    guarded.__name__ = getattr(fn, "__name__", name)
+    guarded.__doc__ = fn.__doc__
+    return guarded
+
+
+def _refuses_here(name: str) -> bool:
+    """Refused by this layer: the table says so and no `_core` op of the same name refuses already."""
+    from .autograd.optable import BUILTIN_OPS, CORE_OPS, REFUSES
+    return BUILTIN_OPS.get(name, ("",))[0] == REFUSES and CORE_OPS.get(name, ("",))[0] != REFUSES
+
+
 def builtin(name: str, signature: str, doc: str, *, min_args: int, max_args: int | None,
             needs_ctx: bool = False, category: str = "misc"):
     """Register the decorated function as the TL builtin `name`."""
@@ -58,6 +79,8 @@ def builtin(name: str, signature: str, doc: str, *, min_args: int, max_args: int
         if name in BUILTINS:
             raise ValueError(f"builtin {name!r} registered twice")
         impl = _effect_guard(name, fn) if name in HOST_EFFECT_BUILTINS else fn
+        if _refuses_here(name):
+            impl = _refusal_guard(name, impl)
         BUILTINS[name] = Builtin(name, impl, signature, doc, min_args, max_args, needs_ctx, category)
         return fn
 

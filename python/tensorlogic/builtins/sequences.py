@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .autograd import tape
 from .operators import map_key
 from .convert import BuiltinArgError, Tensor, core, to_bool, to_dim, to_int, to_list, to_str, to_tensor, type_name
 from .registry import builtin
@@ -83,6 +84,8 @@ def sort(xs, dim=-1, descending=False):
     if isinstance(xs, Tensor):
         arr, d = _sortable(xs, dim)
         order = _order(arr, d, descending)
+        if tape.tracking(xs):
+            return take_along(xs, order, d)
         return core.from_numpy(np.ascontiguousarray(np.take_along_axis(arr, order, d)), xs.dtype)
     try:
         return sorted(to_list(xs, "xs"), reverse=to_bool(descending, "descending"))
@@ -123,7 +126,25 @@ def topk(t, k, dim=-1):
     if not 0 <= kk <= arr.shape[d]:
         raise BuiltinArgError(f"k must be between 0 and {arr.shape[d]}, got {kk}")
     order = np.take(_order(arr, d, True), np.arange(kk), axis=d)
+    if tape.tracking(t):
+        return take_along(t, order, d)
     return core.from_numpy(np.ascontiguousarray(np.take_along_axis(arr, order, d)), t.dtype)
+
+
+def take_along(t, order, d):
+    """np.take_along_axis(t, order, d) as taped device ops (a tracked t: sort and topk): one
+    index_select of the flat tensor, whose rule scatters the gradient back to the picked places."""
+    last = t.ndim - 1
+    moved = core.contiguous(core.transpose(t, d, last) if d != last else t)
+    n = moved.shape[-1]
+    order_m = np.moveaxis(order, d, -1)
+    rows = int(np.prod(order_m.shape[:-1], dtype=np.int64))
+    flat_ids = (np.arange(rows, dtype=np.int64)[:, None] * n + order_m.reshape(rows, -1)).reshape(-1)
+    if flat_ids.size == 0:
+        return core.from_numpy(np.ascontiguousarray(np.take_along_axis(t.numpy(), order, d)), t.dtype)
+    picked = core.index_select(core.reshape(moved, [-1]), 0, core.from_numpy(np.ascontiguousarray(flat_ids)))
+    out = core.reshape(picked, list(order_m.shape))
+    return core.contiguous(core.transpose(out, d, last)) if d != last else out
 
 
 @builtin("contains", "contains(xs, v)", "whether array/string xs contains v", min_args=2, max_args=2, category=C)

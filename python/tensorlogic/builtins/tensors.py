@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .autograd import tape
 from .convert import (INT_RANGES, BuiltinArgError, Tensor, check_int_range, core, list_to_numpy,
                       tensor_of_dtype, to_axis, to_dim, to_float, to_int, to_list, to_shape, to_tensor, type_name)
 from .dtypes import dtype_of
@@ -272,14 +273,42 @@ def scatter(t, dim, ids, src):
         if not -n <= i < n:
             raise BuiltinArgError(f"id {i} out of range for dim {d} of size {n}")
         positions.append(i % n)
-    src_arr = to_tensor(src, "src").numpy()
+    src_t = to_tensor(src, "src")
+    src_arr = src_t.numpy()
     moved = np.moveaxis(arr, d, 0)
     try:
         moved[positions] = np.moveaxis(src_arr, d, 0) if src_arr.ndim == arr.ndim else src_arr
     except ValueError:
         raise BuiltinArgError(f"src {list(src_arr.shape)} does not fit {len(positions)} slices of "
                               f"tensor {list(t.shape)} along dim {d}") from None
+    if tape.tracking(t, src_t):
+        return _scatter_differentiable(t, d, positions, src_t, src_arr.ndim == arr.ndim)
     return core.from_numpy(arr, t.dtype)
+
+
+def _scatter_differentiable(t, d, positions, src, same_rank):
+    """scatter of tracked tensors as taped ops: where(written, src's slice that wrote last, t), so t's
+    gradient skips the overwritten slices and src's reaches only the slices that were kept."""
+    if not positions:
+        return core.mul(t, 1.0)
+    perm = [d] + [i for i in range(t.ndim) if i != d]
+    inverse = [perm.index(i) for i in range(t.ndim)]
+    tm = core.permute(t, perm)
+    sm = core.permute(src, perm) if same_rank else src
+    if sm.dtype != t.dtype:
+        sm = core.astype(sm, t.dtype)
+    slices = [len(positions)] + list(tm.shape[1:])
+    if list(sm.shape) != slices:
+        sm = core.expand(sm, slices)
+    n = t.shape[d]
+    pick = np.zeros(n, dtype=np.int64)
+    written = np.zeros([n] + [1] * (t.ndim - 1), dtype=bool)
+    for j, p in enumerate(positions):  # a later write of the same slice wins, as in the host copy
+        pick[p] = j
+        written.flat[p] = True
+    placed = core.index_select(core.contiguous(sm), 0, core.from_numpy(pick))
+    out = core.where(core.from_numpy(written), placed, tm)
+    return core.contiguous(core.permute(out, inverse))
 
 
 @builtin("chunk", "chunk(t, n, [dim])", "split t into n nearly equal parts (an array)", min_args=2,

@@ -4,7 +4,9 @@ A rule is `rule(g, out, needs, *args, **kw) -> list` with one entry per position
 the gradient for that argument (a tensor of its shape, a list for list arguments such as `concat`'s),
 or None. `needs[i]` says whether argument i leads to a learnable; rules skip the work for the others.
 Invariant: rules run with recording off and use only `core` ops (so they run on the device that holds
-`g`); a gradient always has its input's shape (broadcast dimensions are summed back by `unbroadcast`).
+`g`), except `prod`'s, whose forward runs on the host and whose rule reads x there too; a gradient
+always has its input's shape (broadcast dimensions are summed back by `unbroadcast`). Which op has
+which rule is optable.py's table.
 """
 from __future__ import annotations
 
@@ -228,6 +230,12 @@ def _gelu(g, out, x, approximate="tanh"):
     return core.mul(g, core.add(left, right))
 
 
+@rule("floor", "ceil", "round", "step")
+def _piecewise_constant(g, out, needs, x, *rest, **kw):
+    """Zero almost everywhere (PyTorch's floor/ceil/round/sign give zeros too)."""
+    return [_float_grad(core.mul(g, 0.0), x)] + [None] * len(rest)
+
+
 @rule("astype")
 def _astype(g, out, needs, x, dtype=None):
     return [_float_grad(g, x)]
@@ -278,6 +286,24 @@ def _extreme(g, out, needs, x, dim=None, keepdim=False):
     count = core.sum(hit, dim, True) if dim is not None else core.sum(hit)
     share = core.div(hit, _expand_back(count, x, dim, True) if dim is not None else count)
     return [_float_grad(core.mul(_expand_back(g, x, dim, keepdim), share), x)]
+
+
+@rule("prod")
+def _prod(g, out, needs, x, dim=None, keepdim=False):
+    """d prod / d x_i = the product of the other elements along dim (exact with zeros among them)."""
+    import numpy as np  # noqa: PLC0415 - only this host-side rule needs it
+    arr = x.numpy().astype(np.float64)
+    axis = -1 if dim is None else dim % x.ndim
+    moved = arr.reshape(-1) if dim is None else np.moveaxis(arr, axis, -1)
+    ones = np.ones(moved.shape[:-1] + (1,))
+    left = np.concatenate([ones, np.cumprod(moved, -1)[..., :-1]], -1)
+    right = np.concatenate([np.cumprod(moved[..., ::-1], -1)[..., :-1][..., ::-1], ones], -1)
+    others = left * right
+    others = others.reshape(arr.shape) if dim is None else np.moveaxis(others, -1, axis)
+    others_t = core.from_numpy(np.ascontiguousarray(others.astype(np.float32)))
+    if x.dtype != "f32":
+        others_t = core.astype(others_t, x.dtype)
+    return [_float_grad(core.mul(_expand_back(g, x, dim, keepdim), others_t), x), None, None]
 
 
 @rule("softmax")

@@ -2,8 +2,12 @@
 
 Invariants (all bookkeeping lives here):
 - A tensor takes part in differentiation iff `id(tensor)` is a key of `TRACKED`: a `Param` (a learnable,
-  which holds its tensor weakly) or a `Node` (the output of a recorded op). Every entry carries a
-  weakref whose callback removes it when its tensor dies, so an id never outlives its tensor.
+  which holds its tensor weakly), a `Node` (the output of a recorded op) or a `GradValue` (a gradient
+  `grad(W)` handed to the program: ops on it are taped so that backward through it is an error, not a
+  silent zero, since second-order gradients are not supported). Every entry carries a weakref whose
+  callback removes it when its tensor dies, so an id never outlives its tensor. Only float tensors
+  are recorded (an integer or bool result carries no gradient).
+- `backward` of a loss that reaches no learnable is an error naming why, never a silent no-op.
 - A node holds its inputs strongly and its output weakly: a graph lives exactly as long as the tensors
   downstream of it, and a loop that rebinds its variables frees last iteration's graph (nothing grows).
 - Backward rules are compositions of the same traced `_core` ops the forward pass uses, run with
@@ -20,11 +24,15 @@ import weakref
 from typing import Any, Callable
 
 from .. import symbolic
+from ..convert import BuiltinArgError
 from ..core import Tensor, core, runtime
 
+FLOAT_DTYPES = ("f32", "f16", "bf16")
 
-class AutogradError(Exception):
-    """A gradient request that cannot be served (e.g. backward of something that is not a tensor)."""
+
+class AutogradError(BuiltinArgError):
+    """A gradient request that cannot be served (e.g. backward of something that is not a tensor);
+    a program error the interpreter reports with the builtin's name."""
 
 
 class Param:
@@ -51,6 +59,15 @@ class Node:
         self.args = args
         self.kw = kw
         self.out_ref = weakref.ref(out, _forget(id(out), self))
+
+
+class GradValue:
+    """A gradient read by `grad(W)`: tracked only so that a gradient flowing back into it is reported."""
+
+    __slots__ = ("ref", "__weakref__")
+
+    def __init__(self, tensor):
+        self.ref = weakref.ref(tensor, _forget(id(tensor), self))
 
 
 TRACKED: dict[int, Any] = {}
@@ -110,8 +127,24 @@ def live_params() -> list[Param]:
     return [e for e in TRACKED.values() if e.__class__ is Param and e.ref() is not None]
 
 
+def tracking(*values) -> bool:
+    """Whether an op on `values` (tensors, or lists of them) must be taped: recording is on and one of
+    them is tracked. Builtins that compute on the host check it to take a differentiable path."""
+    if not STATE.enabled or not STATE.recording:
+        return False
+    for v in values:
+        if v.__class__ is list or v.__class__ is tuple:
+            if any(id(t) in TRACKED for t in v):
+                return True
+        elif id(v) in TRACKED:
+            return True
+    return False
+
+
 def record(rule: Callable, args: tuple, kw: dict, out) -> None:
     if id(out) in TRACKED:  # an op handed back a tracked tensor itself: it already has its entry
+        return
+    if out.__class__ is Tensor and out.dtype not in FLOAT_DTYPES:  # no gradient through ints or bools
         return
     TRACKED[id(out)] = Node(rule, args, kw, out)
 
@@ -149,7 +182,7 @@ def backward(loss, seed=None) -> int:
     if not _is_tensor(loss):
         raise AutogradError("backward needs a tensor computed from learnable tensors")
     if id(loss) not in TRACKED:
-        return 0
+        raise AutogradError(_NO_LEARNABLE)
     order = _topological(loss)
     grads: dict[int, Any] = {}
     with no_recording():
@@ -173,6 +206,10 @@ def backward(loss, seed=None) -> int:
                 entry.grad = g if entry.grad is None else core.add(entry.grad, g)
                 reached += 1
                 continue
+            if entry.__class__ is GradValue:
+                raise AutogradError("the loss depends on grad(...): second-order gradients (the gradient of "
+                                    "a gradient) are not supported; detach(grad(W)) uses its values as "
+                                    "a constant")
             needs = [False] * len(entry.args)
             subs: dict[int, list] = {}
             for pos, j, _t in _inputs(entry):
@@ -189,7 +226,13 @@ def backward(loss, seed=None) -> int:
                 key = id(t)
                 prev = grads.get(key)
                 grads[key] = gi if prev is None else core.add(prev, gi)
+    if reached == 0:
+        raise AutogradError(_NO_LEARNABLE)
     return reached
+
+
+_NO_LEARNABLE = ("the loss does not depend on any learnable tensor (it was computed from constants, "
+                 "detach(...), integer casts or comparisons only), so there is no gradient to compute")
 
 
 def _topological(loss) -> list[tuple[Any, Any]]:
@@ -227,9 +270,10 @@ def grad_of(tensor):
     if param is None:
         raise AutogradError("grad needs a learnable tensor (declare it with learnable(...) or "
                             "`tensor w: f32[..] learnable`)")
-    if param.grad is None:
-        return core.zeros(list(tensor.shape), tensor.dtype)
-    return param.grad
+    g = core.zeros(list(tensor.shape), tensor.dtype) if param.grad is None else param.grad
+    if id(g) not in TRACKED:
+        TRACKED[id(g)] = GradValue(g)
+    return g
 
 
 def detach(tensor):

@@ -5,9 +5,12 @@ programs that never learn). `enable()` then replaces every differentiable op wit
 the op and, when recording is on and an input is tracked, records it on the tape (`tape.py`); it also
 hooks `Tensor`'s arithmetic operators, `[]` and shape methods the same way, so `a + b` inside the
 interpreter or a builtin is taped like `core.add(a, b)`.
+Which op is taped how is optable.py's CORE_OPS (the one table of ops and gradients).
 Invariants: a wrapper returns exactly what the raw op returns; ops whose fused kernel has no backward
-(rms_norm, layer_norm, rope, attention) run as compositions of differentiable ops, but only when an
-input is tracked; ops with no gradient (comparisons, argmax, creation) are never wrapped.
+(rms_norm, layer_norm, rope, attention, swiglu, swiglu_linear, rms_norm_linear) run as compositions of
+differentiable ops, but only when an input is tracked; ops with no gradient (comparisons, argmax,
+creation) are never wrapped; ops that would cut the graph (a KV-cache write, `copy_`, `t[i] = x`)
+refuse a tracked input with an error naming them.
 """
 from __future__ import annotations
 
@@ -17,14 +20,10 @@ import numpy as np
 
 from ..core import Tensor, core
 from ..core import runtime as raw_core
-from .tape import STATE, TRACKED, record
+from . import optable
+from .tape import STATE, TRACKED, AutogradError, record
 
-DIFFERENTIABLE = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "mod", "where", "neg", "abs", "exp",
-                  "log", "sqrt", "rsqrt", "square", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "silu",
-                  "gelu", "astype", "contiguous", "sum", "mean", "max", "min", "softmax", "log_softmax",
-                  "matmul", "linear", "reshape", "flatten", "squeeze", "unsqueeze", "expand", "transpose",
-                  "permute", "slice", "select", "concat", "stack", "embedding", "index_select",
-                  "scatter_add_rows")
+DIFFERENTIABLE = optable.core_ops("rule") + optable.core_ops("zero")
 
 
 def _any_tracked(args) -> bool:
@@ -75,6 +74,17 @@ def _wrap_pieces(raw_fn, slice_rule):
                 record(slice_rule, (x, dim, start, start + n, 1), {}, p)
                 start += n
         return pieces
+    traced.__name__ = raw_fn.__name__
+    traced.__doc__ = raw_fn.__doc__
+    return traced
+
+
+def _wrap_refusal(raw_fn, name: str, first: int = 0):
+    """An op that would cut the graph: a tracked input from position `first` on is an error."""
+    def traced(*args, **kw):
+        if STATE.recording and _any_tracked(args[first:]):
+            raise AutogradError(optable.refusal_message(name))
+        return raw_fn(*args, **kw)
     traced.__name__ = raw_fn.__name__
     traced.__doc__ = raw_fn.__doc__
     return traced
@@ -144,7 +154,26 @@ def _attention(q, k, v, mask=None, scale=None, causal=False, pos_offset=0):
     return core.permute(core.matmul(weights, vh), [1, 0, 2])
 
 
-COMPOSITES = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "rope": _rope, "attention": _attention}
+def _swiglu(gate, up=None):
+    if up is None:  # one tensor whose last dim holds the [gate | up] halves
+        half = gate.shape[-1] // 2
+        gate, up = core.slice(gate, -1, 0, half), core.slice(gate, -1, half, 2 * half)
+    return core.mul(core.silu(gate), up)
+
+
+def _swiglu_linear(gate_up, w, residual=None):
+    return core.linear(_swiglu(gate_up), w, residual)
+
+
+def _rms_norm_linear(x, norm_w, w, eps=1e-5, residual=None):
+    return core.linear(_rms_norm(x, norm_w, eps), w, residual)
+
+
+COMPOSITES = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "rope": _rope, "attention": _attention,
+              "swiglu": _swiglu, "swiglu_linear": _swiglu_linear, "rms_norm_linear": _rms_norm_linear}
+assert set(COMPOSITES) == set(optable.core_ops("composite"))
+# copy_(dst, src): writing into a learnable is a parameter update; a tracked src would lose its gradient
+_REFUSAL_FIRST = {"copy_": 1}
 
 
 # ---------------------------------------------------------------- Tensor operators and methods
@@ -188,6 +217,19 @@ def _hook_method(cls, name: str, rule_fn, normalize=None):
     setattr(cls, name, method)
 
 
+def _hook_setitem(cls):
+    """`t[i] = x` with x tracked would copy x's values and lose its gradient: an error instead."""
+    original = cls.__setitem__
+
+    def setitem(self, key, value):
+        if STATE.recording and _any_tracked((value,)):
+            raise AutogradError("assigning into a tensor (t[i] = x) records no gradient, and x is learnable or "
+                                "computed from one: build the tensor with concat/stack/where instead, or "
+                                "detach(x) to store its values")
+        return original(self, key, value)
+    setattr(cls, "__setitem__", setitem)
+
+
 def _shape_args(args):
     if len(args) == 1 and isinstance(args[0], (list, tuple)):
         return list(args[0])
@@ -203,6 +245,9 @@ def enable() -> None:
         setattr(core, name, _wrap(getattr(raw_core, name), RULES[name]))
     for name, composite in COMPOSITES.items():
         setattr(core, name, _wrap_composite(getattr(raw_core, name), composite))
+    for name, (kind, _why) in optable.CORE_OPS.items():
+        if kind == optable.REFUSES:
+            setattr(core, name, _wrap_refusal(getattr(raw_core, name), name, _REFUSAL_FIRST.get(name, 0)))
     core.split = _wrap_pieces(raw_core.split, RULES["slice"])
     core.chunk = _wrap_pieces(raw_core.chunk, RULES["slice"])
     for dunder, op in _BINARY_DUNDERS.items():
@@ -213,4 +258,5 @@ def enable() -> None:
         _hook_method(Tensor, name, RULES[name])
     _hook_method(Tensor, "reshape", RULES["reshape"])
     _hook_method(Tensor, "permute", RULES["permute"], lambda self, args: (self, _shape_args(args)))
+    _hook_setitem(Tensor)
     STATE.enabled = True
