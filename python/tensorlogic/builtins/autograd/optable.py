@@ -33,8 +33,8 @@ _CORE_ZERO = "floor ceil round step"
 _CORE_COMPOSITE = "rms_norm layer_norm rope attention swiglu swiglu_linear rms_norm_linear"
 _CORE_PIECES = "split chunk"
 _CORE_REFUSES = {
-    "rope_kv_write": "writes k and v into a KV cache (generation only)",
-    "copy_": "writes src into another tensor in place (compute a new tensor instead)",
+    "rope_kv_write": "writes k and v into a KV cache, for generation only",
+    "copy_": "writes src into another tensor in place; compute a new tensor instead",
 }
 _CORE_NO_GRADIENT = {
     "integer or bool result": "argmax argmin eq ne lt le gt ge logical_and logical_not logical_or",
@@ -85,12 +85,13 @@ _BUILTIN_DIFFERENTIABLE = {
                        "attention causal_attention apply_attention_mask dropout",
 }
 _BUILTIN_REFUSES = {
-    "rope_kv_write": "writes k and v into a KV cache (generation only)",
-    "cache_attention": "attends over a KV cache (generation only)",
-    "copy_": "writes src into dst in place (compute a new tensor instead)",
+    "rope_kv_write": "writes k and v into a KV cache, for generation only",
+    "cache_attention": "attends over a KV cache, for generation only",
+    "copy_": "writes src into dst in place; compute a new tensor instead",
+    "one_hot": "its ids are indices",
 }
 _BUILTIN_NO_GRADIENT = {
-    "integer, bool, string or shape result": "argmax argmin argsort isnan isinf any all one_hot shape numel ndim "
+    "integer, bool, string or shape result": "argmax argmin argsort isnan isinf any all shape numel ndim "
                                              "dtype len is_learnable contains str format join upper lower trim "
                                              "starts_with ends_with replace substring split_string tokenize "
                                              "detokenize detokenize_single apply_chat_template "

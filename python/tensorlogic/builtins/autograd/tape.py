@@ -231,8 +231,9 @@ def backward(loss, seed=None) -> int:
     return reached
 
 
-_NO_LEARNABLE = ("the loss does not depend on any learnable tensor (it was computed from constants, "
-                 "detach(...), integer casts or comparisons only), so there is no gradient to compute")
+_NO_LEARNABLE = ("the loss does not depend on any learnable tensor, so there is no gradient to compute (it "
+                 "comes from constants, detach(...), integer casts, comparisons, or the result of a @compile "
+                 "function called outside a learn block, which carries no gradient)")
 
 
 def _topological(loss) -> list[tuple[Any, Any]]:
