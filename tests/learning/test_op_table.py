@@ -493,6 +493,10 @@ def test_backward_of_a_loss_with_no_learnable_is_an_error():
 def test_a_gradient_of_grad_is_an_error_and_detach_makes_it_a_constant():
     text = run_error("let W = learnable([1.0, 2.0])\nbackward(sum(W * W))\nbackward(sum(grad(W) * grad(W)))")
     assert "second-order gradients" in text and "grad(" in text
+    out = tensorlogic.run("let W = learnable([1.0, 2.0])\nbackward(sum(W * W))\nlet g = grad(W)\n"
+                          "backward(sum(W * W) + sum(g * g))", filename="<test>")
+    assert out.error is not None and "second-order" in out.error_text
+    np.testing.assert_allclose(tape.grad_of(out.env["W"]).numpy(), [2.0, 4.0])  # nothing half-added
     out = run_ok("let W = learnable([1.0, 2.0])\nbackward(sum(W * W))\nlet g = detach(grad(W))\nzero_grad()\n"
                  "backward(sum(W * g))\nprint(grad(W))")
     np.testing.assert_allclose(values(out), [2.0, 4.0])

@@ -184,6 +184,9 @@ def backward(loss, seed=None) -> int:
     if id(loss) not in TRACKED:
         raise AutogradError(_NO_LEARNABLE)
     order = _topological(loss)
+    if any(entry.__class__ is GradValue for entry, _t in order):  # checked first: no gradient half-added
+        raise AutogradError("the loss depends on grad(...): second-order gradients (the gradient of a "
+                            "gradient) are not supported; detach(grad(W)) uses its values as a constant")
     grads: dict[int, Any] = {}
     with no_recording():
         if seed is None:
@@ -206,10 +209,6 @@ def backward(loss, seed=None) -> int:
                 entry.grad = g if entry.grad is None else core.add(entry.grad, g)
                 reached += 1
                 continue
-            if entry.__class__ is GradValue:
-                raise AutogradError("the loss depends on grad(...): second-order gradients (the gradient of "
-                                    "a gradient) are not supported; detach(grad(W)) uses its values as "
-                                    "a constant")
             needs = [False] * len(entry.args)
             subs: dict[int, list] = {}
             for pos, j, _t in _inputs(entry):
