@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import symbolic
 from .operators import map_key
 from .convert import BuiltinArgError, Tensor, core, to_bool, to_dim, to_int, to_list, to_str, to_tensor, type_name
 from .registry import builtin
@@ -52,7 +53,10 @@ def len_(x):
 def append(xs, v):
     if isinstance(xs, str) and isinstance(v, str):
         return xs + v
+    mirror = symbolic.note_mutation(xs, "an array")
     to_list(xs, "xs").append(v)
+    if mirror is not None:  # xs is a compiled function's copy of its argument: the caller's grows too
+        mirror[0].append(mirror[1](v))
     return xs
 
 
@@ -184,4 +188,5 @@ def remove(m, k):
     key = map_key(k)
     if key not in _map(m):
         raise BuiltinArgError(f"no key {key!r} in the map")
+    symbolic.note_mutation(m, "a map")  # maps are passed as themselves: no copy to mirror
     return m.pop(key)

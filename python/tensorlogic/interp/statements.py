@@ -202,10 +202,14 @@ class StatementCompiler:
                 container = obj(f)
                 key = [k(f) for k in keys]
                 v = value(f)
+                mirror = None
                 if symbolic.CURRENT is not None and not operators.is_tensor(container):
                     symbolic.abandon("it assigns into an array (host state a replay would not update)")
+                    mirror = symbolic.note_mutation(container, "an array")
                 try:
                     operators.set_item(container, key, v)
+                    if mirror is not None:  # the body's copy of an argument: the caller's changes too
+                        operators.set_item(mirror[0], [mirror[1](k) for k in key], mirror[1](v))
                 except Exception as e:
                     raise self.convert(e, target, "index assignment") from None
             return ex_setitem
@@ -222,6 +226,9 @@ class StatementCompiler:
                     if name not in o.fields:
                         raise self.error(f"struct {o.type.name} has no field '{name}'", target)
                     o.fields[name] = v
+                    mirror = symbolic.note_mutation(o, "a struct") if symbolic.CURRENT is not None else None
+                    if mirror is not None:  # the body's copy of an argument: the caller's changes too
+                        mirror[0].fields[name] = mirror[1](v)
                     return None
                 setter = getattr(o, "tl_set_field", None)
                 if setter is None:
