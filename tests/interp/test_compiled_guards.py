@@ -48,6 +48,17 @@ coeffs[0] = 5.0
 print(g(ones([2])))
 print(g(ones([2])))
 """, ["[3., 3.]", "[3., 3.]", "[7., 7.]", "[7., 7.]"]),
+    "replace_a_tensor_in_a_global_array": ("""
+let Ws = [ones([2]), ones([2])]
+@compile
+fn f(x) { x + Ws[0] + Ws[1] }
+print(f(zeros([2])))
+print(f(zeros([2])))
+let kept = Ws[1]  // the replaced tensor stays alive: only the guard can see the change
+Ws[1] = ones([2]) * 5.0
+print(f(zeros([2])))
+print(f(zeros([2])))
+""", ["[2., 2.]", "[2., 2.]", "[6., 6.]", "[6., 6.]"]),
     "assign_global_map_value": ("""
 let m = map(["k"], [1.0])
 @compile

@@ -57,47 +57,46 @@ class _Eager:
         self.reason = reason
 
 
-class _Same:
-    """A value of a fingerprint compared by identity (a tensor, a host object); holding it keeps its
-    id from being reused while the fingerprint lives."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any):
-        self.obj = obj
-
-    def __eq__(self, other: Any) -> bool:
-        return other.__class__ is _Same and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
+_TENSOR = recording.Tensor
 
 
-def _fingerprint(v: Any, out: list) -> None:
+def _fingerprint(v: Any, out: list, pins: list | None) -> None:
     """Append to `out` what a recording took from the host value `v`: scalars with their type (true
     is not 1; a float by its bits, so -0.0 is not 0.0), lengths, map keys in order with their types,
-    struct fields, and anything else (tensors, host objects) by identity."""
+    struct fields, and anything else (tensors, host objects, struct types) as its id, a bare int.
+    The recorded fingerprint keeps those objects alive in `pins`, so an equal id at a replay is the
+    same object (an id is only reused after its object is freed)."""
     cls = v.__class__
     if cls is float:
         out.append(v.hex())
-    elif cls in (int, bool, str) or v is None:
+    elif cls is int or cls is bool or cls is str or v is None:
         out.append((cls, v))
     elif cls is list:
         out.append(("L", len(v)))
+        kinds = set(map(type, v))
+        if len(kinds) == 1 and kinds.pop() is _TENSOR:  # the common case (a list of weights): at C speed
+            out.append(tuple(map(id, v)))
+            if pins is not None:
+                pins.extend(v)
+            return
         for x in v:
-            _fingerprint(x, out)
+            _fingerprint(x, out, pins)
     elif cls is dict:
         out.append(("M", len(v)))
         for k, x in v.items():
             out.append((k.__class__, k))
-            _fingerprint(x, out)
+            _fingerprint(x, out, pins)
     elif cls is StructValue:
-        out.append(("S", _Same(v.type)))
+        out.append(("S", id(v.type)))
+        if pins is not None:
+            pins.append(v.type)
         for name, x in v.fields.items():
             out.append(name)
-            _fingerprint(x, out)
+            _fingerprint(x, out, pins)
     else:
-        out.append(_Same(v))
+        out.append(id(v))
+        if pins is not None:
+            pins.append(v)
 
 
 def _is_container(v: Any) -> bool:
@@ -128,7 +127,7 @@ class _Replayable:
         self.host_inputs = host_inputs
         self.global_reads = global_reads
         self.pinned = pinned  # the identity-keyed arguments, kept alive so their ids stay theirs
-        self.containers = containers  # (global name, fingerprint) of each container global it read
+        self.containers = containers  # (global name, fingerprint, pins) of each container global it read
 
 
 _EXACT_INT = 2 ** 53  # scalar inputs travel as doubles: larger ints are constants of the signature
@@ -160,7 +159,7 @@ def _flatten(v: Any, key: list, tensors: list, scalars: list, pinned: list) -> N
             _flatten(x, key, tensors, scalars, pinned)
     elif cls is dict:  # the body reads the map itself: its whole content is part of the signature
         fp: list = []
-        _fingerprint(v, fp)
+        _fingerprint(v, fp, pinned)
         key.append(("M", id(v), tuple(fp)))
         pinned.append(v)
     else:
@@ -267,9 +266,9 @@ class CompiledFunction:
             if g.get(name) is not value:
                 return self._record_again(f"global '{name}' changed since it was recorded", k, argv,
                                           tensors, scalars, pinned)
-        for name, fp in entry.containers:
+        for name, fp, _pins in entry.containers:
             now: list = []
-            _fingerprint(g.get(name), now)
+            _fingerprint(g.get(name), now, None)
             if now != fp:
                 return self._record_again(f"the contents of global '{name}' changed since it was recorded",
                                           k, argv, tensors, scalars, pinned)
@@ -362,8 +361,9 @@ class CompiledFunction:
             for name, v in trace.global_reads.items():
                 if _is_container(v):
                     fp: list = []
-                    _fingerprint(v, fp)
-                    containers.append((name, fp))
+                    pins: list = []
+                    _fingerprint(v, fp, pins)
+                    containers.append((name, fp, pins))
             self.entries[key] = _Replayable(rec, spec, trace.hooks, trace.guards, trace.host_inputs,
                                             trace.global_reads, pinned, containers)
             _note(f"{self.name}: recorded {rec.n_commands} ops ({rec.n_dynamic} with dynamic parameters, "
