@@ -15,7 +15,8 @@ that filled since), the builtins' replay hooks run (a KV cache's length bookkeep
 then the recording runs with the new scalars and tensors. A map argument's fingerprint is part of
 the signature. Results alias what the uncompiled function's would: a result that is a tensor
 argument is that argument (`("A", i)`), one that is a tensor the body found outside (a global) is
-that tensor.
+that tensor; a view of either (`x[0]`) abandons the recording and that call returns the same view
+of the caller's tensor (`Recording.caller_view`), as later, eager, calls do.
 Host inputs: scalars the builtins compute on the host for each call (a compiled training step's
 learning rate and bias corrections, trace.host_scalars) follow the call's own scalars; the step's
 host bookkeeping (its counters) runs in the same order as eagerly, once the replay is known to run.
@@ -199,6 +200,10 @@ def _result_spec(v: Any, outs: list, trace: Trace, args_by_id: set, aliases: dic
         alias = aliases.get(id(v))
         if alias is not None:  # the argument (or the outside tensor) itself, as uncompiled
             return alias
+        view = trace.recording.caller_view(v)
+        if view is not None:  # shares memory with the caller: this call returns what uncompiled would
+            trace.abandon("the result is a view of an argument or of a tensor made outside the function")
+            return ("C", view)
         outs.append(v)
         return ("T", len(outs) - 1)
     if cls is Symbolic:
