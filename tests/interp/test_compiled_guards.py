@@ -143,6 +143,16 @@ let r2 = first(a2)
 a2[0, 0] = 7.0
 print(r2[0])
 """, ["[9., 1.]", "[1., 4.]", "[7., 1.]"]),
+    "global_array_holding_itself": ("""
+let L = [1.0]
+append(L, L)
+@compile
+fn f(x) { x * L[0] }
+print(f(ones([2])))
+print(f(ones([2])))
+L[0] = 3.0
+print(f(ones([2])))
+""", ["[1., 1.]", "[1., 1.]", "[3., 3.]"]),
     "returned_global_is_the_global": ("""
 let W = ones([2])
 @compile

@@ -61,18 +61,34 @@ class _Eager:
 _TENSOR = recording.Tensor
 
 
-def _fingerprint(v: Any, out: list, pins: list | None) -> None:
+def _fingerprint(v: Any, out: list, pins: list | None, seen: set | None = None) -> None:
     """Append to `out` what a recording took from the host value `v`: scalars with their type (true
     is not 1; a float by its bits, so -0.0 is not 0.0), lengths, map keys in order with their types,
     struct fields, and anything else (tensors, host objects, struct types) as its id, a bare int.
     The recorded fingerprint keeps those objects alive in `pins`, so an equal id at a replay is the
-    same object (an id is only reused after its object is freed)."""
+    same object (an id is only reused after its object is freed). A container met again in the walk
+    (an array holding itself, a struct in two places) is its id the second time: no endless walk."""
     cls = v.__class__
     if cls is float:
         out.append(v.hex())
-    elif cls is int or cls is bool or cls is str or v is None:
+        return
+    if cls is int or cls is bool or cls is str or v is None:
         out.append((cls, v))
-    elif cls is list:
+        return
+    if cls is not list and cls is not dict and cls is not StructValue:
+        out.append(id(v))
+        if pins is not None:
+            pins.append(v)
+        return
+    if seen is None:
+        seen = set()
+    elif id(v) in seen:
+        out.append(("again", id(v)))
+        if pins is not None:
+            pins.append(v)
+        return
+    seen.add(id(v))
+    if cls is list:
         out.append(("L", len(v)))
         kinds = set(map(type, v))
         if len(kinds) == 1 and kinds.pop() is _TENSOR:  # the common case (a list of weights): at C speed
@@ -81,23 +97,19 @@ def _fingerprint(v: Any, out: list, pins: list | None) -> None:
                 pins.extend(v)
             return
         for x in v:
-            _fingerprint(x, out, pins)
+            _fingerprint(x, out, pins, seen)
     elif cls is dict:
         out.append(("M", len(v)))
         for k, x in v.items():
             out.append((k.__class__, k))
-            _fingerprint(x, out, pins)
-    elif cls is StructValue:
+            _fingerprint(x, out, pins, seen)
+    else:
         out.append(("S", id(v.type)))
         if pins is not None:
             pins.append(v.type)
         for name, x in v.fields.items():
             out.append(name)
-            _fingerprint(x, out, pins)
-    else:
-        out.append(id(v))
-        if pins is not None:
-            pins.append(v)
+            _fingerprint(x, out, pins, seen)
 
 
 def _is_container(v: Any) -> bool:
