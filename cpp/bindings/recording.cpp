@@ -18,6 +18,9 @@ copies of the outputs. replay(scalars, inputs) runs the commands again with new 
       .def("begin", &Recording::begin, "Become the current device's recording.")
       .def("bind_input", &Recording::bind_input, py::arg("tensor"),
            "A slot holding a copy of this tensor argument; the function body uses the slot.")
+      .def("caller_view", &Recording::caller_view, py::arg("tensor"),
+           "Before finish(): the tensor an uncompiled call would return for this result when it shares "
+           "memory with the caller (a view of an argument, a tensor made outside), else None.")
       .def("finish", &Recording::finish, py::arg("outputs"), py::call_guard<py::gil_scoped_release>(),
            "End recording; returns fresh copies of the outputs (abandons if the recording cannot replay them).")
       .def("cancel", &Recording::cancel, "End recording after an error (the recording is abandoned).")

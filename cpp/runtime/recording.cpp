@@ -170,6 +170,22 @@ Tensor Recording::bind_input(const Tensor& arg) {
   return slot;
 }
 
+std::optional<Tensor> Recording::caller_view(const Tensor& t) const {
+  if (!t.buffer || t.dyn) return std::nullopt;
+  auto s = slot_index_.find(t.buf());
+  if (s != slot_index_.end()) {
+    const Input& in = inputs_[s->second];
+    if (!in.arg.buffer || !in.arg.is_contiguous() || !in.slot.is_contiguous()) return std::nullopt;
+    Tensor v = t;  // the same elements of the argument: slot and argument share their layout
+    v.buffer = in.arg.buffer;
+    v.byte_offset = in.arg.byte_offset + (t.byte_offset - in.slot.byte_offset);
+    return v;
+  }
+  auto it = buffer_index_.find(t.buf());
+  if (it != buffer_index_.end() && buffers_[it->second].owned) return std::nullopt;
+  return t;
+}
+
 std::vector<Tensor> Recording::finish(const std::vector<Tensor>& outputs) {
   if (state_ != State::Recording) throw TLError("Recording.finish: not recording");
   Device& dev = *device_;

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -97,6 +98,11 @@ class Recording {
   // ---- recording (the Python driver calls these around one eager call) ----
   void begin();                        // becomes the current device's recording
   Tensor bind_input(const Tensor& arg);  // a private slot holding a copy of arg; the body uses the slot
+  // Before finish(): what an uncompiled call would return for a result tensor `t` that shares memory
+  // with its caller: a view of a slot is the same view of the argument (when the argument is
+  // contiguous, like its slot), a tensor on a buffer the recording neither owns nor slots is `t`
+  // itself. Empty for a tensor made inside, or a slot view of a strided argument.
+  std::optional<Tensor> caller_view(const Tensor& t) const;
   // Ends recording. Each output is copied into a fresh tensor (returned), so callers never share
   // memory with later replays. Abandons if an output is not a tensor made inside, or if a tensor
   // made inside is still referenced by anything but the outputs (it escaped into outside state).

@@ -76,4 +76,6 @@ def test_non_finite_values_print_the_same_as_scalars_and_in_tensors():
 
 
 def test_f32_scalars_print_like_tensors():
-    assert out("let t = ones([3]) * 0.1\nprint(t[0], sum([0.1, 0.2]), item(t[0]), [0.1])") == "0.1 0.3 0.1 [0.1]\n"
+    assert out("let t = ones([3]) * 0.1\nprint(t[0], sum([0.1, 0.2]), [0.1])") == "0.1 0.3 [0.1]\n"
+    # item() is the f32's value as a float, as to_float() and PyTorch's .item() give it (issue 21)
+    assert out("let t = ones([3]) * 0.1\nprint(item(t[0]))") == "0.10000000149011612\n"

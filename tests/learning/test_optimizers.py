@@ -108,4 +108,35 @@ def test_schedules():
     assert cos.lr(0.1, 0) == pytest.approx(0.1)
     assert cos.lr(0.1, 50) == pytest.approx(0.055)
     assert cos.lr(0.1, 100) == pytest.approx(0.01)
-    assert cos.lr(0.1, 150) == pytest.approx(0.01)
+    # past t_max the cosine goes on (PyTorch's CosineAnnealingLR), it is not clamped at eta_min
+    assert cos.lr(0.1, 150) == pytest.approx(0.055)
+    assert cos.lr(0.1, 200) == pytest.approx(0.1)
+
+
+def _torch_cosine(base, t_max, eta_min, epochs):
+    """PyTorch's CosineAnnealingLR.get_lr() recurrence (torch/optim/lr_scheduler.py, written out here
+    because torch is not a test dependency): the rate after each `scheduler.step()`."""
+    lrs = [base]
+    for e in range(1, epochs):
+        prev = lrs[-1]
+        if (e - 1 - t_max) % (2 * t_max) == 0:
+            lrs.append(prev + (base - eta_min) * (1 - math.cos(math.pi / t_max)) / 2)
+        else:
+            lrs.append((1 + math.cos(math.pi * e / t_max)) / (1 + math.cos(math.pi * (e - 1) / t_max))
+                       * (prev - eta_min) + eta_min)
+    return lrs
+
+
+def test_schedules_follow_pytorch_past_t_max():
+    """The issue's example: epoch 15 of t_max 10 at lr 0.1 is 0.05 in PyTorch (not eta_min); the whole
+    curve over 50 epochs of t_max 20 matches PyTorch's recurrence; StepLR and ExponentialLR too."""
+    cos = LRScheduler("cosine_lr", t_max=10, eta_min=0.0)
+    assert cos.lr(0.1, 15) == pytest.approx(0.05)
+    for t_max, eta_min in ((20, 0.0), (10, 0.001), (7, 0.02)):
+        cos = LRScheduler("cosine_lr", t_max=t_max, eta_min=eta_min)
+        ours = [cos.lr(0.1, e) for e in range(50)]
+        assert ours == pytest.approx(_torch_cosine(0.1, t_max, eta_min, 50), abs=1e-12)
+    step = LRScheduler("step_lr", step_size=3, gamma=0.5)  # StepLR: base * gamma ** (epoch // step_size)
+    assert [step.lr(0.1, e) for e in range(7)] == pytest.approx([0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025])
+    expo = LRScheduler("exponential_lr", gamma=0.8)  # ExponentialLR: base * gamma ** epoch
+    assert [expo.lr(0.1, e) for e in range(4)] == pytest.approx([0.1, 0.08, 0.064, 0.0512])

@@ -303,3 +303,33 @@ def to_list(v: Any, what: str = "argument") -> list:
     if isinstance(v, list):
         return v
     raise BuiltinArgError(f"{what} must be an array, got {type_name(v)}")
+
+
+# ---------------------------------------------------------------- map keys
+
+class MapBool:
+    """A bool map key as the map stores it: Python's dict takes True for 1 and False for 0, TL keeps
+    them apart (`m[true]` and `m[1]` are two entries). Only the two singletons exist; `key_value`
+    turns them back into bools wherever a key leaves the map (keys(), `for k in m`, printing)."""
+
+    __slots__ = ("value",)
+    tl_type_name = "bool"
+
+    def __init__(self, value: bool):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "true" if self.value else "false"
+
+
+MAP_TRUE, MAP_FALSE = MapBool(True), MapBool(False)
+
+
+def key_value(k):
+    """A stored map key as TL sees it (MAP_TRUE -> true)."""
+    return k.value if k.__class__ is MapBool else k
+
+
+def map_keys(m: dict) -> list:
+    """The keys of map m as TL sees them, in insertion order."""
+    return [k.value if k.__class__ is MapBool else k for k in m]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .convert import BuiltinArgError, Tensor, type_name
+from .convert import BuiltinArgError, Tensor, key_value, type_name
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\d*)(:[^{}]*)?\}")
 
@@ -71,7 +71,7 @@ def format_value(v: Any, nested: bool = False, _open: frozenset = frozenset()) -
     if isinstance(v, list):
         return "[" + ", ".join(format_value(x, True, inner_open) for x in v) + "]"
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{format_value(k, True)}: {format_value(x, True, inner_open)}"
+        return "{" + ", ".join(f"{format_value(key_value(k), True)}: {format_value(x, True, inner_open)}"
                                for k, x in v.items()) + "}"
     if isinstance(v, tuple):
         return "(" + ", ".join(format_value(x, True, inner_open) for x in v) + ")"

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from . import dtypes
 from .convert import BuiltinArgError, Tensor, core, is_numeric_list, list_to_numpy, to_bool, to_int
-from .convert import type_name
+from .convert import MAP_FALSE, MAP_TRUE, type_name
+from .convert import MapBool, key_value, map_keys  # noqa: F401  (the map key helpers live in convert)
 from .formatting import format_value
 from .math_ops import scalar_div, scalar_mod, scalar_pow
 from .symbolic import Symbolic
@@ -196,7 +197,7 @@ def get_item(o, keys: tuple):
         key = map_key(keys[0])
         if key in o:
             return o[key]
-        raise BuiltinArgError(f"no key {format_value(key, True)} in the map")
+        raise BuiltinArgError(f"no key {format_value(key_value(key), True)} in the map")
     if len(keys) == 1 and isinstance(keys[0], str):
         key = keys[0]
         if _is_struct(o):
@@ -263,11 +264,20 @@ def set_item(container, key: list, v) -> None:
 
 
 def map_key(k):
-    """A map key: a string, int or bool (an integral float is its int; a tensor is not a key)."""
-    if isinstance(k, (str, bool, int)):
+    """A map key as stored: a string, an int, or a bool as MAP_TRUE/MAP_FALSE. Floats are refused,
+    integral or not (1.0 is not the key 1: a float key would silently find an int's entry)."""
+    cls = k.__class__
+    if cls is bool:
+        return MAP_TRUE if k else MAP_FALSE
+    if cls is str or cls is int:
         return k
-    if isinstance(k, float) and k == int(k):
-        return int(k)
+    if isinstance(k, bool):
+        return MAP_TRUE if k else MAP_FALSE
+    if isinstance(k, (str, int)):
+        return k
+    if isinstance(k, float):
+        raise BuiltinArgError(f"a map key is a string, int or bool, got float {k!r} (use int(...) for a "
+                              f"number key)")
     raise BuiltinArgError(f"a map key is a string, int or bool, got {type_name(k)}")
 
 
@@ -300,7 +310,7 @@ def iterate(v):
             raise BuiltinArgError("cannot iterate over a 0-d tensor")
         return (v[i] for i in range(v.shape[0]))
     if isinstance(v, dict):
-        return list(v)  # a map's keys, in insertion order
+        return map_keys(v)  # a map's keys, in insertion order
     it = getattr(v, "tl_iter", None)
     if it is not None:
         return it()

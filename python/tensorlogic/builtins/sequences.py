@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import symbolic
 from .autograd import tape
-from .operators import map_key
+from .operators import key_value, map_key, map_keys
 from .convert import BuiltinArgError, Tensor, core, to_bool, to_dim, to_int, to_list, to_str, to_tensor, type_name
 from .registry import builtin
 
@@ -53,7 +54,10 @@ def len_(x):
 def append(xs, v):
     if isinstance(xs, str) and isinstance(v, str):
         return xs + v
+    mirror = symbolic.note_mutation(xs, "an array")
     to_list(xs, "xs").append(v)
+    if mirror is not None:  # xs is a compiled function's copy of its argument: the caller's grows too
+        mirror[0].append(mirror[1](v))
     return xs
 
 
@@ -150,7 +154,7 @@ def take_along(t, order, d):
 @builtin("contains", "contains(xs, v)", "whether array/string xs contains v", min_args=2, max_args=2, category=C)
 def contains(xs, v):
     if isinstance(xs, dict):
-        return v in xs
+        return map_key(v) in xs
     if isinstance(xs, str):
         return to_str(v, "v") in xs
     if isinstance(v, (Tensor, list)):  # an element that is an array: compared as a value, never elementwise
@@ -166,7 +170,8 @@ def join(xs, sep):
 
 # ---------------------------------------------------------------- maps (dict values)
 
-@builtin("map", "map() | map(keys, values)", "a map (dictionary) from string/int/bool keys to values; "
+@builtin("map", "map() | map(keys, values)", "a map (dictionary) from string/int/bool keys (true and 1 are "
+         "distinct keys; floats are refused) to values; "
          "m[k] reads, m[k] = v writes, for k in m walks the keys in insertion order", min_args=0, max_args=2,
          category=C)
 def map_(keys=None, values=None):
@@ -186,7 +191,7 @@ def _map(m, what="m") -> dict:
 
 @builtin("keys", "keys(m)", "the keys of map m, in insertion order", min_args=1, max_args=1, category=C)
 def keys(m):
-    return list(_map(m))
+    return map_keys(_map(m))
 
 
 @builtin("values", "values(m)", "the values of map m, in key insertion order", min_args=1, max_args=1, category=C)
@@ -204,5 +209,7 @@ def has_key(m, k):
 def remove(m, k):
     key = map_key(k)
     if key not in _map(m):
-        raise BuiltinArgError(f"no key {key!r} in the map")
+        from .formatting import format_value
+        raise BuiltinArgError(f"no key {format_value(key_value(key), True)} in the map")
+    symbolic.note_mutation(m, "a map")  # maps are passed as themselves: no copy to mirror
     return m.pop(key)

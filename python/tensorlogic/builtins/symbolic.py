@@ -35,6 +35,44 @@ class Trace:
         # (host_scalars), which follow the call's own scalars
         self.host_inputs: list[Callable[[], list[float]]] = []
         self.outside_grads: set[int] = set()  # ids of learnables' gradients made before the recording
+        self.slots: list = []  # the private copies of the tensor arguments, in argument order
+        self.arg_values: list = []  # what the body was called with, while it runs
+        # id of each array/struct the body got in place of an argument's (and of each tensor slot) ->
+        # (the copy, the caller's value): a change the body makes to the copy is made to the
+        # caller's too (`mirror`), as an uncompiled call would; cleared when the body returns
+        self.originals: dict[int, tuple[Any, Any]] = {}
+
+    def plain(self, v: Any) -> Any:
+        """`v` as the uncompiled call would hold it: symbolic scalars as numbers, the body's copies
+        of the arguments (tensor slots, arrays, structs) as the caller's values."""
+        if v.__class__ is Symbolic:
+            return v.value
+        pair = self.originals.get(id(v))
+        if pair is not None and pair[0] is v:
+            return pair[1]
+        if v.__class__ is list:
+            return [self.plain(x) for x in v]
+        return v
+
+    def is_host_container(self, obj: Any) -> bool:
+        """Whether the array/map/struct `obj` existed before the call (reached from a global the body
+        read or from its arguments): changing it in place is host state a replay would not redo."""
+        seen: set = set()
+        stack = list(self.global_reads.values()) + list(self.arg_values)
+        while stack:
+            v = stack.pop()
+            if v is obj:
+                return True
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if v.__class__ is list:
+                stack.extend(v)
+            elif v.__class__ is dict:
+                stack.extend(v.values())
+            elif hasattr(v, "fields") and v.fields.__class__ is dict:
+                stack.extend(v.fields.values())
+        return False
 
     def host_scalars(self, replayed: Callable[[], list[float]], values: list[float]) -> list[Any]:
         """Scalar inputs computed on the host at each replay (`replayed()` returns them, in order, and
@@ -89,6 +127,21 @@ def abandon(reason: str) -> None:
     t = CURRENT
     if t is not None:
         t.abandon(reason)
+
+
+def note_mutation(container: Any, what: str) -> Any:
+    """The body changes `container` in place: a recording abandons if it existed before the call.
+    Returns `(caller's container, plain)` when `container` is the body's copy of an argument: the
+    caller makes the same change there (with `plain(value)`), or None."""
+    t = CURRENT
+    if t is None:
+        return None
+    if t.reason is None and t.is_host_container(container):
+        t.abandon(f"it changes {what} made outside the function (host state a replay would not update)")
+    pair = t.originals.get(id(container))
+    if pair is not None and pair[0] is container:
+        return pair[1], t.plain
+    return None
 
 
 def add_hook(hook: Callable[[list[float]], None]) -> None:

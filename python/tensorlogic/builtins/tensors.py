@@ -391,10 +391,9 @@ def item(t):
     t = to_tensor(t, "t")
     if t.numel != 1:
         raise BuiltinArgError(f"needs one element, got tensor {list(t.shape)}")
-    value = t.item()
-    if t.dtype in ("f32", "f16", "bf16"):  # the number the tensor prints (0.1, not 0.10000000149011612)
-        return float(str(np.float32(value)))
-    return value
+    # The element's exact value, as to_float and PyTorch's .item() give it: an f32 0.1 is
+    # 0.10000000149011612 (rounding it to its shortest decimal, 0.1, made x.item() != to_float(x)).
+    return t.item()
 
 
 @builtin("to_list", "to_list(t)", "the values of a tensor as a (nested) array", min_args=1, max_args=1,

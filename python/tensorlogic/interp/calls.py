@@ -7,12 +7,13 @@ arity is checked when the call site compiles (a static error `tl check` reports)
 """
 from __future__ import annotations
 
-from ..builtins import operators, registry, symbolic
+from ..builtins import dtypes, operators, registry, symbolic
 from ..builtins.convert import type_name
 from ..lang import ast
 from ..lang.errors import TLError, TLRuntimeError
 from .control import MAX_CALL_DEPTH, CompileError, NonLocalReturn, Ret, Val
 from .scope import FunctionScopeInfo, Scope
+from . import static_dtypes
 from .type_check import type_checker
 from .values import UNSET, BoundMethod, BuiltinValue, FunctionValue, StructValue
 
@@ -276,12 +277,33 @@ class CallCompiler:
             return self._invoke_builtin(b, [r] + argv, e)
         return ev_method
 
+    def _check_return_dtype(self, decl: ast.FnDecl, info, qname: str) -> None:
+        """`tl check`: a declared `-> T[...]` that the function's tail value or a `return` certainly
+        misses (static_dtypes.py); at run time the return check catches every case."""
+        want = static_dtypes.declared_dtype(decl.return_type)
+        if want is None or not self.interp.collect_errors:
+            return
+        values = [s.value for s in static_dtypes.returns(decl.body)]
+        if decl.body.stmts and decl.body.stmts[-1].__class__ is ast.ExprStmt:
+            values.append(decl.body.stmts[-1].expr)
+        for v in values:
+            have = static_dtypes.static_dtype(v, info.static_dtypes, self.interp.functions)
+            if static_dtypes.mismatch(want, have):
+                self.interp.static_errors.append(self.error(
+                    f"{qname}: the return value is declared {decl.return_type.name}[...] "
+                    f"({dtypes.KIND[want]} elements) but is a tensor of {have} here", v))
+
     def compile_function(self, fv: FunctionValue, decl: ast.FnDecl):
         info = FunctionScopeInfo(fv.qualified_name)
         info.generics = tuple(decl.generics) + tuple(fv.owner.generics if fv.owner is not None else ())
         root = Scope(None, info)
         params = decl.params
         checks = []
+        info.reassigned = static_dtypes.assigned_names(decl.body)
+        for p in params:
+            dt = static_dtypes.declared_dtype(p.type)
+            if dt is not None and p.name not in info.reassigned:
+                info.static_dtypes[p.name] = dt
         for p in params:
             root.declare(p.name)
             if p.type is not None:
@@ -295,6 +317,7 @@ class CallCompiler:
         if decl.return_type is not None:
             self.check_declared_type(decl.return_type, info.generics)
             returns = type_checker(decl.return_type, f"{fv.qualified_name}: return value", self.interp.structs)
+            self._check_return_dtype(decl, info, fv.qualified_name)
         nparams = len(params)
         nslots_ref = info
         has_checks = any(c is not None for c in checks)

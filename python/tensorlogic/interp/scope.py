@@ -17,6 +17,10 @@ class FunctionScopeInfo:
         self.loop_depth = 0
         self.generics: tuple[str, ...] = ()  # type parameters in scope (`fn f<T>`, `impl Box<T>`)
         self.maybe_unset: set[int] = set()  # slots declared by assignment (may be read before set)
+        # names whose tensor element type is certain in this function (static_dtypes.py): declared
+        # parameters and lets it never reassigns; and the names it reassigns anywhere
+        self.static_dtypes: dict[str, str] = {}
+        self.reassigned: set[str] | None = None  # None: not computed (top-level code): trust no let
 
     def new_slot(self) -> int:
         slot = self.nslots

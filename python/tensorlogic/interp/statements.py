@@ -7,12 +7,13 @@ semantics of builtins/operators.py.
 """
 from __future__ import annotations
 
-from ..builtins import operators, registry, symbolic
+from ..builtins import dtypes, operators, registry, symbolic
 from ..builtins.convert import type_name
 from ..lang import ast
 from ..lang.errors import TLWarning
 from .control import BREAK, CONTINUE, CompileError, Ret, Val
 from .scope import Scope
+from . import static_dtypes
 from .type_check import type_checker
 from .values import UNSET, StructValue
 
@@ -112,6 +113,7 @@ class StatementCompiler:
         if stmt.type is not None:
             self.check_declared_type(stmt.type, scope.fn.generics)
             value = self._checked(value, stmt.type, f"let {stmt.name}", stmt)
+            self._check_let_dtype(stmt, scope)
         store = self._store(stmt.name, scope, stmt, declare=True)
         slot = getattr(store, "slot", None)
         if slot is not None:
@@ -122,6 +124,23 @@ class StatementCompiler:
         def ex_let_global(f):
             store(f, value(f))
         return ex_let_global
+
+    def _check_let_dtype(self, stmt: ast.Let, scope: Scope) -> None:
+        """`tl check`: `let x: T[...] = e` where e's element type is certainly not T
+        (static_dtypes.py); a declared let the function never reassigns is known from here on."""
+        want = static_dtypes.declared_dtype(stmt.type)
+        if want is None:
+            return
+        info = scope.fn
+        if info.reassigned is not None and stmt.name not in info.reassigned:
+            info.static_dtypes[stmt.name] = want
+        if not self.interp.collect_errors:
+            return
+        have = static_dtypes.static_dtype(stmt.value, info.static_dtypes, self.interp.functions)
+        if static_dtypes.mismatch(want, have):
+            self.interp.static_errors.append(self.error(
+                f"let {stmt.name} is declared {stmt.type.name}[...] ({dtypes.KIND[want]} elements) but the "
+                f"value is a tensor of {have} (convert it with `as {stmt.type.name}`)", stmt))
 
     def _checked(self, value, typ: ast.TypeRef, what: str, node):
         check = type_checker(typ, what, self.interp.structs)
@@ -202,10 +221,14 @@ class StatementCompiler:
                 container = obj(f)
                 key = [k(f) for k in keys]
                 v = value(f)
+                mirror = None
                 if symbolic.CURRENT is not None and not operators.is_tensor(container):
                     symbolic.abandon("it assigns into an array (host state a replay would not update)")
+                    mirror = symbolic.note_mutation(container, "an array")
                 try:
                     operators.set_item(container, key, v)
+                    if mirror is not None:  # the body's copy of an argument: the caller's changes too
+                        operators.set_item(mirror[0], [mirror[1](k) for k in key], mirror[1](v))
                 except Exception as e:
                     raise self.convert(e, target, "index assignment") from None
             return ex_setitem
@@ -222,6 +245,9 @@ class StatementCompiler:
                     if name not in o.fields:
                         raise self.error(f"struct {o.type.name} has no field '{name}'", target)
                     o.fields[name] = v
+                    mirror = symbolic.note_mutation(o, "a struct") if symbolic.CURRENT is not None else None
+                    if mirror is not None:  # the body's copy of an argument: the caller's changes too
+                        mirror[0].fields[name] = mirror[1](v)
                     return None
                 setter = getattr(o, "tl_set_field", None)
                 if setter is None:

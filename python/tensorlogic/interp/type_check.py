@@ -1,8 +1,11 @@
 """Declared types (`let x: int`, `fn f(x: f32[n, 4])`) turned into run-time checks.
 
 Invariant: a check either returns the value (converted where TL converts silently: 2.0 to an int
-slot, a numeric list to a tensor slot, an int to a float slot) or raises TLRuntimeError naming what
-was declared and what came; named dims (`n`) must agree across the arguments of one call.
+slot, a numeric list to a tensor slot in the declared element type, an int to a float slot) or
+raises TLRuntimeError naming what was declared and what came; a tensor's element kind must be the
+declared one (`i32[2]` refuses an f32 tensor: no silent float where ints were declared; widths of
+one kind are interchangeable, f16 in a float32 slot, i64 in an int32 slot, the value unchanged);
+named dims (`n`) must agree across the arguments of one call.
 Every type name must be known (`unknown_type` says why not, at compile time): a scalar or tensor
 element type, a struct of the program, a generic parameter in scope, or a host type (HOST_TYPES:
 values the builtins make, checked no further).
@@ -24,10 +27,11 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
     name = typ.name
     if typ.dims is not None:
         dims = typ.dims
+        want = dtypes.DTYPES.get(name)  # None for Tensor[...]: any element type
 
         def check_tensor(v, named):
             if v.__class__ is list:
-                v = operators.tensor_from_list(v)
+                v = _list_tensor(v, want, typ, what)
             if not isinstance(v, Tensor):
                 raise TLRuntimeError(f"{what} expects {_type_text(typ)}, got {type_name(v)}")
             shape = v.shape
@@ -47,6 +51,9 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
                     elif seen != s:
                         raise TLRuntimeError(f"{what} expects {_type_text(typ)} with {d} = {seen} "
                                              f"(from an earlier argument), got tensor {list(shape)}")
+            if want is not None and dtypes.KIND.get(v.dtype, "float") != dtypes.KIND[want]:
+                raise TLRuntimeError(f"{what} expects {_type_text(typ)} ({dtypes.KIND[want]} elements), got "
+                                     f"tensor {list(shape)} {v.dtype} (convert it with `as {name}`)")
             return v
         return check_tensor
     if name in dtypes.INT_NAMES:
@@ -101,6 +108,20 @@ def type_checker(typ: ast.TypeRef, what: str, structs: dict):
     if name in structs:
         return check_struct
     return None
+
+
+def _list_tensor(v: list, want: str | None, typ: ast.TypeRef, what: str) -> Tensor:
+    """A numeric array literal in a slot declared with an element type: made in that type where
+    the literal's numbers fit it as a literal's would (ints in any numeric type, floats in float
+    types, bools in bool); a float array for an int type is refused, never truncated."""
+    t = operators.tensor_from_list(v)
+    if want is None or t.dtype == want:
+        return t
+    have, need = dtypes.KIND[t.dtype], dtypes.KIND[want]
+    if have == need or (have == "int" and need == "float"):
+        return t.astype(want)
+    raise TLRuntimeError(f"{what} expects {_type_text(typ)} ({want} elements), got an array of "
+                         f"{have}s (convert it with `as {typ.name}`)")
 
 
 def _type_text(typ: ast.TypeRef) -> str:

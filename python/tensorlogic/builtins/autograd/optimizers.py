@@ -27,7 +27,10 @@ FLOAT32 = "f32"
 
 
 class LRScheduler:
-    """Learning rate as a function of the epoch; `lr(base_lr, epoch)`."""
+    """Learning rate as a function of the epoch; `lr(base_lr, epoch)`, the closed forms of PyTorch's
+    StepLR, ExponentialLR and CosineAnnealingLR (epoch 0 trains at base_lr, as PyTorch's first epoch
+    before any `scheduler.step()`). The cosine is not clamped at t_max: past it the rate follows the
+    cosine back up (epoch 15 of t_max 10 is halfway again), exactly as CosineAnnealingLR does."""
 
     tl_type_name = "scheduler"
 
@@ -42,9 +45,7 @@ class LRScheduler:
         if self.kind == "exponential_lr":
             return base_lr * p["gamma"] ** epoch
         if self.kind == "cosine_lr":
-            t_max = p["t_max"]
-            e = min(epoch, t_max)
-            return p["eta_min"] + (base_lr - p["eta_min"]) * (1 + math.cos(math.pi * e / t_max)) / 2
+            return p["eta_min"] + (base_lr - p["eta_min"]) * (1 + math.cos(math.pi * epoch / p["t_max"])) / 2
         raise AutogradError(f"unknown scheduler {self.kind}")
 
     def describe(self) -> str:
