@@ -27,6 +27,7 @@ from ..builtins.sampling import SamplerValue
 from ..builtins.registry import TLObject
 from ..interp.interpreter import Interpreter
 from ..lang.errors import TLError
+from ..models import bounded_json
 from ..models.errors import ModelError
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
@@ -575,7 +576,7 @@ def _chat_command(session: LlmSession, state: ChatState, line: str) -> bool:
             say(f"[saved {len(state.messages())} messages to {rest}]")
         else:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = bounded_json.loads(path.read_text(encoding="utf-8"))
                 state.load_json(data)
             except OSError as e:
                 say(f"tl: error: cannot read {rest}: {e.strerror or e}")

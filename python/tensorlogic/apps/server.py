@@ -38,9 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+from ..models import bounded_json
 from ..models.errors import ModelError
 
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413)
+MAX_JSON_DEPTH = 32  # a body nested deeper is refused (400): real requests nest 4 levels (messages[].content[])
 DISCONNECT_POLL_S = 0.25  # how often a waiting non-streaming request checks that its client is still there
 
 
@@ -414,7 +416,9 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
             if len(raw) > MAX_BODY_BYTES:
                 raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large")
         try:
-            body = json.loads(raw)
+            body = bounded_json.loads(raw, max_depth=MAX_JSON_DEPTH)
+        except bounded_json.JsonLimitError as e:
+            raise ApiError(400, f"the request body is not acceptable: {e}", code="invalid_json") from None
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(400, f"the request body is not valid JSON: {' '.join(str(e).split())}",
                            code="invalid_json") from None
