@@ -261,6 +261,32 @@ def test_a_waiting_request_whose_client_left_is_dropped(server):
     ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n", "unsupported_value"),
     ({}, "messages", "missing_required_parameter"),
     ({"messages": [{"role": "user", "content": "word " * 400}]}, "messages", "context_length_exceeded"),
+    # issue 22.3: a 400-digit number was a 500 (math.isfinite(int) overflows)
+    *[({"messages": [{"role": "user", "content": "hi"}], key: 10 ** 400}, key, "invalid_value")
+      for key in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")],
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10 ** 400}, "max_tokens", "invalid_value"),
+    # ... and a lone UTF-16 surrogate a 500 (the tokenizer cannot take it)
+    ({"messages": [{"role": "user", "content": "a\ud800b"}]}, "messages[0].content", "invalid_value"),
+    ({"messages": [{"role": "system", "content": "\udfff"}, {"role": "user", "content": "hi"}]},
+     "messages[0].content", "invalid_value"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\ud83d"}]}]},
+     "messages[0].content[0].text", "invalid_value"),
+    ({"messages": [{"role": "user", "content": "hi"}], "stop": ["\ud800"]}, "stop[0]", "invalid_value"),
+    # issue 21.5: fields that were accepted and ignored
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}},
+     "response_format", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"28": -100}}, "logit_bias",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}, "top_logprobs", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"}, "tool_choice",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}, "frobnicate", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "stream_options": {"x": 1}}, "stream_options.x",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi", "tool_calls": [{}]}]}, "messages[0].tool_calls",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
+    ({"messages": [{"role": "user", "content": None}]}, "messages[0].content", "missing_required_parameter"),
 ])
 def test_bad_chat_requests_get_4xx_with_an_error_body(server, body, param, code):
     r = server.post("/v1/chat/completions", body)
@@ -269,6 +295,39 @@ def test_bad_chat_requests_get_4xx_with_an_error_body(server, body, param, code)
     assert set(err) == {"message", "type", "param", "code"}
     assert err["type"] == "invalid_request_error" and err["param"] == param and err["code"] == code
     assert err["message"] and "\n" not in err["message"]
+
+
+@pytest.mark.parametrize("body,param,code", [
+    ({"prompt": "x\udc00"}, "prompt", "invalid_value"),
+    ({"prompt": ["\ud800"]}, "prompt[0]", "invalid_value"),
+    ({"prompt": [1, 2], "echo": True}, "echo", "unsupported_parameter"),
+    ({"prompt": "hi", "suffix": "end"}, "suffix", "unsupported_parameter"),
+    ({"prompt": "hi", "best_of": 3}, "best_of", "unsupported_parameter"),
+    ({"prompt": "hi", "logit_bias": {"5": 1}}, "logit_bias", "unsupported_parameter"),
+    ({"prompt": "hi", "temperature": -10 ** 400}, "temperature", "invalid_value"),
+    ({"prompt": "hi", "response_format": {"type": "text"}}, "response_format", "unsupported_parameter"),
+])
+def test_bad_completion_requests_get_400_naming_the_param(server, body, param, code):
+    r = server.post("/v1/completions", body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["code"] == code, err
+    assert err["message"] and "\n" not in err["message"]
+
+
+def test_deeply_nested_body_is_400_and_the_server_stays_up(server, expected_chat):
+    # issue 22.1: 140 KB of `[` segfaulted the server (json.loads under a raised recursion limit)
+    deep = '{"messages":' + "[" * 70000 + "]" * 70000 + "}"
+    for body in (deep, deep.encode()):
+        r = server.post("/v1/chat/completions", body)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text
+        assert "nests 70001 levels deep" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/v1/completions", content='{"prompt":' + "{" * 100000 + "}",
+                   headers={"Content-Type": "text/plain", "Authorization": f"Bearer {KEY}"}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert server.health()["status"] == "ok"
+    assert _chat(server.client(), response_format={"type": "text"}).choices[0].message.content \
+        == expected_chat["text"]
 
 
 def test_bad_requests_through_the_client_and_the_server_stays_up(server, expected_chat):

@@ -80,15 +80,94 @@ class ApiError(Exception):
 _MISSING = object()
 
 
+def _shown(v: Any) -> str:
+    """A value as an error message quotes it: JSON, at most 40 characters (a 400-digit number too)."""
+    text = str(v) if isinstance(v, int) and not isinstance(v, bool) else json.dumps(v, ensure_ascii=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# The fields each endpoint honours. Any other field with a value is refused with a 400 naming it
+# (OpenAI refuses arguments it does not know), so that a client never gets a 200 that silently ignored
+# what it asked for (`response_format`, `logit_bias`, ...). Fields whose only honoured value is the
+# default (`n`: 1, `logprobs`: false, penalties: 0, `response_format`: text) are checked one by one.
+_COMMON_FIELDS = {"model", "max_tokens", "n", "stream", "stream_options", "temperature", "top_p", "top_k",
+                  "min_p", "repeat_penalty", "seed", "stop", "user", "presence_penalty", "frequency_penalty",
+                  "logprobs", "logit_bias", "tools", "functions"}
+CHAT_FIELDS = _COMMON_FIELDS | {"messages", "max_completion_tokens", "response_format", "top_logprobs",
+                                "tool_choice", "function_call", "parallel_tool_calls"}
+COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of"}
+MESSAGE_FIELDS = {"role", "content", "name"}  # `name` only labels a participant; templates here take none
+
+
+def _no_unknown_fields(body: dict, known: set[str], where: str = "") -> None:
+    for key, value in body.items():
+        if key not in known and value is not None:
+            param = f"{where}.{key}" if where else key
+            raise ApiError(400, f"'{param}' is not supported by this server", param, "unsupported_parameter")
+
+
+def _default_only(body: dict, key: str, defaults: tuple, what: str) -> None:
+    """Refuse `key` unless absent or one of `defaults` (values that ask for what happens anyway)."""
+    v = body.get(key)
+    if v is not None and not any(type(v) is type(d) and v == d for d in defaults):
+        raise ApiError(400, f"'{key}' is not supported ({what})", key, "unsupported_parameter")
+
+
+def _lone_surrogate(v: Any, where: str) -> str | None:
+    """The path of the first string (value or key) in `v` with a lone UTF-16 surrogate, or None. JSON's
+    "\\ud800" escapes decode to one; no tokenizer can encode it, nor can a JSON reply quote it. `v` is
+    a parsed body, so this recursion is bounded by MAX_JSON_DEPTH."""
+    if isinstance(v, str):
+        return where if not _is_text(v) else None
+    if isinstance(v, dict):
+        children = []
+        for k, x in v.items():
+            key = k if _is_text(k) else k.encode("utf-8", "backslashreplace").decode("utf-8")
+            path = f"{where}.{key}" if where else key
+            if not _is_text(k):
+                return path
+            children.append((path, x))
+    elif isinstance(v, list):
+        children = [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+    else:
+        return None
+    for path, x in children:
+        bad = _lone_surrogate(x, path)
+        if bad is not None:
+            return bad
+    return None
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(body: dict) -> None:
+    bad = _lone_surrogate(body, "")
+    if bad is not None:
+        raise ApiError(400, f"'{bad}' contains a lone UTF-16 surrogate (not valid Unicode text)", bad,
+                       "invalid_value")
+
+
 def _number(body: dict, key: str, default: Any, lo: float, hi: float, lo_open: bool = False) -> Any:
     v = body.get(key, _MISSING)
     if v is _MISSING or v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ApiError(400, f"'{key}' must be a number, got {json.dumps(v)[:40]}", key, "invalid_type")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ApiError(400, f"'{key}' must be a number, got {_shown(v)}", key, "invalid_type")
+    try:  # a 400-digit integer has no float (OverflowError): out of range like any too-large number
+        finite = math.isfinite(float(v))
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise ApiError(400, f"'{key}' must be a finite number in range, got {_shown(v)}", key, "invalid_value")
     if v < lo or v > hi or (lo_open and v == lo):
         interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-        raise ApiError(400, f"'{key}' must be in {interval}, got {v}", key, "invalid_value")
+        raise ApiError(400, f"'{key}' must be in {interval}, got {_shown(v)}", key, "invalid_value")
     return float(v)
 
 
@@ -99,7 +178,7 @@ def _integer(body: dict, key: str, default: Any, lo: int, hi: int) -> Any:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ApiError(400, f"'{key}' must be an integer, got {json.dumps(v)[:40]}", key, "invalid_type")
     if not lo <= v <= hi:
-        raise ApiError(400, f"'{key}' must be from {lo} to {hi}, got {v}", key, "invalid_value")
+        raise ApiError(400, f"'{key}' must be from {lo} to {hi}, got {_shown(v)}", key, "invalid_value")
     return v
 
 
@@ -128,8 +207,13 @@ def _stop_list(body: dict) -> list[str]:
 def _common(body: dict, defaults: dict) -> dict:
     """The fields both endpoints share, validated; a dict of LlmSession.generate arguments plus
     'max_tokens', 'stream' and 'include_usage'."""
+    _check_text(body)  # first: every later message may quote the body's strings
     if "model" in body and body["model"] is not None and not isinstance(body["model"], str):
         raise ApiError(400, "'model' must be a string", "model", "invalid_type")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise ApiError(400, "'user' must be a string", "user", "invalid_type")
+    if body.get("logit_bias") not in (None, {}):
+        raise ApiError(400, "'logit_bias' is not supported", "logit_bias", "unsupported_parameter")
     n = _integer(body, "n", 1, -2**63, 2**63)
     if n != 1:
         raise ApiError(400, f"only n = 1 is supported, got {n}", "n", "unsupported_value")
@@ -139,14 +223,16 @@ def _common(body: dict, defaults: dict) -> dict:
                            "unsupported_parameter")
     if body.get("logprobs") not in (None, False, 0):
         raise ApiError(400, "'logprobs' is not supported", "logprobs", "unsupported_parameter")
-    if body.get("tools") or body.get("functions"):
-        raise ApiError(400, "tools and functions are not supported", "tools", "unsupported_parameter")
+    for key in ("tools", "functions"):
+        if body.get(key) not in (None, []):
+            raise ApiError(400, "tools and functions are not supported", key, "unsupported_parameter")
     max_tokens = _integer(body, "max_completion_tokens", None, 1, 2**31)
     max_tokens = _integer(body, "max_tokens", max_tokens, 1, 2**31)
     stream = _boolean(body, "stream", False)
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", "stream_options", "invalid_type")
+    _no_unknown_fields(options or {}, {"include_usage"}, "stream_options")
     include_usage = _boolean(options or {}, "include_usage", False)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -158,13 +244,22 @@ def _common(body: dict, defaults: dict) -> dict:
         min_p=_number(body, "min_p", defaults.get("min_p", 0.0), 0.0, 1.0),
         repeat_penalty=_number(body, "repeat_penalty", defaults.get("repeat_penalty", 1.0), 0.0, 100.0,
                                lo_open=True),
-        seed=(seed % 2**63) if seed is not None else defaults.get("seed"),
+        seed=(seed % 2**63) if seed is not None else defaults.get("seed"),  # (any integer, as OpenAI)
         stop=_stop_list(body),
     )
     return dict(sampling=sampling, max_tokens=max_tokens, stream=stream, include_usage=include_usage)
 
 
 def _chat_messages(body: dict) -> list[dict[str, str]]:
+    _no_unknown_fields(body, CHAT_FIELDS)
+    _default_only(body, "top_logprobs", (0,), "no log probabilities are returned")
+    _default_only(body, "tool_choice", ("none",), "no tools")
+    _default_only(body, "function_call", ("none",), "no functions")
+    _default_only(body, "parallel_tool_calls", (False, True), "no tools")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise ApiError(400, "'response_format' is not supported (only {\"type\": \"text\"}, the default)",
+                       "response_format", "unsupported_parameter")
     messages = body.get("messages", _MISSING)
     if messages is _MISSING:
         raise ApiError(400, "'messages' is required", "messages", "missing_required_parameter")
@@ -175,14 +270,18 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise ApiError(400, f"{where} must be an object with 'role' and 'content'", where, "invalid_type")
+        _no_unknown_fields(m, MESSAGE_FIELDS, where)
+        if m.get("name") is not None and not isinstance(m["name"], str):
+            raise ApiError(400, f"{where}.name must be a string", f"{where}.name", "invalid_type")
         role, content = m.get("role"), m.get("content")
         if role == "developer":
             role = "system"
         if role not in ("system", "user", "assistant"):
             raise ApiError(400, f"{where}.role must be system, user or assistant, got {json.dumps(role)[:40]}",
                            f"{where}.role", "invalid_value")
-        if content is None:
-            content = ""
+        if content is None:  # absent or null: OpenAI refuses it too (it means a tool call, not supported)
+            raise ApiError(400, f"{where}.content is required (a string or a list of text parts)",
+                           f"{where}.content", "missing_required_parameter")
         if isinstance(content, list):  # content parts: only text ones
             texts = []
             for part in content:
@@ -199,6 +298,10 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
 
 
 def _completion_prompt(body: dict) -> str | list[int]:
+    _no_unknown_fields(body, COMPLETION_FIELDS)
+    _default_only(body, "best_of", (1,), "only one completion is made")
+    _default_only(body, "echo", (False,), "the prompt is not repeated")
+    _default_only(body, "suffix", ("",), "no text is inserted")
     prompt = body.get("prompt", _MISSING)
     if prompt is _MISSING:
         raise ApiError(400, "'prompt' is required", "prompt", "missing_required_parameter")
@@ -209,10 +312,6 @@ def _completion_prompt(body: dict) -> str | list[int]:
     if not isinstance(prompt, str):
         raise ApiError(400, "'prompt' must be a string, a list of one string, or a list of token ids",
                        "prompt", "invalid_type")
-    if body.get("echo"):
-        raise ApiError(400, "'echo' is not supported", "echo", "unsupported_parameter")
-    if body.get("suffix"):
-        raise ApiError(400, "'suffix' is not supported", "suffix", "unsupported_parameter")
     return prompt
 
 
