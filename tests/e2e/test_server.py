@@ -51,12 +51,12 @@ def smollm2_path() -> Path:
 
 
 class Server:
-    def __init__(self, model: Path, tmp: Path, *args: str):
+    def __init__(self, model: Path, tmp: Path, *args: str, preexec_fn=None):
         self.log = tmp / "serve.log"
         self.out = open(self.log, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "tensorlogic", "serve", "--model", str(model),
                                       "--port", "0", *args], stdout=self.out, stderr=subprocess.STDOUT,
-                                     env=_env(), cwd=ROOT)
+                                     env=_env(), cwd=ROOT, preexec_fn=preexec_fn)
         deadline = time.time() + 120
         while time.time() < deadline:
             m = re.search(r"on http://127\.0\.0\.1:(\d+)/v1", self.log.read_text())
@@ -245,6 +245,89 @@ def test_a_waiting_request_whose_client_left_is_dropped(server):
     after = h["requests"]
     assert after["cancelled"] == before["cancelled"] + 2, (before, after)  # both, and neither ran to its end
     assert after["served"] == before["served"]
+
+
+def test_a_departed_waiting_client_frees_its_queue_slot_at_once(server):
+    # issue 22.4: the slot stayed taken until the running generation ended (new clients got 503)
+    long = {"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+            "max_tokens": 200, "stream": True}
+    with httpx.Client(timeout=60) as c:
+        with c.stream("POST", server.url + "/v1/chat/completions", json=long,
+                      headers={"Authorization": f"Bearer {KEY}"}) as running:
+            lines = running.iter_lines()
+            next(line for line in lines if line.startswith("data: "))
+            with pytest.raises(httpx.TimeoutException):
+                server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, timeout=1.0)
+            deadline = time.time() + 5
+            while time.time() < deadline:
+                q = server.health()["queue"]
+                if q["waiting"] == 0:
+                    break
+                time.sleep(0.05)
+            assert q == {"running": 1, "waiting": 0, "max_queue": 16}, q  # freed while the other still runs
+            next(line for line in lines if line.startswith("data: "))  # ... and it is still streaming
+
+
+def test_idle_and_slowloris_connections_do_not_stop_health(server):
+    # issue 22.4: 500 sockets sending half a request were all held, and /health stopped answering
+    # once they used up the file limit. Loopback only, bounded in count and time.
+    import socket as socketlib
+
+    from tensorlogic.apps import server as srv
+
+    socks = []
+    try:
+        for i in range(srv.MAX_CONNECTIONS + 100):
+            s = socketlib.create_connection(("127.0.0.1", server.port), timeout=10)
+            if i % 2:
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            else:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            socks.append(s)
+        t0 = time.time()
+        r = httpx.get(server.url + "/health", timeout=10)
+        assert r.status_code == 200 and r.json()["status"] == "ok" and time.time() - t0 < 5
+        # the oldest unfinished ones were closed to make room; the rest close at the header deadline
+        first = socks[0]
+        first.settimeout(10)
+        assert first.recv(100) == b""
+        probe = socketlib.create_connection(("127.0.0.1", server.port), timeout=10)
+        probe.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.time()
+        probe.settimeout(srv.HEADER_TIMEOUT_S + 10)
+        assert probe.recv(100) == b""  # closed by the header deadline, no answer
+        assert srv.HEADER_TIMEOUT_S - 1 < time.time() - t0 < srv.HEADER_TIMEOUT_S + 5
+        probe.close()
+    finally:
+        for s in socks:
+            s.close()
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_with_a_low_file_limit_many_idle_sockets_do_not_stop_health(smollm2_path, tmp_path):
+    # issue 22.4: at the file limit accept() failed and /health stopped answering
+    import resource
+    import socket as socketlib
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    s = Server(smollm2_path, tmp_path, "--context", "256", preexec_fn=low_limit)
+    socks = []
+    try:
+        for _ in range(400):
+            c = socketlib.create_connection(("127.0.0.1", s.port), timeout=10)
+            c.sendall(b"GET /health HTTP/1.1\r\n")
+            socks.append(c)
+        r = httpx.get(s.url + "/health", timeout=10)
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+        r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert r.status_code == 200, r.text
+    finally:
+        for c in socks:
+            c.close()
+        s.close()
+    assert "Traceback" not in s.log.read_text(), s.log.read_text()
 
 
 @pytest.mark.parametrize("body,param,code", [

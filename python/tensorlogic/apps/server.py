@@ -44,6 +44,18 @@ from ..models.errors import ModelError
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413)
 MAX_JSON_DEPTH = 32  # a body nested deeper is refused (400): real requests nest 4 levels (messages[].content[])
 DISCONNECT_POLL_S = 0.25  # how often a waiting non-streaming request checks that its client is still there
+# Connections (README, Serving): a client has HEADER_TIMEOUT_S from connecting (or from its previous
+# response) to send a request's headers, then BODY_TIMEOUT_S for the body; else the connection closes.
+# At most MAX_CONNECTIONS are open (fewer when the file limit is low); a new one beyond that closes the
+# oldest connection still sending its request (never one whose request is complete), or is closed itself.
+HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 120.0
+KEEP_ALIVE_S = 5  # uvicorn's timeout_keep_alive: an idle connection between requests
+MAX_CONNECTIONS = 512
+MAX_HEADER_BYTES = 16 << 10  # h11_max_incomplete_event_size: larger request headers get 400
+# uvicorn's backlog: the kernel's queue of connections not yet accepted, and how many asyncio accepts in
+# one go before any of them is seen (and counted against MAX_CONNECTIONS) by the protocol below.
+LISTEN_BACKLOG = 64
 
 
 @dataclass
@@ -325,6 +337,8 @@ class Job:
     def __init__(self, kind: str, payload: Any, params: dict, loop: asyncio.AbstractEventLoop):
         self.kind, self.payload, self.params, self.loop = kind, payload, params, loop
         self.cancelled = threading.Event()
+        self.engine: Engine | None = None  # set by Engine.submit
+        self.state = "new"  # "waiting" (queued), "taken" (the worker has it), "withdrawn" (gone while waiting)
         self.events: collections.deque = collections.deque()
         self.wakeup = asyncio.Event()
 
@@ -339,7 +353,11 @@ class Job:
         self.wakeup.set()
 
     def cancel(self) -> None:
+        """The client went away (or the job must stop): a waiting job gives its queue slot back now,
+        not when the worker reaches it; a running one stops before its next token."""
         self.cancelled.set()
+        if self.engine is not None:
+            self.engine.withdraw(self)
 
     async def next_event(self, request=None) -> tuple:
         """The next event; with `request`, checks every DISCONNECT_POLL_S that its client is still
@@ -381,8 +399,17 @@ class Engine:
                 self.counts["rejected"] += 1
                 return False
             self.waiting += 1
+            job.engine, job.state = self, "waiting"
         self.jobs.put(job)
         return True
+
+    def withdraw(self, job: Job) -> None:
+        """A waiting job's client left: free its slot at once (the worker skips it later)."""
+        with self.lock:
+            if job.state == "waiting":
+                job.state = "withdrawn"
+                self.waiting -= 1
+                self.counts["cancelled"] += 1
 
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel every job, let the running one end at its next token, and end the thread."""
@@ -413,6 +440,9 @@ class Engine:
             if job is None:
                 return
             with self.lock:
+                if job.state == "withdrawn":  # counted and its slot freed by withdraw()
+                    continue
+                job.state = "taken"
                 self.waiting -= 1
                 self.running = 1
             self._current = job
@@ -672,6 +702,109 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
 
 
+# ---------------------------------------------------------------------- connections
+
+
+def _max_connections() -> int:
+    """MAX_CONNECTIONS, or fewer when the open-file limit would run out first (each takes a descriptor;
+    the model, the listening socket and Python's own files need some): accept() must never fail."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return MAX_CONNECTIONS
+    if soft == getattr(resource, "RLIM_INFINITY", -1) or soft <= 0:
+        return MAX_CONNECTIONS
+    return max(8, min(MAX_CONNECTIONS, soft - 64))
+
+
+def _guarded_protocol(max_connections: int):
+    """uvicorn's h11 protocol with the deadlines and the connection bound above. uvicorn itself times
+    out only idle keep-alive connections: one that sends a byte now and then, or never finishes its
+    headers, stays forever (slowloris), and its limit_concurrency answers 503 to every request,
+    /health included, once idle sockets fill it. Here a connection that has not sent a whole request
+    in time is closed, and at the bound the oldest such connection makes room for the new one."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._deadline = None
+            self._phase: str | None = None
+            self._since = time.monotonic()
+            _quiet_accept_errors(self.loop)
+            if len(self.connections) > max_connections:
+                receiving = [c for c in self.connections if c is not self and c._receiving()]
+                if not receiving:
+                    transport.close()
+                    return
+                min(receiving, key=lambda c: c._since).transport.close()
+            self._watch()
+
+        def _receiving(self) -> bool:
+            """Whether the connection is still sending a request (headers or body), or sits idle."""
+            return not self.transport.is_closing() and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+
+        def _watch(self) -> None:
+            """Arm the deadline of the phase the client is in; a phase change starts its own clock."""
+            state = self.conn.their_state
+            phase = "headers" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None
+            if phase == self._phase:
+                return
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            self._phase = phase
+            if phase is not None and not self.transport.is_closing():
+                self._since = time.monotonic()
+                wait = HEADER_TIMEOUT_S if phase == "headers" else BODY_TIMEOUT_S
+                self._deadline = self.loop.call_later(wait, self._expired)
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self._receiving():  # the app sees a disconnect; a request still being read ends (499)
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._watch()
+
+        def connection_lost(self, exc) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+def _quiet_accept_errors(loop) -> None:
+    """Out of file descriptors, asyncio stops accepting for a second and logs a traceback; a burst of
+    connections can get there before the bound above closes any. Say it in one line instead."""
+    if getattr(loop, "_tl_quiet_accept", False):
+        return
+    loop._tl_quiet_accept = True
+    previous = loop.get_exception_handler()
+
+    def handler(loop, context: dict) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
+            print(f"tl serve: cannot accept connections for a moment ({exc.strerror or exc}); retrying",
+                  file=sys.stderr, flush=True)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 # ---------------------------------------------------------------------- the command
 
 
@@ -689,6 +822,7 @@ def run_server(options: ServeOptions) -> int:
         sock = socket.socket(socket.AF_INET6 if ":" in options.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((options.host, options.port))
+        sock.listen(LISTEN_BACKLOG)  # now, not when uvicorn starts: a client that reads the banner can connect
     except (OSError, OverflowError) as e:
         print(f"tl: error: cannot listen on {options.host}:{options.port}: {getattr(e, 'strerror', None) or e}",
               file=sys.stderr)
@@ -724,7 +858,9 @@ def run_server(options: ServeOptions) -> int:
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(app, log_level=os.environ.get("TL_SERVE_LOG", "warning"), access_log=False,
-                            timeout_graceful_shutdown=5, lifespan="off")
+                            timeout_graceful_shutdown=5, lifespan="off", http=_guarded_protocol(_max_connections()),
+                            timeout_keep_alive=KEEP_ALIVE_S, h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+                            backlog=LISTEN_BACKLOG)
     server = _Server(config)
     try:
         server.run(sockets=[sock])
