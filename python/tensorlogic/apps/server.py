@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+from ..interp.deep_stack import deep_thread, run_deep
 from ..models import bounded_json
 from ..models.errors import ModelError
 
@@ -387,10 +388,11 @@ class Engine:
         self.counts = collections.Counter()
         self.generated_tokens = 0
         self.started_at = time.time()
-        self.thread = threading.Thread(target=self._loop, name="tl-serve-worker", daemon=True)
+        self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self.thread.start()
+        # a deep thread (interp/deep_stack.py): TL code runs here, calls go straight to the interpreter
+        self.thread = deep_thread(self._loop, "tl-serve-worker")
 
     def submit(self, job: Job) -> bool:
         """Queue the job; False (and nothing queued) when max_queue requests already wait."""
@@ -423,7 +425,8 @@ class Engine:
                 job.emit("error", ApiError(503, "the server is shutting down", code="shutting_down"))
         self._current_cancel()
         self.jobs.put(None)
-        self.thread.join(timeout)
+        if self.thread is not None:
+            self.thread.join(timeout)
 
     def _current_cancel(self) -> None:
         job = getattr(self, "_current", None)
@@ -863,7 +866,12 @@ def run_server(options: ServeOptions) -> int:
                             backlog=LISTEN_BACKLOG)
     server = _Server(config)
     try:
-        server.run(sockets=[sock])
+        # The event loop runs on a deep thread too: while the worker's deep thread runs, Python's
+        # recursion limit is high for every thread, and only deep threads have the C stack for it.
+        # Signals reach the main thread, which waits here and passes them on as a graceful shutdown.
+        run_deep(server.run, sockets=[sock],
+                 signals={signal.SIGINT: lambda s: server.handle_exit(s, None),
+                          signal.SIGTERM: lambda s: server.handle_exit(s, None)})
     finally:
         engine.stop()
         if not engine.thread.is_alive():
