@@ -1,5 +1,20 @@
 """`python -m tensorlogic` is the `tl` command."""
+import signal
 import sys
+
+
+def _record_ctrl_c(signum, frame):
+    """Ctrl-C raises KeyboardInterrupt as always, and is remembered: a C extension being imported
+    can turn it into some other error (NumPy: "PyCapsule_Import could not import module datetime")
+    with no trace of it, and that must still end as an interrupt (130), not an internal error."""
+    sys.modules["tensorlogic"].ctrl_c_seen = True
+    raise KeyboardInterrupt
+
+
+try:
+    signal.signal(signal.SIGINT, _record_ctrl_c)
+except ValueError:  # not the main thread
+    pass
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -17,7 +32,7 @@ def _interrupted(exc: BaseException) -> bool:
 try:
     from .cli import main
 except BaseException as e:  # Ctrl-C while the command is still importing
-    if not _interrupted(e):
+    if not (_interrupted(e) or getattr(sys.modules["tensorlogic"], "ctrl_c_seen", False)):
         raise
     sys.stderr.write("\ntl: interrupted\n")
     sys.exit(130)

@@ -354,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         silence_stdout()
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - escaped a command: a bug or a broken install, still one line
+        if getattr(sys.modules.get("tensorlogic"), "ctrl_c_seen", False):  # see __main__._record_ctrl_c
+            sys.stderr.write("\ntl: interrupted\n")
+            return EXIT_INTERRUPTED
         text = " ".join(str(e).split())
         sys.stderr.write(f"tl: internal error: {type(e).__name__}: {text} "
                          "(a bug in TensorLogic, or a broken installation)\n")

@@ -23,6 +23,7 @@ Multi-line input continues while braces are open. `tl help builtins` lists the b
 
 def run_repl(seed: int | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     from .builtins.formatting import format_value
+    from .interp.deep_stack import run_deep
     from .interp.interpreter import Interpreter
     from .lang.parser import parse
 
@@ -51,7 +52,7 @@ def run_repl(seed: int | None = None, stdin: TextIO | None = None, out: TextIO |
                     continue
                 if not line:
                     if buffer.strip():
-                        _run_input(interp, parse, buffer, count, out, format_value, final=True)
+                        run_deep(_run_input, interp, parse, buffer, count, out, format_value, final=True)
                     return status
                 buffer += line
                 stripped = buffer.strip()
@@ -74,7 +75,8 @@ def run_repl(seed: int | None = None, stdin: TextIO | None = None, out: TextIO |
                     buffer = ""
                     break
                 count += 1
-                done = _run_input(interp, parse, buffer, count, out, format_value, final=False)
+                # on a deep thread: parsing and running recurse with the nesting (interp/deep_stack.py)
+                done = run_deep(_run_input, interp, parse, buffer, count, out, format_value, final=False)
                 if done:
                     break
                 prompt = "... "

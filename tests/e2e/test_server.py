@@ -51,12 +51,12 @@ def smollm2_path() -> Path:
 
 
 class Server:
-    def __init__(self, model: Path, tmp: Path, *args: str):
+    def __init__(self, model: Path, tmp: Path, *args: str, preexec_fn=None):
         self.log = tmp / "serve.log"
         self.out = open(self.log, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "tensorlogic", "serve", "--model", str(model),
                                       "--port", "0", *args], stdout=self.out, stderr=subprocess.STDOUT,
-                                     env=_env(), cwd=ROOT)
+                                     env=_env(), cwd=ROOT, preexec_fn=preexec_fn)
         deadline = time.time() + 120
         while time.time() < deadline:
             m = re.search(r"on http://127\.0\.0\.1:(\d+)/v1", self.log.read_text())
@@ -247,6 +247,89 @@ def test_a_waiting_request_whose_client_left_is_dropped(server):
     assert after["served"] == before["served"]
 
 
+def test_a_departed_waiting_client_frees_its_queue_slot_at_once(server):
+    # issue 22.4: the slot stayed taken until the running generation ended (new clients got 503)
+    long = {"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+            "max_tokens": 200, "stream": True}
+    with httpx.Client(timeout=60) as c:
+        with c.stream("POST", server.url + "/v1/chat/completions", json=long,
+                      headers={"Authorization": f"Bearer {KEY}"}) as running:
+            lines = running.iter_lines()
+            next(line for line in lines if line.startswith("data: "))
+            with pytest.raises(httpx.TimeoutException):
+                server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, timeout=1.0)
+            deadline = time.time() + 5
+            while time.time() < deadline:
+                q = server.health()["queue"]
+                if q["waiting"] == 0:
+                    break
+                time.sleep(0.05)
+            assert q == {"running": 1, "waiting": 0, "max_queue": 16}, q  # freed while the other still runs
+            next(line for line in lines if line.startswith("data: "))  # ... and it is still streaming
+
+
+def test_idle_and_slowloris_connections_do_not_stop_health(server):
+    # issue 22.4: 500 sockets sending half a request were all held, and /health stopped answering
+    # once they used up the file limit. Loopback only, bounded in count and time.
+    import socket as socketlib
+
+    from tensorlogic.apps import server as srv
+
+    socks = []
+    try:
+        for i in range(srv.MAX_CONNECTIONS + 100):
+            s = socketlib.create_connection(("127.0.0.1", server.port), timeout=10)
+            if i % 2:
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            else:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            socks.append(s)
+        t0 = time.time()
+        r = httpx.get(server.url + "/health", timeout=10)
+        assert r.status_code == 200 and r.json()["status"] == "ok" and time.time() - t0 < 5
+        # the oldest unfinished ones were closed to make room; the rest close at the header deadline
+        first = socks[0]
+        first.settimeout(10)
+        assert first.recv(100) == b""
+        probe = socketlib.create_connection(("127.0.0.1", server.port), timeout=10)
+        probe.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.time()
+        probe.settimeout(srv.HEADER_TIMEOUT_S + 10)
+        assert probe.recv(100) == b""  # closed by the header deadline, no answer
+        assert srv.HEADER_TIMEOUT_S - 1 < time.time() - t0 < srv.HEADER_TIMEOUT_S + 5
+        probe.close()
+    finally:
+        for s in socks:
+            s.close()
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_with_a_low_file_limit_many_idle_sockets_do_not_stop_health(smollm2_path, tmp_path):
+    # issue 22.4: at the file limit accept() failed and /health stopped answering
+    import resource
+    import socket as socketlib
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    s = Server(smollm2_path, tmp_path, "--context", "256", preexec_fn=low_limit)
+    socks = []
+    try:
+        for _ in range(400):
+            c = socketlib.create_connection(("127.0.0.1", s.port), timeout=10)
+            c.sendall(b"GET /health HTTP/1.1\r\n")
+            socks.append(c)
+        r = httpx.get(s.url + "/health", timeout=10)
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+        r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert r.status_code == 200, r.text
+    finally:
+        for c in socks:
+            c.close()
+        s.close()
+    assert "Traceback" not in s.log.read_text(), s.log.read_text()
+
+
 @pytest.mark.parametrize("body,param,code", [
     ('{"messages": [', None, "invalid_json"),
     ('[1, 2]', None, "invalid_json"),
@@ -261,6 +344,32 @@ def test_a_waiting_request_whose_client_left_is_dropped(server):
     ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n", "unsupported_value"),
     ({}, "messages", "missing_required_parameter"),
     ({"messages": [{"role": "user", "content": "word " * 400}]}, "messages", "context_length_exceeded"),
+    # issue 22.3: a 400-digit number was a 500 (math.isfinite(int) overflows)
+    *[({"messages": [{"role": "user", "content": "hi"}], key: 10 ** 400}, key, "invalid_value")
+      for key in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")],
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10 ** 400}, "max_tokens", "invalid_value"),
+    # ... and a lone UTF-16 surrogate a 500 (the tokenizer cannot take it)
+    ({"messages": [{"role": "user", "content": "a\ud800b"}]}, "messages[0].content", "invalid_value"),
+    ({"messages": [{"role": "system", "content": "\udfff"}, {"role": "user", "content": "hi"}]},
+     "messages[0].content", "invalid_value"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\ud83d"}]}]},
+     "messages[0].content[0].text", "invalid_value"),
+    ({"messages": [{"role": "user", "content": "hi"}], "stop": ["\ud800"]}, "stop[0]", "invalid_value"),
+    # issue 21.5: fields that were accepted and ignored
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}},
+     "response_format", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"28": -100}}, "logit_bias",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}, "top_logprobs", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"}, "tool_choice",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}, "frobnicate", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "stream_options": {"x": 1}}, "stream_options.x",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi", "tool_calls": [{}]}]}, "messages[0].tool_calls",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
+    ({"messages": [{"role": "user", "content": None}]}, "messages[0].content", "missing_required_parameter"),
 ])
 def test_bad_chat_requests_get_4xx_with_an_error_body(server, body, param, code):
     r = server.post("/v1/chat/completions", body)
@@ -269,6 +378,39 @@ def test_bad_chat_requests_get_4xx_with_an_error_body(server, body, param, code)
     assert set(err) == {"message", "type", "param", "code"}
     assert err["type"] == "invalid_request_error" and err["param"] == param and err["code"] == code
     assert err["message"] and "\n" not in err["message"]
+
+
+@pytest.mark.parametrize("body,param,code", [
+    ({"prompt": "x\udc00"}, "prompt", "invalid_value"),
+    ({"prompt": ["\ud800"]}, "prompt[0]", "invalid_value"),
+    ({"prompt": [1, 2], "echo": True}, "echo", "unsupported_parameter"),
+    ({"prompt": "hi", "suffix": "end"}, "suffix", "unsupported_parameter"),
+    ({"prompt": "hi", "best_of": 3}, "best_of", "unsupported_parameter"),
+    ({"prompt": "hi", "logit_bias": {"5": 1}}, "logit_bias", "unsupported_parameter"),
+    ({"prompt": "hi", "temperature": -10 ** 400}, "temperature", "invalid_value"),
+    ({"prompt": "hi", "response_format": {"type": "text"}}, "response_format", "unsupported_parameter"),
+])
+def test_bad_completion_requests_get_400_naming_the_param(server, body, param, code):
+    r = server.post("/v1/completions", body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["code"] == code, err
+    assert err["message"] and "\n" not in err["message"]
+
+
+def test_deeply_nested_body_is_400_and_the_server_stays_up(server, expected_chat):
+    # issue 22.1: 140 KB of `[` segfaulted the server (json.loads under a raised recursion limit)
+    deep = '{"messages":' + "[" * 70000 + "]" * 70000 + "}"
+    for body in (deep, deep.encode()):
+        r = server.post("/v1/chat/completions", body)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text
+        assert "nests 70001 levels deep" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/v1/completions", content='{"prompt":' + "{" * 100000 + "}",
+                   headers={"Content-Type": "text/plain", "Authorization": f"Bearer {KEY}"}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert server.health()["status"] == "ok"
+    assert _chat(server.client(), response_format={"type": "text"}).choices[0].message.content \
+        == expected_chat["text"]
 
 
 def test_bad_requests_through_the_client_and_the_server_stays_up(server, expected_chat):

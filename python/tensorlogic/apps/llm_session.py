@@ -25,8 +25,10 @@ from ..builtins.kvcache import KVCache
 from ..builtins.models import load_model_value
 from ..builtins.sampling import SamplerValue
 from ..builtins.registry import TLObject
+from ..interp.deep_stack import interrupt_hook
 from ..interp.interpreter import Interpreter
 from ..lang.errors import TLError
+from ..models import bounded_json
 from ..models.errors import ModelError
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
@@ -64,10 +66,18 @@ class GenerationResult:
 def _interrupts(stream: "_TokenStream"):
     """Ctrl-C during a generation (main thread only): raise KeyboardInterrupt as usual and also mark
     the stream, so that an interrupt swallowed on the way (a signal handled inside an attribute
-    lookup that C++ makes) still stops the generation at the next token instead of being lost."""
+    lookup that C++ makes) still stops the generation at the next token instead of being lost.
+    The TL loop runs on a deep thread (interp/deep_stack.py), whose Ctrl-C handler sets the mark."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    with interrupt_hook(lambda: setattr(stream, "interrupted", True)), _main_thread_interrupts(stream):
+        yield
+
+
+@contextlib.contextmanager
+def _main_thread_interrupts(stream: "_TokenStream"):
+    """Ctrl-C on the main thread outside the deep call (before or after it): mark and raise."""
 
     def on_sigint(signum, frame):
         stream.interrupted = True
@@ -575,7 +585,7 @@ def _chat_command(session: LlmSession, state: ChatState, line: str) -> bool:
             say(f"[saved {len(state.messages())} messages to {rest}]")
         else:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = bounded_json.loads(path.read_text(encoding="utf-8"))
                 state.load_json(data)
             except OSError as e:
                 say(f"tl: error: cannot read {rest}: {e.strerror or e}")

@@ -38,10 +38,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+from ..interp.deep_stack import deep_thread, run_deep
+from ..models import bounded_json
 from ..models.errors import ModelError
 
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413)
+MAX_JSON_DEPTH = 32  # a body nested deeper is refused (400): real requests nest 4 levels (messages[].content[])
 DISCONNECT_POLL_S = 0.25  # how often a waiting non-streaming request checks that its client is still there
+# Connections (README, Serving): a client has HEADER_TIMEOUT_S from connecting (or from its previous
+# response) to send a request's headers, then BODY_TIMEOUT_S for the body; else the connection closes.
+# At most MAX_CONNECTIONS are open (fewer when the file limit is low); a new one beyond that closes the
+# oldest connection still sending its request (never one whose request is complete), or is closed itself.
+HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 120.0
+KEEP_ALIVE_S = 5  # uvicorn's timeout_keep_alive: an idle connection between requests
+MAX_CONNECTIONS = 512
+MAX_HEADER_BYTES = 16 << 10  # h11_max_incomplete_event_size: larger request headers get 400
+# uvicorn's backlog: the kernel's queue of connections not yet accepted, and how many asyncio accepts in
+# one go before any of them is seen (and counted against MAX_CONNECTIONS) by the protocol below.
+LISTEN_BACKLOG = 64
 
 
 @dataclass
@@ -78,15 +93,94 @@ class ApiError(Exception):
 _MISSING = object()
 
 
+def _shown(v: Any) -> str:
+    """A value as an error message quotes it: JSON, at most 40 characters (a 400-digit number too)."""
+    text = str(v) if isinstance(v, int) and not isinstance(v, bool) else json.dumps(v, ensure_ascii=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# The fields each endpoint honours. Any other field with a value is refused with a 400 naming it
+# (OpenAI refuses arguments it does not know), so that a client never gets a 200 that silently ignored
+# what it asked for (`response_format`, `logit_bias`, ...). Fields whose only honoured value is the
+# default (`n`: 1, `logprobs`: false, penalties: 0, `response_format`: text) are checked one by one.
+_COMMON_FIELDS = {"model", "max_tokens", "n", "stream", "stream_options", "temperature", "top_p", "top_k",
+                  "min_p", "repeat_penalty", "seed", "stop", "user", "presence_penalty", "frequency_penalty",
+                  "logprobs", "logit_bias", "tools", "functions"}
+CHAT_FIELDS = _COMMON_FIELDS | {"messages", "max_completion_tokens", "response_format", "top_logprobs",
+                                "tool_choice", "function_call", "parallel_tool_calls"}
+COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of"}
+MESSAGE_FIELDS = {"role", "content", "name"}  # `name` only labels a participant; templates here take none
+
+
+def _no_unknown_fields(body: dict, known: set[str], where: str = "") -> None:
+    for key, value in body.items():
+        if key not in known and value is not None:
+            param = f"{where}.{key}" if where else key
+            raise ApiError(400, f"'{param}' is not supported by this server", param, "unsupported_parameter")
+
+
+def _default_only(body: dict, key: str, defaults: tuple, what: str) -> None:
+    """Refuse `key` unless absent or one of `defaults` (values that ask for what happens anyway)."""
+    v = body.get(key)
+    if v is not None and not any(type(v) is type(d) and v == d for d in defaults):
+        raise ApiError(400, f"'{key}' is not supported ({what})", key, "unsupported_parameter")
+
+
+def _lone_surrogate(v: Any, where: str) -> str | None:
+    """The path of the first string (value or key) in `v` with a lone UTF-16 surrogate, or None. JSON's
+    "\\ud800" escapes decode to one; no tokenizer can encode it, nor can a JSON reply quote it. `v` is
+    a parsed body, so this recursion is bounded by MAX_JSON_DEPTH."""
+    if isinstance(v, str):
+        return where if not _is_text(v) else None
+    if isinstance(v, dict):
+        children = []
+        for k, x in v.items():
+            key = k if _is_text(k) else k.encode("utf-8", "backslashreplace").decode("utf-8")
+            path = f"{where}.{key}" if where else key
+            if not _is_text(k):
+                return path
+            children.append((path, x))
+    elif isinstance(v, list):
+        children = [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+    else:
+        return None
+    for path, x in children:
+        bad = _lone_surrogate(x, path)
+        if bad is not None:
+            return bad
+    return None
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(body: dict) -> None:
+    bad = _lone_surrogate(body, "")
+    if bad is not None:
+        raise ApiError(400, f"'{bad}' contains a lone UTF-16 surrogate (not valid Unicode text)", bad,
+                       "invalid_value")
+
+
 def _number(body: dict, key: str, default: Any, lo: float, hi: float, lo_open: bool = False) -> Any:
     v = body.get(key, _MISSING)
     if v is _MISSING or v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ApiError(400, f"'{key}' must be a number, got {json.dumps(v)[:40]}", key, "invalid_type")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ApiError(400, f"'{key}' must be a number, got {_shown(v)}", key, "invalid_type")
+    try:  # a 400-digit integer has no float (OverflowError): out of range like any too-large number
+        finite = math.isfinite(float(v))
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise ApiError(400, f"'{key}' must be a finite number in range, got {_shown(v)}", key, "invalid_value")
     if v < lo or v > hi or (lo_open and v == lo):
         interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-        raise ApiError(400, f"'{key}' must be in {interval}, got {v}", key, "invalid_value")
+        raise ApiError(400, f"'{key}' must be in {interval}, got {_shown(v)}", key, "invalid_value")
     return float(v)
 
 
@@ -97,7 +191,7 @@ def _integer(body: dict, key: str, default: Any, lo: int, hi: int) -> Any:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ApiError(400, f"'{key}' must be an integer, got {json.dumps(v)[:40]}", key, "invalid_type")
     if not lo <= v <= hi:
-        raise ApiError(400, f"'{key}' must be from {lo} to {hi}, got {v}", key, "invalid_value")
+        raise ApiError(400, f"'{key}' must be from {lo} to {hi}, got {_shown(v)}", key, "invalid_value")
     return v
 
 
@@ -126,8 +220,13 @@ def _stop_list(body: dict) -> list[str]:
 def _common(body: dict, defaults: dict) -> dict:
     """The fields both endpoints share, validated; a dict of LlmSession.generate arguments plus
     'max_tokens', 'stream' and 'include_usage'."""
+    _check_text(body)  # first: every later message may quote the body's strings
     if "model" in body and body["model"] is not None and not isinstance(body["model"], str):
         raise ApiError(400, "'model' must be a string", "model", "invalid_type")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise ApiError(400, "'user' must be a string", "user", "invalid_type")
+    if body.get("logit_bias") not in (None, {}):
+        raise ApiError(400, "'logit_bias' is not supported", "logit_bias", "unsupported_parameter")
     n = _integer(body, "n", 1, -2**63, 2**63)
     if n != 1:
         raise ApiError(400, f"only n = 1 is supported, got {n}", "n", "unsupported_value")
@@ -137,14 +236,16 @@ def _common(body: dict, defaults: dict) -> dict:
                            "unsupported_parameter")
     if body.get("logprobs") not in (None, False, 0):
         raise ApiError(400, "'logprobs' is not supported", "logprobs", "unsupported_parameter")
-    if body.get("tools") or body.get("functions"):
-        raise ApiError(400, "tools and functions are not supported", "tools", "unsupported_parameter")
+    for key in ("tools", "functions"):
+        if body.get(key) not in (None, []):
+            raise ApiError(400, "tools and functions are not supported", key, "unsupported_parameter")
     max_tokens = _integer(body, "max_completion_tokens", None, 1, 2**31)
     max_tokens = _integer(body, "max_tokens", max_tokens, 1, 2**31)
     stream = _boolean(body, "stream", False)
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", "stream_options", "invalid_type")
+    _no_unknown_fields(options or {}, {"include_usage"}, "stream_options")
     include_usage = _boolean(options or {}, "include_usage", False)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -156,13 +257,22 @@ def _common(body: dict, defaults: dict) -> dict:
         min_p=_number(body, "min_p", defaults.get("min_p", 0.0), 0.0, 1.0),
         repeat_penalty=_number(body, "repeat_penalty", defaults.get("repeat_penalty", 1.0), 0.0, 100.0,
                                lo_open=True),
-        seed=(seed % 2**63) if seed is not None else defaults.get("seed"),
+        seed=(seed % 2**63) if seed is not None else defaults.get("seed"),  # (any integer, as OpenAI)
         stop=_stop_list(body),
     )
     return dict(sampling=sampling, max_tokens=max_tokens, stream=stream, include_usage=include_usage)
 
 
 def _chat_messages(body: dict) -> list[dict[str, str]]:
+    _no_unknown_fields(body, CHAT_FIELDS)
+    _default_only(body, "top_logprobs", (0,), "no log probabilities are returned")
+    _default_only(body, "tool_choice", ("none",), "no tools")
+    _default_only(body, "function_call", ("none",), "no functions")
+    _default_only(body, "parallel_tool_calls", (False, True), "no tools")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise ApiError(400, "'response_format' is not supported (only {\"type\": \"text\"}, the default)",
+                       "response_format", "unsupported_parameter")
     messages = body.get("messages", _MISSING)
     if messages is _MISSING:
         raise ApiError(400, "'messages' is required", "messages", "missing_required_parameter")
@@ -173,14 +283,18 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise ApiError(400, f"{where} must be an object with 'role' and 'content'", where, "invalid_type")
+        _no_unknown_fields(m, MESSAGE_FIELDS, where)
+        if m.get("name") is not None and not isinstance(m["name"], str):
+            raise ApiError(400, f"{where}.name must be a string", f"{where}.name", "invalid_type")
         role, content = m.get("role"), m.get("content")
         if role == "developer":
             role = "system"
         if role not in ("system", "user", "assistant"):
             raise ApiError(400, f"{where}.role must be system, user or assistant, got {json.dumps(role)[:40]}",
                            f"{where}.role", "invalid_value")
-        if content is None:
-            content = ""
+        if content is None:  # absent or null: OpenAI refuses it too (it means a tool call, not supported)
+            raise ApiError(400, f"{where}.content is required (a string or a list of text parts)",
+                           f"{where}.content", "missing_required_parameter")
         if isinstance(content, list):  # content parts: only text ones
             texts = []
             for part in content:
@@ -197,6 +311,10 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
 
 
 def _completion_prompt(body: dict) -> str | list[int]:
+    _no_unknown_fields(body, COMPLETION_FIELDS)
+    _default_only(body, "best_of", (1,), "only one completion is made")
+    _default_only(body, "echo", (False,), "the prompt is not repeated")
+    _default_only(body, "suffix", ("",), "no text is inserted")
     prompt = body.get("prompt", _MISSING)
     if prompt is _MISSING:
         raise ApiError(400, "'prompt' is required", "prompt", "missing_required_parameter")
@@ -207,10 +325,6 @@ def _completion_prompt(body: dict) -> str | list[int]:
     if not isinstance(prompt, str):
         raise ApiError(400, "'prompt' must be a string, a list of one string, or a list of token ids",
                        "prompt", "invalid_type")
-    if body.get("echo"):
-        raise ApiError(400, "'echo' is not supported", "echo", "unsupported_parameter")
-    if body.get("suffix"):
-        raise ApiError(400, "'suffix' is not supported", "suffix", "unsupported_parameter")
     return prompt
 
 
@@ -224,6 +338,8 @@ class Job:
     def __init__(self, kind: str, payload: Any, params: dict, loop: asyncio.AbstractEventLoop):
         self.kind, self.payload, self.params, self.loop = kind, payload, params, loop
         self.cancelled = threading.Event()
+        self.engine: Engine | None = None  # set by Engine.submit
+        self.state = "new"  # "waiting" (queued), "taken" (the worker has it), "withdrawn" (gone while waiting)
         self.events: collections.deque = collections.deque()
         self.wakeup = asyncio.Event()
 
@@ -238,7 +354,11 @@ class Job:
         self.wakeup.set()
 
     def cancel(self) -> None:
+        """The client went away (or the job must stop): a waiting job gives its queue slot back now,
+        not when the worker reaches it; a running one stops before its next token."""
         self.cancelled.set()
+        if self.engine is not None:
+            self.engine.withdraw(self)
 
     async def next_event(self, request=None) -> tuple:
         """The next event; with `request`, checks every DISCONNECT_POLL_S that its client is still
@@ -268,10 +388,11 @@ class Engine:
         self.counts = collections.Counter()
         self.generated_tokens = 0
         self.started_at = time.time()
-        self.thread = threading.Thread(target=self._loop, name="tl-serve-worker", daemon=True)
+        self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self.thread.start()
+        # a deep thread (interp/deep_stack.py): TL code runs here, calls go straight to the interpreter
+        self.thread = deep_thread(self._loop, "tl-serve-worker")
 
     def submit(self, job: Job) -> bool:
         """Queue the job; False (and nothing queued) when max_queue requests already wait."""
@@ -280,8 +401,17 @@ class Engine:
                 self.counts["rejected"] += 1
                 return False
             self.waiting += 1
+            job.engine, job.state = self, "waiting"
         self.jobs.put(job)
         return True
+
+    def withdraw(self, job: Job) -> None:
+        """A waiting job's client left: free its slot at once (the worker skips it later)."""
+        with self.lock:
+            if job.state == "waiting":
+                job.state = "withdrawn"
+                self.waiting -= 1
+                self.counts["cancelled"] += 1
 
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel every job, let the running one end at its next token, and end the thread."""
@@ -295,7 +425,8 @@ class Engine:
                 job.emit("error", ApiError(503, "the server is shutting down", code="shutting_down"))
         self._current_cancel()
         self.jobs.put(None)
-        self.thread.join(timeout)
+        if self.thread is not None:
+            self.thread.join(timeout)
 
     def _current_cancel(self) -> None:
         job = getattr(self, "_current", None)
@@ -312,6 +443,9 @@ class Engine:
             if job is None:
                 return
             with self.lock:
+                if job.state == "withdrawn":  # counted and its slot freed by withdraw()
+                    continue
+                job.state = "taken"
                 self.waiting -= 1
                 self.running = 1
             self._current = job
@@ -408,13 +542,15 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
             raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large")
-        raw = b""
+        raw = bytearray()
         async for chunk in request.stream():
             raw += chunk
             if len(raw) > MAX_BODY_BYTES:
                 raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large")
         try:
-            body = json.loads(raw)
+            body = bounded_json.loads(raw, max_depth=MAX_JSON_DEPTH)
+        except bounded_json.JsonLimitError as e:
+            raise ApiError(400, f"the request body is not acceptable: {e}", code="invalid_json") from None
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(400, f"the request body is not valid JSON: {' '.join(str(e).split())}",
                            code="invalid_json") from None
@@ -569,6 +705,109 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
 
 
+# ---------------------------------------------------------------------- connections
+
+
+def _max_connections() -> int:
+    """MAX_CONNECTIONS, or fewer when the open-file limit would run out first (each takes a descriptor;
+    the model, the listening socket and Python's own files need some): accept() must never fail."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return MAX_CONNECTIONS
+    if soft == getattr(resource, "RLIM_INFINITY", -1) or soft <= 0:
+        return MAX_CONNECTIONS
+    return max(8, min(MAX_CONNECTIONS, soft - 64))
+
+
+def _guarded_protocol(max_connections: int):
+    """uvicorn's h11 protocol with the deadlines and the connection bound above. uvicorn itself times
+    out only idle keep-alive connections: one that sends a byte now and then, or never finishes its
+    headers, stays forever (slowloris), and its limit_concurrency answers 503 to every request,
+    /health included, once idle sockets fill it. Here a connection that has not sent a whole request
+    in time is closed, and at the bound the oldest such connection makes room for the new one."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._deadline = None
+            self._phase: str | None = None
+            self._since = time.monotonic()
+            _quiet_accept_errors(self.loop)
+            if len(self.connections) > max_connections:
+                receiving = [c for c in self.connections if c is not self and c._receiving()]
+                if not receiving:
+                    transport.close()
+                    return
+                min(receiving, key=lambda c: c._since).transport.close()
+            self._watch()
+
+        def _receiving(self) -> bool:
+            """Whether the connection is still sending a request (headers or body), or sits idle."""
+            return not self.transport.is_closing() and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+
+        def _watch(self) -> None:
+            """Arm the deadline of the phase the client is in; a phase change starts its own clock."""
+            state = self.conn.their_state
+            phase = "headers" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None
+            if phase == self._phase:
+                return
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            self._phase = phase
+            if phase is not None and not self.transport.is_closing():
+                self._since = time.monotonic()
+                wait = HEADER_TIMEOUT_S if phase == "headers" else BODY_TIMEOUT_S
+                self._deadline = self.loop.call_later(wait, self._expired)
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self._receiving():  # the app sees a disconnect; a request still being read ends (499)
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._watch()
+
+        def connection_lost(self, exc) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+def _quiet_accept_errors(loop) -> None:
+    """Out of file descriptors, asyncio stops accepting for a second and logs a traceback; a burst of
+    connections can get there before the bound above closes any. Say it in one line instead."""
+    if getattr(loop, "_tl_quiet_accept", False):
+        return
+    loop._tl_quiet_accept = True
+    previous = loop.get_exception_handler()
+
+    def handler(loop, context: dict) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
+            print(f"tl serve: cannot accept connections for a moment ({exc.strerror or exc}); retrying",
+                  file=sys.stderr, flush=True)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 # ---------------------------------------------------------------------- the command
 
 
@@ -586,6 +825,7 @@ def run_server(options: ServeOptions) -> int:
         sock = socket.socket(socket.AF_INET6 if ":" in options.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((options.host, options.port))
+        sock.listen(LISTEN_BACKLOG)  # now, not when uvicorn starts: a client that reads the banner can connect
     except (OSError, OverflowError) as e:
         print(f"tl: error: cannot listen on {options.host}:{options.port}: {getattr(e, 'strerror', None) or e}",
               file=sys.stderr)
@@ -621,10 +861,17 @@ def run_server(options: ServeOptions) -> int:
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(app, log_level=os.environ.get("TL_SERVE_LOG", "warning"), access_log=False,
-                            timeout_graceful_shutdown=5, lifespan="off")
+                            timeout_graceful_shutdown=5, lifespan="off", http=_guarded_protocol(_max_connections()),
+                            timeout_keep_alive=KEEP_ALIVE_S, h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+                            backlog=LISTEN_BACKLOG)
     server = _Server(config)
     try:
-        server.run(sockets=[sock])
+        # The event loop runs on a deep thread too: while the worker's deep thread runs, Python's
+        # recursion limit is high for every thread, and only deep threads have the C stack for it.
+        # Signals reach the main thread, which waits here and passes them on as a graceful shutdown.
+        run_deep(server.run, sockets=[sock],
+                 signals={signal.SIGINT: lambda s: server.handle_exit(s, None),
+                          signal.SIGTERM: lambda s: server.handle_exit(s, None)})
     finally:
         engine.stop()
         if not engine.thread.is_alive():

@@ -14,6 +14,7 @@ import struct
 
 import numpy as np
 
+from ..models import bounded_json
 from .convert import BuiltinArgError, Tensor, core, to_str, to_tensor, type_name
 from .registry import builtin
 
@@ -135,7 +136,7 @@ def load(path):
     data = _read_bytes(p)
     try:
         (size,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8:8 + size].decode("utf-8"))
+        header = bounded_json.loads(data[8:8 + size].decode("utf-8"))
         out = {}
         for name, info in header.items():
             if name == "__metadata__":

@@ -61,6 +61,7 @@ def _max_call_depth() -> int:
 # TL calls that may be active at once. A TL call takes about 6 Python frames (more in deep
 # expressions), and Python 3.11 runs Python-to-Python calls without using the C stack: 50,000 nested
 # TL calls ran on an 8 MiB main-thread stack (measured), so 10,000 leaves a wide margin. The
-# interpreter raises Python's recursion limit to PYTHON_FRAMES_PER_CALL times this.
+# interpreter runs TL code on deep threads (deep_stack.py) whose recursion limit is
+# PYTHON_FRAMES_PER_CALL times this, with a C stack sized for that limit.
 MAX_CALL_DEPTH = _max_call_depth()
 PYTHON_FRAMES_PER_CALL = 25

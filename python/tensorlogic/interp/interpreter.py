@@ -20,7 +20,8 @@ from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLImportError, TLRuntimeError
 from ..lang.parser import parse, read_source
 from .compiler import Compiler
-from .control import MAX_CALL_DEPTH, PYTHON_FRAMES_PER_CALL, CompileError, NonLocalReturn
+from .control import CompileError, NonLocalReturn
+from .deep_stack import run_deep
 from .logic_bridge import ProgramLogic
 from .scope import FunctionScopeInfo, Scope
 from .values import UNSET, FunctionValue, StructType
@@ -70,14 +71,16 @@ class Interpreter(ProgramLogic):
         self.top_scope = Scope(None, self.top_info, is_global=True)
         self.top_frame: list = []
         self._callback_compiler: Compiler | None = None
-        # a TL call takes a handful of Python frames; leave room for MAX_CALL_DEPTH TL calls
-        needed = MAX_CALL_DEPTH * PYTHON_FRAMES_PER_CALL + 2000
-        if sys.getrecursionlimit() < needed:
-            sys.setrecursionlimit(needed)
+        # Parsing, compiling and running recurse once per nesting level and TL call: every public
+        # method below runs on a deep thread (deep_stack.py), where Python's recursion limit leaves
+        # room for MAX_CALL_DEPTH TL calls and the C stack is large enough for that limit.
 
     # ------------------------------------------------------------ loading
 
     def load_source(self, source: str, filename: str = "<input>") -> LoadedProgram:
+        return run_deep(self._load_source, source, filename)
+
+    def _load_source(self, source: str, filename: str) -> LoadedProgram:
         program = parse(source, filename)
         return self.load(program)
 
@@ -85,6 +88,9 @@ class Interpreter(ProgramLogic):
         """Load the program at `path`; `source` is its text when the caller already read it (a pipe
         can be read only once). A `<name>` path (`<stdin>`) has no directory: imports are relative
         to the working directory."""
+        return run_deep(self._load_file, path, source)
+
+    def _load_file(self, path: str, source: str | None) -> LoadedProgram:
         if source is None:
             source = read_source(path)
         program = parse(source, path)
@@ -94,6 +100,9 @@ class Interpreter(ProgramLogic):
 
     def load(self, program: ast.Program) -> LoadedProgram:
         """Resolve imports, declare, compile. Raises TLError (syntax, import, compile) before running."""
+        return run_deep(self._load_checked, program)
+
+    def _load_checked(self, program: ast.Program) -> LoadedProgram:
         try:
             return self._load(program)
         except RecursionError:
@@ -234,6 +243,9 @@ class Interpreter(ProgramLogic):
     # ------------------------------------------------------------ running
 
     def run_top_level(self, loaded: LoadedProgram) -> None:
+        return run_deep(self._run_top_level, loaded)
+
+    def _run_top_level(self, loaded: LoadedProgram) -> None:
         self._run_logic_decls()
         frame = self.top_frame
         for stmt in loaded.top_level:
@@ -242,6 +254,9 @@ class Interpreter(ProgramLogic):
                 break
 
     def run_main(self, loaded: LoadedProgram) -> None:
+        return run_deep(self._run_main, loaded)
+
+    def _run_main(self, loaded: LoadedProgram) -> None:
         if loaded.main is None:
             return
         frame = [UNSET] * loaded.main_info.nslots
@@ -251,6 +266,9 @@ class Interpreter(ProgramLogic):
             frame.clear()
 
     def run_tests(self, loaded: LoadedProgram, report: Callable[[TestOutcome], None] | None = None) -> list[TestOutcome]:
+        return run_deep(self._run_tests, loaded, report)
+
+    def _run_tests(self, loaded: LoadedProgram, report: Callable[[TestOutcome], None] | None) -> list[TestOutcome]:
         outcomes = []
         for name, body, info in loaded.tests:
             frame = [UNSET] * info.nslots
@@ -269,6 +287,9 @@ class Interpreter(ProgramLogic):
         return outcomes
 
     def run_benches(self, loaded: LoadedProgram, report: Callable[[str, int, float, float], None]) -> None:
+        return run_deep(self._run_benches, loaded, report)
+
+    def _run_benches(self, loaded: LoadedProgram, report: Callable[[str, int, float, float], None]) -> None:
         """Runs each bench block once to warm up, then until 0.5 s or 20 runs; reports mean and min."""
         for name, body, info in loaded.benches:
             times = []
@@ -290,6 +311,9 @@ class Interpreter(ProgramLogic):
     def call_value(self, fn, argv: list):
         """Call a TL function value from outside the program's code (builtins, tensor equations, the
         LLM session): the compiled calls' own path, so the depth limit and error trace apply."""
+        return run_deep(self._call_value, fn, argv)
+
+    def _call_value(self, fn, argv: list):
         if self._callback_compiler is None:
             self._callback_compiler = Compiler(self, "<builtin>", "")
         return self._callback_compiler._call_value(fn, list(argv), None, "a builtin")

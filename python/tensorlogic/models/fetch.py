@@ -31,6 +31,7 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from . import bounded_json
 from .errors import ModelError
 
 _CHUNK = 1 << 20
@@ -153,7 +154,9 @@ def fetch_model(name: str | None = None, *, directory: Path | None = None, progr
                          f"(set TL_MODEL_CACHE to a writable directory)") from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching the same model
-        if _is_cached(target, spec, False, progress):  # ... and may just have finished it
+        # ... and may just have finished it. A `verify` that found a bad hash above removed the
+        # record, so this looks at the file's hash again, never at a record the file no longer matches.
+        if _is_cached(target, spec, False, False):  # (a corrupt file was reported above)
             return target
         _assemble(spec, target, progress)
         _record_verified(target, spec)
@@ -176,7 +179,14 @@ def _is_cached(target: Path, spec: ModelSpec, verify: bool, progress: bool) -> b
         raise ModelError(f"cannot read {target}: {e.strerror or e}") from None
     if good:
         _record_verified(target, spec)
-    elif progress:
+        return True
+    # The record (if any) vouches for bytes that are gone (bit rot keeps size and mtime): drop it, so
+    # that no later check, this fetch's own re-check under the lock included, trusts it again.
+    try:
+        _record_path(target).unlink(missing_ok=True)
+    except OSError:
+        pass
+    if progress:
         print(f"tl: {target} is corrupt (its sha256 does not match); downloading it again", file=sys.stderr)
     return good
 
@@ -252,7 +262,7 @@ def _record_path(target: Path) -> Path:
 
 def _verified_record_matches(target: Path, spec: ModelSpec) -> bool:
     try:
-        record = json.loads(_record_path(target).read_text())
+        record = bounded_json.loads(_record_path(target).read_bytes(), max_bytes=1 << 16)
         st = target.stat()
         return (record.get("sha256") == spec.sha256 and record.get("size") == st.st_size
                 and record.get("mtime_ns") == st.st_mtime_ns)
@@ -330,7 +340,7 @@ def _wheel_url(model: str, piece: WheelPiece) -> tuple[str, str | None]:
         try:
             with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
                                         timeout=_TIMEOUT_S) as r:
-                data = json.load(r)
+                data = bounded_json.loads(r.read(64 << 20), max_bytes=(64 << 20) - 1)
         except urllib.error.HTTPError as e:
             last_error = e
             continue

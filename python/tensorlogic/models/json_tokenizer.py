@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from . import bounded_json
 from .chat_template import ChatTemplate
 from .errors import ModelError
 
@@ -118,7 +119,7 @@ def json_tokenizer(path: Path) -> tuple[JsonTokenizer, ChatTemplate]:
     config_path = path.with_name("tokenizer_config.json")
     if config_path.is_file():
         try:
-            config = json.loads(config_path.read_text(encoding="utf-8"))
+            config = bounded_json.loads(config_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise ModelError(f"{config_path}: cannot read: {e}") from None
     tok = JsonTokenizer(path, config if isinstance(config, dict) else {})
