@@ -149,7 +149,7 @@ def _npy_header(text: str) -> tuple[np.dtype, bool, tuple[int, ...]]:
     if dtype.hasobject:
         raise Unsupported("the array holds Python objects (pickled), which load never reads")
     if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in "biuf":
-        raise Unsupported(f"the array has dtype {_short(descr)} (TL loads float32, float16, bool and "
+        raise Unsupported(f"the array has dtype {dtype.name} ({_short(descr)}; TL loads float32, float16, bool and "
                           "8- to 64-bit integers)")
     return dtype, fortran, shape
 
