@@ -187,6 +187,12 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path, call):
     assert all((tmp_path / name).is_fifo() for name in ("fifo", "fifo.npy", "fifo.safetensors"))
 
 
+def test_a_fifo_given_as_tokenizer_json_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "tokenizer.json")
+    r = tl_run(tmp_path, 'let t = load_tokenizer("tokenizer.json")\n', timeout=30)
+    assert r.returncode == 1 and "tokenizer.json: not a file" in error_line(r)
+
+
 def test_a_directory_is_refused(tmp_path):
     (tmp_path / "d.npy").mkdir()
     result = tensorlogic.run(f'let t = load("{tmp_path / "d.npy"}")\n', filename="p.tl")

@@ -162,7 +162,7 @@ def test_bf16_safetensors_load_and_round_trip_bit_exactly(tmp_path):
 
 
 @pytest.mark.parametrize("st_dtype, needle", [
-    ("F64", "holds F64 data; TL tensors have no 64-bit floats"),
+    ("F64", "holds float64 data; TL tensors have no 64-bit floats"),
     ("F8_E4M3", "holds F8_E4M3 data; TL has no such type"),
 ])
 def test_safetensors_dtypes_tl_cannot_hold_are_refused(tmp_path, st_dtype, needle):
@@ -171,6 +171,28 @@ def test_safetensors_dtypes_tl_cannot_hold_are_refused(tmp_path, st_dtype, needl
     path.write_bytes(safetensors_bytes({"w": (st_dtype, [2], b"\0" * 2 * size)}))
     result = run(f'let w = load("{path}")\n')
     assert not result.internal_error and needle in result.error.message, result.error_text
+
+
+@pytest.mark.parametrize("floats, np_type", [("f32", np.float32), ("f16", np.float16)])
+def test_load_rounds_float64_to_the_float_dtype_named(tmp_path, floats, np_type):
+    src = np.array([[0.1, 1e-8], [3.0, -1e4]])
+    npy, st = tmp_path / "x.npy", tmp_path / "x.safetensors"
+    np.save(npy, src)
+    ids = np.array([7, 8], np.int64)
+    st.write_bytes(safetensors_bytes({"x": ("F64", [2, 2], src.tobytes()), "ids": ("I64", [2], ids.tobytes())}))
+    result = run(f'let a = load("{npy}", "{floats}")\nlet m = load("{st}", "{floats}")\n')
+    assert result.error is None, result.error_text
+    a, m = result.env["a"], result.env["m"]
+    assert a.dtype == m["x"].dtype == floats and m["ids"].dtype == "i64"   # integers are left alone
+    np.testing.assert_array_equal(a.numpy(), src.astype(np_type))
+    np.testing.assert_array_equal(m["x"].numpy(), src.astype(np_type))
+    np.testing.assert_array_equal(m["ids"].numpy(), ids)
+
+
+def test_load_floats_must_be_a_float_dtype(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros(2))
+    result = run(f'let a = load("{tmp_path / "x.npy"}", "i32")\n')
+    assert not result.internal_error and "floats must be a float dtype (f32, f16 or bf16)" in result.error.message
 
 
 def test_the_rank_limit_of_the_readers_is_the_runtimes(tmp_path):

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import tensor_formats as formats
 from .convert import BuiltinArgError, Tensor, core, to_str, to_tensor, type_name
+from .dtypes import dtype_of
 from .registry import builtin
 
 C = "files"
@@ -138,18 +139,25 @@ def save(value, path):
     return None
 
 
-@builtin("load", "load(path)", "a tensor from a .npy file, or a map of name -> tensor from a .safetensors file",
-         min_args=1, max_args=1, category=C)
-def load(path):
+@builtin("load", "load(path, [floats])",
+         "a tensor from a .npy file, or a map of name -> tensor from a .safetensors file; floats (\"f32\", "
+         "\"f16\" or \"bf16\") rounds every float tensor to that dtype, the only way to load float64 data",
+         min_args=1, max_args=2, category=C)
+def load(path, floats=None):
     p = _path(path)
+    if floats is not None:
+        floats = dtype_of(floats)
+        if floats not in formats.FLOAT_DTYPES:
+            raise BuiltinArgError(f"floats must be a float dtype (f32, f16 or bf16), got {floats!r}")
     if not p.endswith((".npy", ".safetensors")):
         raise BuiltinArgError(f"{p}: the file name must end in .npy or .safetensors")
     npy = p.endswith(".npy")
     data = _read_bytes(p)
     try:
         if npy:
-            return _upload(*formats.read_npy(data), p)
-        return {name: _upload(arr, dtype, p) for name, (arr, dtype) in formats.read_safetensors(data).items()}
+            return _upload(*formats.read_npy(data, floats), p)
+        return {name: _upload(arr, dtype, p)
+                for name, (arr, dtype) in formats.read_safetensors(data, floats).items()}
     except formats.NotValid as e:
         raise BuiltinArgError(f"{p} is not a valid {'.npy' if npy else '.safetensors'} file: {e}") from None
     except formats.Unsupported as e:

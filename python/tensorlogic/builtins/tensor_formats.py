@@ -4,9 +4,10 @@ dtype TL has, each with the TL dtype name to upload it as.
 
 Invariants: a reader checks every size a header claims against the bytes present before it slices,
 and either returns arrays equal to the file's values (a dtype TL lacks is widened losslessly:
-int8/uint8/int16/uint16 -> i32, uint32 -> i64) or raises NotValid (the bytes break the format) or
-Unsupported (a valid file holding a dtype TL cannot represent without loss, such as float64); nothing
-here opens files or touches the runtime. A 0-d array stays 0-d both ways.
+int8/uint8/int16/uint16 -> i32, uint32 -> i64; floats are rounded only to a float dtype the caller
+names) or raises NotValid (the bytes break the format) or Unsupported (a valid file holding a dtype
+TL cannot represent without loss, such as float64); nothing here opens files or touches the runtime.
+A 0-d array stays 0-d both ways.
 """
 from __future__ import annotations
 
@@ -33,22 +34,27 @@ class Unsupported(Exception):
 MAX_RANK = 8
 
 
-def _float64_advice(how: str) -> str:
-    return f"TL tensors have no 64-bit floats and load never narrows silently; save it as float32 ({how})"
+_FLOAT64_ADVICE = ("TL tensors have no 64-bit floats and load never narrows silently: "
+                   "load(path, \"f32\") narrows it, or save it as float32")
+FLOAT_DTYPES = ("f32", "f16", "bf16")
 
 
-def to_tl(arr: np.ndarray, where: str) -> tuple[np.ndarray, str]:
+def to_tl(arr: np.ndarray, where: str, floats: str | None = None) -> tuple[np.ndarray, str]:
     """`arr` (any byte order, any layout) as a C-ordered native array in a dtype TL has, and that dtype's
-    TL name; every conversion is exact."""
+    TL name; every conversion is exact, except that `floats` (one of FLOAT_DTYPES), when given, is
+    the dtype every float array becomes (the caller asked to round; bf16 arrives as f32 values)."""
     if arr.dtype.byteorder not in "=|":   # stored big-endian on a little-endian host (or the reverse)
         arr = arr.astype(arr.dtype.newbyteorder("="))
     kind, size = arr.dtype.kind, arr.dtype.itemsize
+    if kind == "f" and floats is not None:
+        with np.errstate(over="ignore"):   # values beyond the dtype's range round to inf, as in NumPy
+            return arr.astype(np.float16 if floats == "f16" else np.float32, order="C"), floats
     if kind == "f" and size == 4:
         return _c_order(arr), "f32"
     if kind == "f" and size == 2:
         return _c_order(arr), "f16"
     if kind == "f" and size == 8:
-        raise Unsupported(f"{where} holds float64 data; {_float64_advice('NumPy: a.astype(np.float32)')}")
+        raise Unsupported(f"{where} holds float64 data; {_FLOAT64_ADVICE}")
     if kind == "b":
         return _c_order(arr.view(np.uint8) != 0), "bool"   # any nonzero byte is true, as NumPy reads it
     if kind in "iu" and size <= 2:
@@ -86,7 +92,7 @@ NPY_MAGIC = b"\x93NUMPY"
 NPY_MAX_HEADER = 10000
 
 
-def read_npy(data: bytes | memoryview) -> tuple[np.ndarray, str]:
+def read_npy(data: bytes | memoryview, floats: str | None = None) -> tuple[np.ndarray, str]:
     """The array a `.npy` file holds, as `to_tl` gives it."""
     data = memoryview(data)
     if len(data) == 0:
@@ -123,7 +129,7 @@ def read_npy(data: bytes | memoryview) -> tuple[np.ndarray, str]:
         raise NotValid(f"{body - need} bytes follow the data (shape {_fmt(shape)} of {dtype} is {need} bytes)")
     _check_shape(shape, "the array")
     arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=start + hlen)
-    return to_tl(arr.reshape(shape, order="F" if fortran else "C"), "the array")
+    return to_tl(arr.reshape(shape, order="F" if fortran else "C"), "the array", floats)
 
 
 def _npy_header(text: str) -> tuple[np.dtype, bool, tuple[int, ...]]:
@@ -157,12 +163,10 @@ def _npy_header(text: str) -> tuple[np.dtype, bool, tuple[int, ...]]:
 # ----------------------------------------------------------------------------- .safetensors
 
 # name -> NumPy dtype of the stored bytes (little-endian); BF16 is read as its raw 16 bits.
-_ST_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+_ST_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
               "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "|b1"}
 # Valid in the format, but TL has no type that holds them exactly: refused with a reason.
-_ST_REFUSED = {"F64": _float64_advice("e.g. torch: t.float()"),
-               **{name: "TL has no such type; convert it to F32, F16 or BF16 before saving"
-                  for name in ("F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64")}}
+_ST_REFUSED = ("F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64")
 _TL_TO_ST = {"f32": "F32", "f16": "F16", "bf16": "BF16", "i32": "I32", "i64": "I64", "bool": "BOOL"}
 # The format's own limit on the header (the reference implementation's MAX_HEADER_SIZE).
 ST_MAX_HEADER = 100_000_000
@@ -185,8 +189,9 @@ def parse_header_json(text: str) -> Any:
         raise NotValid(f"the header is not JSON ({str(e).splitlines()[0]})") from None
 
 
-def read_safetensors(data: bytes | memoryview) -> dict[str, tuple[np.ndarray, str]]:
-    """name -> (array, TL dtype) for every tensor in a `.safetensors` file, in header order."""
+def read_safetensors(data: bytes | memoryview, floats: str | None = None) -> dict[str, tuple[np.ndarray, str]]:
+    """name -> (array, TL dtype) for every tensor in a `.safetensors` file, in header order, as `to_tl`
+    gives them."""
     data = memoryview(data)
     if len(data) == 0:
         raise NotValid("the file is empty")
@@ -228,9 +233,10 @@ def read_safetensors(data: bytes | memoryview) -> dict[str, tuple[np.ndarray, st
         stored = np.dtype(_ST_DTYPES[st_dtype])
         arr = np.frombuffer(buffer, dtype=stored, count=math.prod(shape), offset=begin).reshape(shape)
         if st_dtype == "BF16":   # bf16 is the high half of an f32: the f32 values upload as bf16 exactly
-            out[name] = ((arr.astype(np.uint32) << 16).view(np.float32), "bf16")
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+            out[name] = (arr, "bf16") if floats is None else to_tl(arr, where, floats)
         else:
-            out[name] = to_tl(arr, where)
+            out[name] = to_tl(arr, where, floats)
     return out
 
 
@@ -252,7 +258,8 @@ def _st_entry(name: str, info: Any, buffer_len: int) -> tuple:
     if not 0 <= begin <= end <= buffer_len:
         raise NotValid(f"{where} has data_offsets [{begin}, {end}] outside the data's {buffer_len} bytes")
     if st_dtype in _ST_REFUSED:
-        raise Unsupported(f"{where} holds {st_dtype} data; {_ST_REFUSED[st_dtype]}")
+        raise Unsupported(f"{where} holds {st_dtype} data; TL has no such type (convert it to F32, F16 or "
+                          "BF16 before saving)")
     need = math.prod(shape) * np.dtype(_ST_DTYPES[st_dtype]).itemsize
     if end - begin != need:
         raise NotValid(f"{where}: shape {_fmt(shape)} of {st_dtype} is {need} bytes, "
