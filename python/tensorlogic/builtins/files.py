@@ -141,7 +141,7 @@ def save(value, path):
 
 @builtin("load", "load(path, [floats])",
          "a tensor from a .npy file, or a map of name -> tensor from a .safetensors file; floats (\"f32\", "
-         "\"f16\" or \"bf16\") rounds every float tensor to that dtype, the only way to load float64 data",
+         "\"f16\" or \"bf16\") rounds every float tensor to that dtype (how 64-bit float data loads)",
          min_args=1, max_args=2, category=C)
 def load(path, floats=None):
     p = _path(path)
