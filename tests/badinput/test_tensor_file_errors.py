@@ -50,6 +50,8 @@ BAD_SAFETENSORS = {
     "not json": (st_file(b"{'a': 1}"), "the header is not JSON"),
     "not utf-8": (st_file(b'{"\xff": 1}'), "the header is not UTF-8"),
     "repeated name": (st_file(b'{"a": {}, "a": {}}'), "the header names 'a' twice"),
+    "lone surrogate name": (st_file(b'{"\\ud800": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}'),
+                            "tensor '\\ud800' is not valid Unicode"),
     "entry not an object": (st_file({"a": 3}), "tensor 'a' is not a JSON object"),
     "no dtype": (st_file({"a": {"shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4), "tensor 'a' has no 'dtype'"),
     "unknown dtype": (st_file({"a": {"dtype": "F31", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4),

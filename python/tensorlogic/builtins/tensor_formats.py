@@ -242,6 +242,10 @@ def read_safetensors(data: bytes | memoryview, floats: str | None = None) -> dic
 
 def _st_entry(name: str, info: Any, buffer_len: int) -> tuple:
     where = f"tensor {_short(name)}"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:   # JSON's \ud800 escapes can spell a lone surrogate; the format is UTF-8
+        raise NotValid(f"{where} is not valid Unicode (a lone surrogate)") from None
     if not isinstance(info, dict):
         raise NotValid(f"{where} is not a JSON object")
     missing = [k for k in ("dtype", "shape", "data_offsets") if k not in info]
