@@ -250,3 +250,37 @@ def test_truncated_and_bit_flipped_files_load_or_fail_with_one_line(tmp_path):
             assert "\n" not in str(e) and str(e).startswith(str(path)), (name, bytes(mutated), str(e))
         path.unlink()
     assert failures > 2000   # the mutations did reach the checks
+
+
+def test_headers_with_extreme_fields_load_or_fail_with_one_line(tmp_path):
+    """Headers built from edge values (zero, huge and negative sizes, odd dtypes and offsets), where bit
+    flips rarely reach: each loads or is one BuiltinArgError line."""
+    rng = random.Random(21)
+    sizes = [0, 1, 2, 3, 8, 2**31, 2**32 + 1, 2**40, 2**61, 2**62, 2**63, 2**64, 10**30, -1]
+    descrs = ["<f4", ">f2", "<f8", "|b1", "u1", ">i8", "<u8", "<c8", "|V4", "<M8[s]", "(2,)<f4", "<U2", "f4,i4"]
+    st_dtypes = ["F32", "BF16", "BOOL", "U8", "I64", "F64", "F8_E4M3", "F4", "Q4", 7]
+    for i in range(600):
+        shape = [rng.choice(sizes) for _ in range(rng.choice([0, 1, 2, 3, 9]))]
+        data = bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 4, 8, 16, 64])))
+        if i % 2:
+            descr = rng.choice(descrs)
+            text = f"{{'descr': {descr!r}, 'fortran_order': {rng.choice([True, False])}, 'shape': {tuple(shape)!r}, }}\n"
+            path = tmp_path / f"h{i}.npy"
+            path.write_bytes(npy_file(text, data))
+        else:
+            begin = rng.choice([0, 0, 0, 1, 4, -4, 2**64])
+            end = rng.choice([begin, begin + len(data), len(data), 2**63, 3])
+            info = {"dtype": rng.choice(st_dtypes), "shape": shape, "data_offsets": [begin, end]}
+            path = tmp_path / f"h{i}.safetensors"
+            path.write_bytes(st_file({"t": info}, data))
+        try:
+            load(str(path))
+        except BuiltinArgError as e:
+            assert "\n" not in str(e) and str(e).startswith(str(path)), str(e)
+        path.unlink()
+
+
+def test_a_shape_too_large_for_a_tensor_is_refused_even_with_no_elements(tmp_path):
+    path = tmp_path / "e.npy"
+    message = load_error(path, npy_file(f"{{'descr': '<f4', 'fortran_order': False, 'shape': (0, {2**62}), }}\n"))
+    assert message == f"load: {path}: the array has shape [0, {2**62}], too large for a tensor"

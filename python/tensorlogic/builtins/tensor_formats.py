@@ -75,9 +75,12 @@ def _c_order(arr: np.ndarray) -> np.ndarray:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-def _check_shape(shape, where: str) -> None:
+def _check_shape(shape, itemsize: int, where: str) -> None:
+    """A shape whose data size already matched the bytes present, checked for what a tensor can be."""
     if len(shape) > MAX_RANK:
         raise Unsupported(f"{where} has {len(shape)} dimensions; TL tensors have at most {MAX_RANK}")
+    if math.prod(n for n in shape if n) * itemsize > np.iinfo(np.int64).max:   # (0, 2**62): 0 bytes, no strides
+        raise Unsupported(f"{where} has shape {_fmt(shape)}, too large for a tensor")
 
 
 def _is_int(v: Any) -> bool:
@@ -127,7 +130,7 @@ def read_npy(data: bytes | memoryview, floats: str | None = None) -> tuple[np.nd
                        f"the file has {body})")
     if body > need:
         raise NotValid(f"{body - need} bytes follow the data (shape {_fmt(shape)} of {dtype} is {need} bytes)")
-    _check_shape(shape, "the array")
+    _check_shape(shape, dtype.itemsize, "the array")
     arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=start + hlen)
     return to_tl(arr.reshape(shape, order="F" if fortran else "C"), "the array", floats)
 
@@ -268,7 +271,7 @@ def _st_entry(name: str, info: Any, buffer_len: int) -> tuple:
     if end - begin != need:
         raise NotValid(f"{where}: shape {_fmt(shape)} of {st_dtype} is {need} bytes, "
                        f"data_offsets [{begin}, {end}] hold {end - begin}")
-    _check_shape(shape, where)
+    _check_shape(shape, np.dtype(_ST_DTYPES[st_dtype]).itemsize, where)
     return begin, end, name, st_dtype, shape
 
 
