@@ -284,3 +284,6 @@ def test_a_shape_too_large_for_a_tensor_is_refused_even_with_no_elements(tmp_pat
     path = tmp_path / "e.npy"
     message = load_error(path, npy_file(f"{{'descr': '<f4', 'fortran_order': False, 'shape': (0, {2**62}), }}\n"))
     assert message == f"load: {path}: the array has shape [0, {2**62}], too large for a tensor"
+    st = tmp_path / "e.safetensors"   # 2^62 bytes as BF16, 2^63 once widened to f32 values
+    message = load_error(st, st_file({"b": {"dtype": "BF16", "shape": [0, 2**61], "data_offsets": [0, 0]}}))
+    assert message == f"load: {st}: tensor 'b' has shape [0, {2**61}], too large for a tensor"

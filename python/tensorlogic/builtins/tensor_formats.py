@@ -75,11 +75,13 @@ def _c_order(arr: np.ndarray) -> np.ndarray:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-def _check_shape(shape, itemsize: int, where: str) -> None:
+def _check_shape(shape, where: str) -> None:
     """A shape whose data size already matched the bytes present, checked for what a tensor can be."""
     if len(shape) > MAX_RANK:
         raise Unsupported(f"{where} has {len(shape)} dimensions; TL tensors have at most {MAX_RANK}")
-    if math.prod(n for n in shape if n) * itemsize > np.iinfo(np.int64).max:   # (0, 2**62): 0 bytes, no strides
+    # (0, 2**62) is 0 bytes, but NumPy and the runtime need its strides in 64 bits, at the widest
+    # element a conversion can make (8 bytes: uint32 -> i64).
+    if math.prod(n for n in shape if n) * 8 > np.iinfo(np.int64).max:
         raise Unsupported(f"{where} has shape {_fmt(shape)}, too large for a tensor")
 
 
@@ -130,7 +132,7 @@ def read_npy(data: bytes | memoryview, floats: str | None = None) -> tuple[np.nd
                        f"the file has {body})")
     if body > need:
         raise NotValid(f"{body - need} bytes follow the data (shape {_fmt(shape)} of {dtype} is {need} bytes)")
-    _check_shape(shape, dtype.itemsize, "the array")
+    _check_shape(shape, "the array")
     arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=start + hlen)
     return to_tl(arr.reshape(shape, order="F" if fortran else "C"), "the array", floats)
 
@@ -271,7 +273,7 @@ def _st_entry(name: str, info: Any, buffer_len: int) -> tuple:
     if end - begin != need:
         raise NotValid(f"{where}: shape {_fmt(shape)} of {st_dtype} is {need} bytes, "
                        f"data_offsets [{begin}, {end}] hold {end - begin}")
-    _check_shape(shape, np.dtype(_ST_DTYPES[st_dtype]).itemsize, where)
+    _check_shape(shape, where)
     return begin, end, name, st_dtype, shape
 
 
