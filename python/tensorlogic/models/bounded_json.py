@@ -39,13 +39,15 @@ def nesting_depth(data: bytes) -> int:
     return int(np.cumsum(steps).max(initial=0))
 
 
-def loads(text: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH, max_bytes: int | None = None) -> Any:
-    """`json.loads(text)` for text from outside: JsonLimitError when it is longer than `max_bytes`
-    or nests deeper than `max_depth`; the usual ValueError / UnicodeDecodeError when it is not JSON."""
+def loads(text: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH, max_bytes: int | None = None,
+          **json_kwargs) -> Any:
+    """`json.loads(text, **json_kwargs)` for text from outside: JsonLimitError when it is longer than
+    `max_bytes` or nests deeper than `max_depth`; the usual ValueError / UnicodeDecodeError when it is
+    not JSON."""
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
     if max_bytes is not None and len(data) > max_bytes:
         raise JsonLimitError(f"the JSON text is {len(data)} bytes, more than the {max_bytes} allowed")
     depth = nesting_depth(data)
     if depth > max_depth:
         raise JsonLimitError(f"the JSON text nests {depth} levels deep, more than the {max_depth} allowed")
-    return json.loads(text)
+    return json.loads(text, **json_kwargs)

@@ -115,6 +115,8 @@ class _RedecodeStream:
 def json_tokenizer(path: Path) -> tuple[JsonTokenizer, ChatTemplate]:
     """The tokenizer in `path` and the chat template of the tokenizer_config.json beside it."""
     path = Path(path)
+    if not path.is_file():   # a FIFO or device would block or never end inside the tokenizers library
+        raise ModelError(f"{path}: not a file")
     config: dict = {}
     config_path = path.with_name("tokenizer_config.json")
     if config_path.is_file():
