@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lint for RUNTIME.md rule R5: every entry from C++ into Objective-C runs inside @autoreleasepool.
+"""Lint for docs/runtime.md rule R5: every entry from C++ into Objective-C runs inside @autoreleasepool.
 
 Scans Objective-C++ sources (default: objc/*.mm and objc/*.h) and fails when an Objective-C
 "touch" is not lexically inside an `@autoreleasepool { }` that opens within the same innermost

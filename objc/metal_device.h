@@ -5,7 +5,7 @@
 // nothing else; callers get __unsafe_unretained references that stay valid until the object is
 // removed here (a buffer: deallocate; pipelines and library: teardown). Every method that touches
 // Objective-C runs inside @autoreleasepool and never lets a C++ exception leave the pool (an
-// exception unwinding through @autoreleasepool skips the pool's pop) (RUNTIME.md R5).
+// exception unwinding through @autoreleasepool skips the pool's pop) (docs/runtime.md R5).
 // Include only from Objective-C++ (.mm) files.
 #import <Metal/Metal.h>
 

@@ -3,7 +3,7 @@
 // member (or the caller's strong out-parameter) and is released here, never by an autorelease
 // pool that outlives the call; (2) every function below that touches Objective-C does so inside
 // @autoreleasepool, and no C++ exception is thrown from inside a pool: failures are carried out
-// of the pool as a string and thrown after it (RUNTIME.md R5).
+// of the pool as a string and thrown after it (docs/runtime.md R5).
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>
 #include <dispatch/dispatch.h>

@@ -4,7 +4,7 @@
 // end_command_buffer). The encoder is serial (MTLDispatchTypeSerial), so dispatches run in encode
 // order and each sees the previous one's writes (rule R4). Methods validate first and throw
 // KernelError outside any autorelease pool; the Objective-C encoding itself runs inside
-// @autoreleasepool and cannot throw (RUNTIME.md R5). Include only from Objective-C++ files.
+// @autoreleasepool and cannot throw (docs/runtime.md R5). Include only from Objective-C++ files.
 #import <Metal/Metal.h>
 
 #include <cstddef>

@@ -18,7 +18,7 @@ std::optional<DType> parse_optional_dtype(py::handle obj, const char* op);
 Shape parse_shape(py::handle obj, const char* op);
 int64_t parse_int(py::handle obj, const char* what);  // int, or a float with an integral value
 bool is_scalar(py::handle obj);  // bool, int or float (not a Tensor)
-// A compiled function's symbolic scalar (python/tensorlogic/runtime/symbolic.py): an object whose
+// A compiled function's symbolic scalar (python/tensorlogic/builtins/symbolic.py): an object whose
 // `_tl_affine` is None outside a recording, else (value, constant, [(slot, coef), ...], is_float).
 bool is_symbolic(py::handle obj);
 DynInt parse_dyn_int(py::handle obj, const char* what);  // ints as parse_int

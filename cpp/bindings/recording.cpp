@@ -1,5 +1,6 @@
 // tensorlogic._core.Recording: the native side of compiled TL functions (cpp/runtime/recording.h;
-// the Python driver is python/tensorlogic/runtime/compiled.py). Rule: replay and finish release
+// the Python driver is python/tensorlogic/interp/compiled.py, its device side
+// python/tensorlogic/builtins/recording.py). Rule: replay and finish release
 // the GIL only around waits, never while touching Python objects.
 #include "bindings.h"
 #include "runtime/recording.h"

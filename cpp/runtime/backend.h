@@ -3,7 +3,7 @@
 // frees device memory, copies between host and device, runs a committed command buffer
 // asynchronously (in submission order) and reports its completion, and synchronizes. It never
 // decides when a buffer is free: buffer lifetimes, ordering, host-read waits and the ledger live
-// in the runtime (cpp/runtime/), once, for every backend (RUNTIME.md, rules R1-R4).
+// in the runtime (cpp/runtime/), once, for every backend (docs/runtime.md, rules R1-R4).
 #include <cstddef>
 #include <cstdint>
 #include <functional>

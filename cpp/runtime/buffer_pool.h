@@ -1,6 +1,6 @@
 #pragma once
 // BufferPool: device memory reuse, reservations and the memory ledger.
-// Invariants (RUNTIME.md R1, R6, R7):
+// Invariants (docs/runtime.md R1, R6, R7):
 //  - A block enters the cache (or its reservation's free list) only through release(), which the
 //    runtime calls when the last shared_ptr<Buffer> is dropped: no tensor and no command buffer
 //    (they retain every buffer they touch until completion) references it any more.

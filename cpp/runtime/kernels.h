@@ -74,7 +74,7 @@ constexpr int kReduceOpCount = static_cast<int>(ReduceOp::ArgMin) + 1;
 enum class LinearPrologue : uint8_t { None, RmsNorm, SwiGLU };
 
 // One optimizer step's constants, already reduced to f32 by the ops layer (optimizer_update in
-// ops_fused.cpp), so every backend computes the same f32 expression as the unfused ops would:
+// ops_training.cpp), so every backend computes the same f32 expression as the unfused ops would:
 //   Adam:  g += wd*p (unless decoupled: p *= decay); m = beta1*m + one_minus_beta1*g;
 //          v = beta2*v + one_minus_beta2*g*g; p -= m / (sqrt(v / bias2) + eps) * step
 //   SGD:   g += wd*p; with momentum b = momentum*b + g, g = nesterov ? g + momentum*b : b;

@@ -57,7 +57,7 @@ def _fake_session(stopped_by):
 
 @pytest.mark.parametrize("stopped_by,status", [("interrupt", 130), ("eog", 0), ("max_tokens", 0)])
 def test_generate_json_marks_an_interrupted_result_and_exits_130(capsys, stopped_by, status):
-    from tensorlogic.apps.llm_session import run_generate
+    from tensorlogic.apps.generate_command import run_generate
 
     args = SimpleNamespace(raw=False, prompt="hi", json=True, max_tokens=5, ignore_eos=False,
                            dump_logits=None, stats=False)

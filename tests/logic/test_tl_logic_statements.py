@@ -148,8 +148,8 @@ def test_arithmetic_rules_respect_stratified_negation():
 
 
 def test_unbounded_arithmetic_recursion_is_an_error_not_a_hang(monkeypatch):
-    from tensorlogic.logic import engine
-    monkeypatch.setattr(engine, "ARITH_ROUND_LIMIT", 50)
+    from tensorlogic.logic import arithmetic
+    monkeypatch.setattr(arithmetic, "ROUND_LIMIT", 50)
     e = err("Num(0)\nNum(N + 1) <- Num(N)\nNum(X)?\n")
     assert "keep deriving new numbers" in e.message
 

@@ -105,7 +105,7 @@ def test_unsupported_gemma3_variants_are_one_line_errors(tmp_path):
 
 def test_causal_attention_window_matches_numpy():
     rng = np.random.default_rng(5)
-    from tensorlogic.builtins.models import _causal_attention
+    from tensorlogic.builtins.attention import _causal_attention
 
     for n, t, pos, window in [(1, 9, 8, 4), (5, 9, 4, 3), (9, 9, 0, 4), (3, 12, 9, 20), (4, 4, 0, 1)]:
         q = rng.standard_normal((n, 4, 8)).astype(np.float32)

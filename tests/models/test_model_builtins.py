@@ -10,6 +10,7 @@ import pytest
 core = pytest.importorskip("tensorlogic._core")
 
 from tensorlogic.builtins import models as mb  # noqa: E402
+from tensorlogic.builtins import tokenizers as tb  # noqa: E402
 from tensorlogic.builtins.convert import BuiltinArgError  # noqa: E402
 from tensorlogic.builtins.kvcache import KVCache  # noqa: E402
 from tensorlogic.builtins.sampling import SamplerValue  # noqa: E402
@@ -116,8 +117,8 @@ def test_load_errors_are_one_line(tmp_path):
 
 def test_tokenizer_builtins(tiny_bpe_path):
     model = mb.load_model_value(str(tiny_bpe_path))
-    tok = mb.load_tokenizer_value(model)
-    assert mb.load_tokenizer_value(str(tiny_bpe_path)).tok.tokens == tok.tok.tokens
+    tok = tb.load_tokenizer_value(model)
+    assert tb.load_tokenizer_value(str(tiny_bpe_path)).tok.tokens == tok.tok.tokens
     ids = tok.tokenize("Hello, world!", True)
     assert isinstance(ids, list) and all(isinstance(i, int) for i in ids)
     assert tok.detokenize(ids) == "Hello, world!"
@@ -188,11 +189,11 @@ def test_sampler():
 def test_load_tokenizer_from_tokenizer_json(tiny_bpe_path, tmp_path):
     import json
 
-    gguf_tok = mb.load_tokenizer_value(str(tiny_bpe_path))
+    gguf_tok = tb.load_tokenizer_value(str(tiny_bpe_path))
     gguf_tok.tok._hf.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(
         {"eos_token": "<|im_end|>", "chat_template": "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"}))
-    tok = mb.load_tokenizer_value(str(tmp_path / "tokenizer.json"))
+    tok = tb.load_tokenizer_value(str(tmp_path / "tokenizer.json"))
     text = "Hello, world! 😀 café <|im_end|>"
     assert tok.tokenize(text, False) == gguf_tok.tokenize(text, False)
     ids = tok.tokenize(text, False)
@@ -203,4 +204,4 @@ def test_load_tokenizer_from_tokenizer_json(tiny_bpe_path, tmp_path):
     assert "".join(dec.push(i) for i in ids) + dec.flush() == "Hello, world! 😀 café "
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(BuiltinArgError, match="not a valid tokenizer.json"):
-        mb.load_tokenizer_value(str(tmp_path / "broken.json"))
+        tb.load_tokenizer_value(str(tmp_path / "broken.json"))

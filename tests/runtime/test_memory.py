@@ -1,6 +1,6 @@
 """The memory ledger seen from Python: live bytes return exactly to their baseline once tensors
 are dropped, clear_cache() empties the cache, reservations count hits and misses, no-cache mode
-frees at once, and out-of-memory is an exception the process survives (RUNTIME.md R1, R6, R7)."""
+frees at once, and out-of-memory is an exception the process survives (docs/runtime.md R1, R6, R7)."""
 import subprocess
 import sys
 import textwrap

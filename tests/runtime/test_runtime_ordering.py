@@ -1,4 +1,4 @@
-"""Ordering and host access (RUNTIME.md R1-R4): numpy() of a tensor written by a long queue of
+"""Ordering and host access (docs/runtime.md R1-R4): numpy() of a tensor written by a long queue of
 ops is always right, also with delay injection and poisoned recycling; values computed before
 a loop survive the loop; several Python threads can read results while work is queued."""
 import threading

@@ -3,7 +3,7 @@
 // command buffers strictly in submission order (R4 holds trivially: commands run one after the
 // other) and calls each completion function exactly once, after the last command of its command
 // buffer. A command that throws ends its command buffer: the rest is skipped and the first error
-// message is passed to the completion function. It is truly asynchronous (RUNTIME.md): submit()
+// message is passed to the completion function. It is truly asynchronous (docs/runtime.md): submit()
 // returns before any command runs.
 #include <memory>
 

@@ -4,7 +4,7 @@
 // buffer; one completion thread waits for those events in the same order and calls each
 // on_complete exactly once, outside every lock, with the first error (a host-side KernelError,
 // a failed launch, an asynchronous device fault, or an id-out-of-range flag from a kernel).
-// Buffer lifetimes are the runtime's business (RUNTIME.md R1-R3); this file never frees memory
+// Buffer lifetimes are the runtime's business (docs/runtime.md R1-R3); this file never frees memory
 // it was not asked to.
 #include <cuda_runtime.h>
 

@@ -33,3 +33,18 @@ def silence_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError:
         pass
+
+
+class OutputClosed(BaseException):
+    """stdout's reader went away (`tl generate ... | head`). A BaseException so that it passes through
+    the interpreter's error conversion and ends the command quietly."""
+
+
+def write_stdout(text: str) -> None:
+    """Write and flush at once (a reply streams token by token); raise OutputClosed when the reader
+    has gone away."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputClosed() from None

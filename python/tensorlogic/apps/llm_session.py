@@ -1,26 +1,27 @@
-"""Running a GGUF model through the TL standard library (`stdlib/generate.tl`): `tl generate`, `tl chat`.
+"""A GGUF model run through the TL standard library (`stdlib/generate.tl`): `LlmSession` loads it,
+turns text into prompt ids and generates (`tl generate` is generate_command.py, `tl chat`
+chat_command.py, `tl serve` server.py, all through this session).
 
-Python here only prepares text (tokenizer, chat template), owns the model, KV cache and sampler
-values, and prints; the forward pass and the generation loop are TL functions run by the
+Python here only prepares text (tokenizer, chat template) and owns the model, KV cache and sampler
+values (the commands do the printing); the forward pass and the generation loop are TL functions run by the
 interpreter. Invariant: `cached_ids` are exactly the tokens whose keys and values the cache holds at
 positions 0..len-1, so a new turn only prefills what differs from them (the common prefix stays).
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from ..builtins.convert import BuiltinArgError
-from ..builtins.core import RuntimeFailure, device_threads, init_backend, memory_stats, set_q8_activations
+from ..builtins.core import RuntimeFailure, init_backend, memory_stats, set_q8_activations
 from ..builtins.kvcache import KVCache
 from ..builtins.models import load_model_value
 from ..builtins.sampling import SamplerValue
@@ -28,7 +29,6 @@ from ..builtins.registry import TLObject
 from ..interp.deep_stack import interrupt_hook
 from ..interp.interpreter import Interpreter
 from ..lang.errors import TLError
-from ..models import bounded_json
 from ..models.errors import ModelError
 
 STDLIB_DIR = Path(__file__).resolve().parent.parent / "stdlib"
@@ -375,271 +375,3 @@ class LlmSession:
             decode_seconds=(stream.last_token_at - first) if stream.last_token_at else 0.0,
             stopped_by=stopped_by, memory_at_first=stream.memory_at_first, memory_at_last=stream.memory_at_last)
         return result
-
-
-# ---------------------------------------------------------------------- commands
-
-
-class OutputClosed(BaseException):
-    """stdout's reader went away (`tl generate ... | head`). A BaseException so that it passes through
-    the interpreter's error conversion and ends the command quietly."""
-
-
-def _write(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise OutputClosed() from None
-
-
-def _prefill_progress() -> Callable[[int, int], None] | None:
-    """A progress line on stderr while a long prompt is processed, when stderr is a terminal (it is
-    erased once the prompt is done, so the reply starts on a clean line)."""
-    if not sys.stderr.isatty():
-        return None
-
-    def show(done: int, total: int) -> None:
-        line = f"[prompt {done}/{total} tokens]"
-        sys.stderr.write("\r" + (line if done < total else " " * len(line) + "\r"))
-        sys.stderr.flush()
-    return show
-
-
-def _print_stats(session: LlmSession, r: GenerationResult) -> None:
-    import resource
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    threads = device_threads()
-    print(f"[{f'{threads} thread' + ('s' if threads > 1 else '') if threads > 0 else 'threads: one per core'} | "
-          f"load {session.load_seconds:.2f} s | prompt {r.prefilled} tok, {r.prompt_tok_s:.1f} tok/s | "
-          f"decode {len(r.ids)} tok, {r.decode_tok_s:.1f} tok/s | peak RSS {rss:.0f} MiB | "
-          f"stopped by {r.stopped_by}]", file=sys.stderr)
-
-
-def _no_template_note(session: LlmSession, what: str) -> None:
-    print(f"tl: {session.config.name} has no chat template (a base model): {what}", file=sys.stderr)
-
-
-def run_generate(session: LlmSession, args, sampling: dict) -> int:
-    raw = args.raw or not session.has_chat_template
-    system = getattr(args, "system", None)
-    if not args.raw and raw:
-        ignored = "; --system is ignored" if system else ""
-        _no_template_note(session, f"completing the prompt as raw text (--raw){ignored}")
-    if raw:
-        prompt_ids = session.raw_prompt_ids(args.prompt)
-    else:
-        messages = ([("system", system)] if system else []) + [("user", args.prompt)]
-        prompt_ids = session.chat_prompt_ids(messages)
-    stream = None if args.json else _write
-    result = session.generate(prompt_ids, args.max_tokens, stop_at_eog=not args.ignore_eos, on_text=stream,
-                              keep_logits=bool(args.dump_logits), on_prefill=_prefill_progress(), **sampling)
-    if args.dump_logits:
-        try:
-            np.save(args.dump_logits, result.prompt_logits)
-        except OSError as e:
-            raise ModelError(f"cannot write {args.dump_logits}: {e.strerror or e}") from None
-    interrupted = result.stopped_by == "interrupt"
-    if args.json:
-        print(json.dumps({"prompt_ids": result.prompt_ids, "ids": result.ids, "text": result.text,
-                          "stopped_by": result.stopped_by, "interrupted": interrupted},
-                         ensure_ascii=False))
-    elif result.ids:
-        _write("\n")
-    if args.stats:
-        _print_stats(session, result)
-    if interrupted:
-        print("tl: interrupted", file=sys.stderr)
-        return 130  # as a Ctrl-C before the model loaded
-    return 0
-
-
-CHAT_HELP = """\
-/help          this list
-/clear         forget the conversation (the system message stays)
-/system TEXT   set the system message (/system alone removes it)
-/save FILE     write the conversation as JSON
-/load FILE     read a conversation written by /save (replaces this one)
-/stats         the last reply's speed and how full the context is
-/exit, /quit   leave the chat (as Ctrl-D)
-//TEXT         send a message that begins with /TEXT
-Ctrl-C stops a reply, Ctrl-D exits."""
-
-
-class ChatState:
-    """The conversation of `tl chat`: an optional system message, then user/assistant turns, and
-    what the last reply cost. When a prompt no longer fits the context the oldest exchanges are
-    dropped, and `tl chat` says so."""
-
-    def __init__(self, system: str | None = None):
-        self.system = system
-        self.turns: list[tuple[str, str]] = []
-        self.last: GenerationResult | None = None
-
-    def messages(self) -> list[tuple[str, str]]:
-        return ([("system", self.system)] if self.system else []) + list(self.turns)
-
-    def to_json(self, model: str) -> dict:
-        return {"model": model, "messages": [{"role": r, "content": c} for r, c in self.messages()]}
-
-    def load_json(self, data: Any) -> None:
-        messages = data.get("messages") if isinstance(data, dict) else data
-        if not isinstance(messages, list):
-            raise ValueError('expected {"messages": [...]} or a list of messages')
-        system, turns = None, []
-        for i, m in enumerate(messages):
-            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-                raise ValueError(f"message {i} is not {{\"role\": \"...\", \"content\": \"...\"}}")
-            role = m["role"]
-            if role == "system" and i == 0:
-                system = m["content"]
-            elif role in ("user", "assistant"):
-                turns.append((role, m["content"]))
-            else:
-                raise ValueError(f"message {i} has role {role!r} (expected user or assistant"
-                                 f"{', or system first' if i else ' or system'})")
-        self.system, self.turns = system, turns
-
-
-def run_chat(session: LlmSession, args, sampling: dict) -> int:
-    if session.requested_context is None:
-        session.requested_context = CHAT_CONTEXT
-    state = ChatState()
-    if not session.has_chat_template:
-        ignored = "; --system is ignored" if args.system else ""
-        _no_template_note(session, f"each message is completed as raw text, without history{ignored}")
-    elif args.system:
-        state.system = args.system
-    if args.prompt is not None:
-        reply = _chat_turn(session, state, args.prompt, args, sampling)
-        return 0 if reply is not None else 130
-    interactive = sys.stdin.isatty()
-    if interactive:
-        try:
-            import readline  # noqa: F401  (line editing and history for input())
-        except ImportError:
-            pass
-        print(f"Chatting with {session.config.name} ({session.model.path.name}). "
-              "/help lists commands; Ctrl-C stops a reply, Ctrl-D exits.", file=sys.stderr)
-    while True:
-        try:
-            line = input("> " if interactive else "")
-        except EOFError:
-            if interactive:
-                print(file=sys.stderr)
-            return 0
-        except KeyboardInterrupt:
-            print(file=sys.stderr)
-            continue
-        if not line.strip():
-            continue
-        if line.startswith("/") and not line.startswith("//"):
-            if not _chat_command(session, state, line.strip()):
-                return 0
-            continue
-        if line.startswith("//"):
-            line = line[1:]
-        try:
-            _chat_turn(session, state, line, args, sampling)
-        except ModelError as e:  # this turn failed (e.g. too long for the context); the chat goes on
-            print(f"tl: error: {e}", file=sys.stderr)
-            if state.turns and state.turns[-1][0] == "user":
-                state.turns.pop()
-
-
-def _chat_command(session: LlmSession, state: ChatState, line: str) -> bool:
-    """One /command of `tl chat`; its answer goes to stderr (stdout holds only replies). False when
-    the command ends the chat."""
-    name, _, rest = line.partition(" ")
-    rest = rest.strip()
-
-    def say(text: str) -> None:
-        print(text, file=sys.stderr)
-
-    if name in ("/exit", "/quit", "/bye"):
-        return False
-    if name == "/help":
-        say(CHAT_HELP)
-    elif name == "/clear":
-        state.turns = []
-        say("[conversation cleared" + (", system message kept]" if state.system else "]"))
-    elif name == "/system":
-        if not session.has_chat_template:
-            say("tl: error: this model has no chat template, so it takes no system message")
-            return True
-        state.system = rest or None
-        say(f"[system message set: {rest}]" if rest else "[system message removed]")
-    elif name in ("/save", "/load"):
-        if not rest:
-            say(f"tl: error: {name} needs a file name ({name} FILE)")
-            return True
-        path = Path(rest).expanduser()
-        if name == "/save":
-            try:
-                path.write_text(json.dumps(state.to_json(session.config.name), ensure_ascii=False, indent=1) + "\n",
-                                encoding="utf-8")
-            except OSError as e:
-                say(f"tl: error: cannot write {rest}: {e.strerror or e}")
-                return True
-            say(f"[saved {len(state.messages())} messages to {rest}]")
-        else:
-            try:
-                data = bounded_json.loads(path.read_text(encoding="utf-8"))
-                state.load_json(data)
-            except OSError as e:
-                say(f"tl: error: cannot read {rest}: {e.strerror or e}")
-                return True
-            except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
-                say(f"tl: error: {rest} is not a saved conversation: {' '.join(str(e).split())}")
-                return True
-            if not session.has_chat_template and (state.system or state.turns):
-                say("[note: this model has no chat template; its replies do not see the history]")
-            say(f"[loaded {len(state.messages())} messages from {rest}]")
-    elif name == "/stats":
-        used = len(session.chat_prompt_ids(state.messages(), add_generation_prompt=False)) \
-            if session.has_chat_template and state.messages() else 0
-        say(f"[conversation: {len(state.turns)} turns, {used} of {session.capacity} context tokens]")
-        if state.last is not None:
-            _print_stats(session, state.last)
-    else:
-        say(f"tl: error: unknown command {name} (/help lists them; //TEXT sends a message starting with /)")
-    return True
-
-
-def _chat_turn(session: LlmSession, state: ChatState, user_text: str, args, sampling: dict) -> str | None:
-    if session.has_chat_template:
-        state.turns.append(("user", user_text))
-        prompt_ids = session.chat_prompt_ids(state.messages())
-        # room for the reply: its max tokens, but at most a quarter of the context
-        room = max(1, min(args.max_tokens, session.capacity // 4))
-        dropped = 0
-        while len(prompt_ids) + room > session.capacity and _drop_oldest_turn(state.turns):
-            dropped += 1
-            prompt_ids = session.chat_prompt_ids(state.messages())
-        if dropped:
-            kept = len(state.turns) // 2
-            print(f"[context full ({session.capacity} tokens): dropped the oldest "
-                  f"{'exchange' if dropped == 1 else f'{dropped} exchanges'}; {kept} earlier "
-                  f"exchange{'' if kept == 1 else 's'} kept]", file=sys.stderr)
-    else:  # a base model: complete this message alone, as raw text
-        prompt_ids = session.raw_prompt_ids(user_text)
-    result = session.generate(prompt_ids, args.max_tokens, on_text=_write, on_prefill=_prefill_progress(),
-                              **sampling)
-    state.last = result
-    if result.stopped_by == "interrupt":
-        _write(" [stopped]")
-    _write("\n")
-    if session.has_chat_template:
-        state.turns.append(("assistant", result.text))
-    if args.stats:
-        _print_stats(session, result)
-    return result.text if result.stopped_by != "interrupt" else None
-
-
-def _drop_oldest_turn(turns: list) -> bool:
-    """Forget the oldest user/assistant exchange; False if only the newest message is left."""
-    if len(turns) <= 1:
-        return False
-    del turns[0:2]
-    return True

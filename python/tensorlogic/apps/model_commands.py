@@ -266,7 +266,7 @@ def _open_session(args: argparse.Namespace):
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from .llm_session import run_generate
+    from .generate_command import run_generate
 
     if args.system is not None and args.raw:
         print("tl: error: --system needs the chat template; it cannot go with --raw", file=sys.stderr)
@@ -334,7 +334,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
-    from .llm_session import run_chat
+    from .chat_command import run_chat
 
     return _run_with_session(args, run_chat)
 
@@ -342,8 +342,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 def _run_with_session(args: argparse.Namespace, command) -> int:
     """Open the model named by args and run `command(session, args, sampling)`, turning every way it
     can end into an exit status with at most one line on stderr."""
-    from .console import silence_stdout
-    from .llm_session import OutputClosed
+    from .console import OutputClosed, silence_stdout
 
     status = _start_backend(args)
     if status:

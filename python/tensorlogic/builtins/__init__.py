@@ -5,5 +5,6 @@
 from __future__ import annotations
 
 from . import registry  # noqa: F401
-from . import (assertions, einsum, files, kvcache, learning, logic, math_ops, memory, models, nn,  # noqa: F401
-               sampling, sequences, strings_io, tensors)
+# (tokenizers and attention right after models, whose builtins they were: the table keeps its order)
+from . import (assertions, einsum, files, kvcache, learning, logic, math_ops, memory, models,  # noqa: F401
+               tokenizers, attention, nn, sampling, sequences, strings_io, tensors)

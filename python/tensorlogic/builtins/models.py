@@ -1,5 +1,7 @@
-"""TL builtins for models and text: load_model, get_tensor, load_tokenizer, tokenize, detokenize,
-apply_chat_template, kv_cache (a KVCache sized to the model), causal_attention, token_sampler.
+"""TL builtins for model files: load_model (and its f32/f16 forms), get_tensor, and the values a
+model gives a program (its tensors as a tree, its config, its tokenizer). Text builtins (tokenize,
+detokenize, chat templates, text streams) are tokenizers.py; the KV cache and attention builtins
+attention.py.
 
 Invariants: quantized weights are uploaded byte for byte (`_core.from_quantized`), never
 dequantized, unless the program asks for `load_model_f32`/`load_model_f16`; a model's device
@@ -17,12 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..models.errors import ModelError
-from .convert import BuiltinArgError, Tensor, core, to_bool, to_float, to_int, to_str, type_name
-from .kvcache import KVCache
+from .convert import BuiltinArgError, Tensor, core, to_bool, to_int, to_str, type_name
 from .memory import track_open
-from .dtypes import dtype_of
 from .registry import TLObject, builtin
-from .symbolic import Symbolic
 
 # Files at least this large show a progress bar while uploading (when stderr is a terminal).
 PROGRESS_MIN_BYTES = 256 << 20
@@ -351,7 +350,7 @@ def _get_tensor(model, name):
     return _as_model(model).get_tensor(to_str(name, "tensor name"))
 
 
-# ---------------------------------------------------------------------------------- tokenizer
+# ---------------------------------------------------------------------------------- tokenizer value
 
 
 class TokenizerValue(TLObject):
@@ -451,192 +450,3 @@ def _messages(messages: Any) -> list:
         else:
             out.append(m)
     return out
-
-
-def _as_tokenizer(v: Any) -> TokenizerValue:
-    if isinstance(v, TokenizerValue):
-        return v
-    if isinstance(v, ModelValue):
-        return v.tokenizer()
-    raise BuiltinArgError(f"expected a tokenizer (from load_tokenizer), got {type_name(v)}")
-
-
-def load_tokenizer_value(source: Any) -> TokenizerValue:
-    if isinstance(source, ModelValue):
-        return source.tokenizer()
-    if isinstance(source, TokenizerValue):
-        return source
-    try:
-        path = resolve_model_path(source)
-        if path.suffix == ".json":
-            from ..models.json_tokenizer import json_tokenizer
-
-            return TokenizerValue(*json_tokenizer(path), str(path))
-        from ..models.gguf_file import GGUFFile
-
-        with GGUFFile(path) as g:
-            return TokenizerValue.from_metadata(g.metadata, str(path))
-    except ModelError as e:
-        raise _model_error(e) from None
-
-
-@builtin("load_tokenizer", "load_tokenizer(model_or_path)",
-         "the tokenizer of a model, a .gguf file or a tokenizer.json", min_args=1, max_args=1, category="models")
-def _load_tokenizer(source):
-    return load_tokenizer_value(source)
-
-
-@builtin("tokenize", "tokenize(tok, text, add_special=true, parse_special=true)",
-         "token ids of text; add_special adds BOS/EOS where the model wants them, parse_special "
-         "recognises special tokens written in the text", min_args=2, max_args=4, category="models")
-def _tokenize(tok, text, add_special=True, parse_special=True):
-    return _as_tokenizer(tok).tokenize(text, add_special, parse_special)
-
-
-@builtin("detokenize", "detokenize(tok, ids, skip_special=false)", "text of token ids",
-         min_args=2, max_args=3, category="models")
-def _detokenize(tok, ids, skip_special=False):
-    return _as_tokenizer(tok).detokenize(ids, skip_special)
-
-
-@builtin("detokenize_single", "detokenize_single(tok, id, skip_special=false)", "text of one token id",
-         min_args=2, max_args=3, category="models")
-def _detokenize_single(tok, tid, skip_special=False):
-    return _as_tokenizer(tok).detokenize([to_int(tid, "token id")], skip_special)
-
-
-@builtin("apply_chat_template", "apply_chat_template(tok, messages, add_generation_prompt=true)",
-         "render [[role, content], ...] with the model's chat template", min_args=2, max_args=3, category="models")
-def _apply_chat_template(tok, messages, add_generation_prompt=True):
-    return _as_tokenizer(tok).apply_chat_template(messages, add_generation_prompt)
-
-
-class TextStreamValue(TLObject):
-    """Prints generated tokens as text while they are generated (`generate`'s `stream`):
-    a piece is written once its UTF-8 characters are complete; special tokens print nothing."""
-
-    tl_type_name = "text stream"
-
-    def __init__(self, ctx, tok: TokenizerValue):
-        self.ctx = ctx
-        self.decoder = tok.tok.stream_decoder(skip_special=True)
-        self.ids: list[int] = []
-
-    def _write(self, text: str) -> None:
-        if text:
-            self.ctx.write(text)
-            flush = getattr(self.ctx.out, "flush", None)
-            if flush is not None:
-                flush()
-
-    def tl_get_field(self, name: str) -> Any:
-        if name == "ids":
-            return list(self.ids)
-        raise AttributeError(name)
-
-    def tl_call_method(self, name: str, args: list[Any]) -> Any:
-        if name == "push" and len(args) == 1:
-            tid = to_int(args[0], "token id")
-            self.ids.append(tid)
-            try:
-                self._write(self.decoder.push(tid))
-            except ModelError as e:
-                raise _model_error(e) from None
-            return None
-        if name == "prompt_done" and len(args) == 1:
-            return None
-        if name == "finish" and not args:
-            self._write(self.decoder.flush())
-            return None
-        raise AttributeError(name)
-
-
-@builtin("text_stream", "text_stream(tok)",
-         "a stream for generate (stdlib/generate.tl) that prints each token's text as soon as it is complete",
-         min_args=1, max_args=1, needs_ctx=True, category="models")
-def _text_stream(ctx, tok):
-    return TextStreamValue(ctx, _as_tokenizer(tok))
-
-
-# ---------------------------------------------------------------------------------- KV cache
-
-
-@builtin("kv_cache", "kv_cache(model, capacity, dtype=\"f32\")",
-         "a KV cache for the model, preallocated to `capacity` positions and written in place",
-         min_args=2, max_args=3, category="models")
-def _kv_cache(model, capacity, dtype="f32"):
-    return _llama_kv_cache(model, capacity, dtype)
-
-
-@builtin("llama_kv_cache", "llama_kv_cache(model, capacity, dtype=\"f32\")",
-         "kv_cache under its earlier name (any architecture)", min_args=2, max_args=3, category="models")
-def _llama_kv_cache(model, capacity, dtype="f32"):
-    cfg = _as_model(model).cfg
-    cap = to_int(capacity, "capacity")
-    if not 0 < cap <= cfg.context_length:
-        raise BuiltinArgError(f"kv_cache: capacity {cap} must be in 1..{cfg.context_length} "
-                              "(the model's context length)")
-    return KVCache(cfg.n_layers, cap, cfg.n_kv_heads, cfg.head_dim, dtype_of(dtype))
-
-
-@builtin("rope_kv_write", "rope_kv_write(cache, layer, pos, q, k, v, [base], [neox])",
-         "RoPE of q and k at positions pos.. plus the write of rope(k) and v into the KV cache, as one kernel; "
-         "returns rope(q) [seq, heads, head_dim] (q, k, v: [seq, heads, head_dim] or [seq, heads * head_dim])",
-         min_args=6, max_args=8, category="models")
-def _rope_kv_write(cache, layer, pos, q, k, v, base=10000.0, neox=False):
-    if not isinstance(cache, KVCache):
-        raise BuiltinArgError(f"cache must be a KV cache (llama_kv_cache), got {type_name(cache)}")
-    return cache.write_rope(layer, pos, q, k, v, base, neox)
-
-
-@builtin("cache_attention", "cache_attention(q, cache, layer, pos, scale=1/sqrt(head_dim), window=0)",
-         "causal_attention of q [n, heads, d] at positions pos.. over what a KV cache layer holds at "
-         "positions 0..pos+n-1 (the last `window` of them when window > 0). In a compiled decode step "
-         "the position follows each replay, sliding window included",
-         min_args=4, max_args=6, category="models")
-def _cache_attention(q, cache, layer, pos, scale=None, window=0):
-    if not isinstance(cache, KVCache):
-        raise BuiltinArgError(f"cache must be a KV cache (kv_cache), got {type_name(cache)}")
-    w = to_int(window, "window")
-    if not isinstance(q, Tensor) or q.ndim != 3:
-        raise BuiltinArgError(f"q must be a tensor [seq, heads, head_dim], got {type_name(q)}")
-    n = q.shape[0]
-    if not (pos.__class__ is Symbolic and pos.live and n == 1 and w > 0):
-        end = pos + n
-        return _causal_attention(q, cache.keys(layer, end), cache.values(layer, end), pos, scale, window)
-    # one query in a compiled step with a sliding window: the views follow the position
-    k, v, offset = cache.decode_window(layer, pos, w)
-    s = None if scale is None else to_float(scale, "scale")
-    return core.attention(q, k, v, scale=s, causal=True, pos_offset=offset)
-
-
-@builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0, scale=1/sqrt(head_dim), window=0)",
-         "softmax(q·kᵀ·scale + causal mask)·v with q [n, heads, d] at positions pos_offset.., "
-         "k/v [t, kv_heads, d] (grouped-query when kv_heads divides heads); window > 0 is sliding-window "
-         "attention: the query at position p sees only the keys at p-window+1..p",
-         min_args=3, max_args=6, category="models")
-def _causal_attention(q, k, v, pos_offset=0, scale=None, window=0):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.ndim != 3:
-            raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim], got {type_name(t)}")
-    s = None if scale is None else to_float(scale, "scale")
-    w = to_int(window, "window")
-    if w < 0:
-        raise BuiltinArgError(f"window must be >= 0 (0: no window), got {w}")
-    if w == 0 and pos_offset.__class__ is Symbolic:  # a compiled step: the offset follows the replay
-        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos_offset)
-    pos = to_int(pos_offset, "pos_offset")  # a window's slice depends on the value: no replay
-    if w == 0 or pos < 0 or k.shape[0] != v.shape[0]:
-        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos)
-    # Keys before `first` are outside every query's window: leave them out (a view, no copy). The
-    # first query (position pos) then sees all it may; later ones of a long block also need the
-    # far edge of their window masked.
-    first = min(max(0, pos - w + 1), k.shape[0])
-    if first:
-        k, v, pos = k[first:], v[first:], pos - first
-    n, t = q.shape[0], k.shape[0]
-    mask = None
-    if pos + n - 1 >= w:
-        too_old = core.causal_mask(n, t, pos - w)  # 0 exactly where key <= query - window
-        mask = core.where(core.eq(too_old, 0.0), float("-inf"), 0.0)
-    return core.attention(q, k, v, mask, s, causal=True, pos_offset=pos)

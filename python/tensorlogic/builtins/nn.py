@@ -1,6 +1,6 @@
 """Neural-network builtins: normalization, embedding, RoPE, masks and attention.
 
-Invariant: argument orders follow the existing TL programs (LANGUAGE.md); shapes are checked here
+Invariant: argument orders follow the existing TL programs (docs/language.md); shapes are checked here
 with messages naming both shapes before `_core` sees them.
 """
 from __future__ import annotations

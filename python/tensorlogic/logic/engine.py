@@ -28,7 +28,7 @@ constants compare numbers numerically and names alphabetically. Integer arithmet
 in a comparison: such a rule is split into an ordinary rule that binds its variables into a hidden
 relation and a step that computes the head from that relation's rows; a stratum whose arithmetic
 rules derive new tuples runs again with them (new numbers join the domain), at most
-ARITH_ROUND_LIMIT times. Safety and stratification are also checked when a rule is defined
+arithmetic.ROUND_LIMIT times (arithmetic.py). Safety and stratification are also checked when a rule is defined
 (`check_rule`, safety.py); a variable that occurs only in one negated atom is existential, like `_`.
 Terms: `Name(text)` for a bare identifier (the engine decides variable vs constant: see terms.py),
 `Const(value)` for a string or integer literal, `Var(name)` to force a variable; `not` atoms have
@@ -43,104 +43,23 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from . import arithmetic
+from .arithmetic import ArithRule, dependency_edges, derive_arithmetic, split_arithmetic
 from .compiled import CompiledAtom, CompiledComparison, CompiledRule
 from .domains import EntityDomain, constant_sort_key
-from .errors import (ArityError, LogicError, LogicTypeError, UnknownRelationError,
-                     UnsafeRuleError)
+from .errors import ArityError, LogicError, LogicTypeError, UnknownRelationError
 from .query import QueryResult
 from .relation_table import RelationTable, check_key_space, encode, key_space, sorted_unique
-from .safety import check_safety, check_stratified, existential_variables
+from .rule_types import (DEFAULT_ENTITY_TYPE, arguments_text, comparison_type, resolve_term,
+                         type_rules)
+from .safety import check_safety, check_stratified
 from .sparse_eval import SparseStratum, scan
 from .stratify import stratify
-from .terms import Arith, Atom, Comparison, Const, Name, Rule, Var
+from .terms import Atom, Const, Name, Rule, Var
 
-DEFAULT_ENTITY_TYPE = "entity"
 DEFAULT_DENSE_LIMIT = 1 << 16  # a stratum whose relations all have at most this many cells runs dense
 DENSE_JOIN_LIMIT = 1 << 24  # ... and each of its rules has at most this many variable assignments
 DENSE_TENSOR_LIMIT = 1 << 26  # relation_tensor refuses to materialize more cells than this
-
-
-ARITH_ROUND_LIMIT = 5_000  # re-runs of a stratum whose arithmetic rules derive new tuples (a chain N -> N + 1 takes one each)
-ARITH_DOMAIN_LIMIT = 1 << 20  # constants an entity type may reach through arithmetic
-
-
-@dataclass
-class _ArithRule:
-    """A rule with arithmetic terms, split in two: `body_rule` (an ordinary rule) binds the variables
-    into a hidden relation; the head and the arithmetic comparisons are computed from its rows."""
-    rule: Rule
-    head: Atom
-    body_rule: Rule
-    variables: tuple  # names, the hidden relation's arguments in order
-    comparisons: tuple  # Comparison with an Arith side
-
-
-class _DependencyEdge:
-    """A stratification edge without a compiled rule: `head` depends on `on` (positively)."""
-
-    def __init__(self, head: str, on: str, source: Rule):
-        self.head = Atom(head, ())
-        self.body = (Atom(on, ()),)
-        self.source = source
-
-
-def _split_arithmetic(rule: Rule, index: int) -> _ArithRule | None:
-    """None for a rule without arithmetic terms; else its two halves (see _ArithRule)."""
-    arith_comparisons = tuple(b for b in rule.body if isinstance(b, Comparison)
-                              and (isinstance(b.left, Arith) or isinstance(b.right, Arith)))
-    if not arith_comparisons and not any(isinstance(t, Arith) for t in rule.head.args):
-        for atom in rule.body:
-            if isinstance(atom, Atom) and any(isinstance(t, Arith) for t in atom.args):
-                break
-        else:
-            return None
-    for atom in rule.body:
-        if isinstance(atom, Atom) and any(isinstance(t, Arith) for t in atom.args):
-            raise LogicError(f"arithmetic in the body atom `{atom}` of rule `{rule}`: bind a variable and "
-                             f"compare it, like `Edge(X, Y), Y == X + 1`", atom.pos or rule.pos)
-    names: list[str] = []
-    for term in list(rule.head.args) + [side for c in arith_comparisons for side in (c.left, c.right)]:
-        leaves = term.variables() if isinstance(term, Arith) else (
-            [term.name] if isinstance(term, Var) else [term.text] if isinstance(term, Name) else [])
-        for name in leaves:
-            if name not in names and name != "_" and (name[:1].isupper() or name[:1] == "_"):
-                names.append(name)
-    hidden = Atom(f"${rule.head.relation}#{index}", tuple(Name(n) for n in names), False, rule.head.pos)
-    body = tuple(b for b in rule.body if b not in arith_comparisons)
-    return _ArithRule(rule, rule.head, Rule(hidden, body, None, rule.pos), tuple(names), arith_comparisons)
-
-
-_COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
-            ">=": np.greater_equal}
-
-
-def _evaluate(term, values: dict, rows: int, known: set, rule: Rule, numeric: bool = True) -> np.ndarray:
-    """A term's value for every row: when numeric an object array of Python ints (arithmetic needs
-    integers, and TL's ints are exact: int64 would wrap), else the constants as they are."""
-    if isinstance(term, Arith):
-        left = _evaluate(term.left, values, rows, known, rule)
-        if term.op == "neg":
-            return -left
-        right = _evaluate(term.right, values, rows, known, rule)
-        if term.op == "%":
-            if np.any(right == 0):
-                raise LogicError(f"rule `{rule}` divides by zero in `{term}`", term.pos or rule.pos)
-            return np.mod(left, right)
-        return {"+": np.add, "-": np.subtract, "*": np.multiply}[term.op](left, right)
-    if isinstance(term, Const):
-        column = np.full(rows, term.value, dtype=object)
-    else:
-        name = term.name if isinstance(term, Var) else term.text
-        if name in values:
-            column = values[name]
-        else:
-            column = np.full(rows, name, dtype=object)
-    if not numeric:
-        return column
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in column.tolist()):
-        bad = next(v for v in column.tolist() if not isinstance(v, (int, np.integer)))
-        raise LogicError(f"rule `{rule}` computes with {bad!r}, which is not an integer", rule.pos)
-    return np.array([int(v) for v in column.tolist()] + [None], dtype=object)[:-1]  # 1-D even if empty
 
 
 @dataclass
@@ -162,48 +81,6 @@ class StratumStats:
     seconds: float
 
 
-class _TypeClasses:
-    """Union-find over argument slots and rule variables, each class with at most one type."""
-
-    def __init__(self):
-        self.parent: dict = {}
-        self.fixed_type: dict = {}
-        self.origin: dict = {}  # class root -> text saying where its type came from
-
-    def find(self, node):
-        self.parent.setdefault(node, node)
-        root = node
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[node] != root:
-            self.parent[node], node = root, self.parent[node]
-        return root
-
-    def fix(self, node, type_name: str, origin: str):
-        root = self.find(node)
-        self.fixed_type[root] = type_name
-        self.origin[root] = origin
-
-    def union(self, a, b, describe_conflict):
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return
-        ta, tb = self.fixed_type.get(ra), self.fixed_type.get(rb)
-        if ta is not None and tb is not None and ta != tb:
-            raise describe_conflict(ta, self.origin[ra], tb, self.origin[rb])
-        self.parent[rb] = ra
-        if ta is None and tb is not None:
-            self.fixed_type[ra] = tb
-            self.origin[ra] = self.origin[rb]
-
-    def type_of(self, node) -> str | None:
-        return self.fixed_type.get(self.find(node))
-
-
-def _arguments(count: int) -> str:
-    return f"{count} argument" + ("" if count == 1 else "s")
-
-
 class LogicEngine:
     def __init__(self, *, dense_limit: int = DEFAULT_DENSE_LIMIT, tolerance: float = 1e-6,
                  max_soft_iterations: int = 1000, dense_evaluator: Any = "auto"):
@@ -215,7 +92,7 @@ class LogicEngine:
         self.facts: dict[str, dict] = {}  # relation -> {index tuple: weight}
         self.rules: list[Rule] = []  # what _compile sees: an arithmetic rule's body rule in its place
         self.source_rules: list[Rule] = []  # the rules as written (stratification is checked on these)
-        self._arith: list[_ArithRule] = []
+        self._arith: list[ArithRule] = []
         self.last_stats: list[StratumStats] = []
         self._dense_evaluator = dense_evaluator
         self._tables: dict[str, RelationTable] | None = None  # the fixpoint, None: recompute
@@ -242,7 +119,7 @@ class LogicEngine:
                 raise LogicError(f"relation {name} is declared twice with different argument types", pos)
             return
         if known is not None and known.arity != len(types):
-            raise ArityError(f"relation {name} is declared with {_arguments(len(types))} but was "
+            raise ArityError(f"relation {name} is declared with {arguments_text(len(types))} but was "
                              f"used with {known.arity}", pos)
         if known is not None and name in self.facts and known.types != types:
             self._retype_facts(name, known.types, types, pos)
@@ -289,7 +166,7 @@ class LogicEngine:
         table = self.facts.setdefault(relation, {})
         for row in rows:
             if len(row) != info.arity:
-                raise ArityError(f"{relation} takes {_arguments(info.arity)}, got {len(row)}", pos)
+                raise ArityError(f"{relation} takes {arguments_text(info.arity)}, got {len(row)}", pos)
             key = tuple(d.add(self._const_value(v), pos) for d, v in zip(domains, row))
             if table.get(key) == 1.0:
                 continue
@@ -308,13 +185,13 @@ class LogicEngine:
             raise LogicError(f"temperature must be >= 0, got {rule.temperature:g}", rule.pos)
         known = self.relations.get(head.relation)
         if known is not None and known.arity != len(head.args):
-            raise ArityError(f"{head.relation} takes {_arguments(known.arity)}, but the head of rule "
+            raise ArityError(f"{head.relation} takes {arguments_text(known.arity)}, but the head of rule "
                              f"`{rule}` gives {len(head.args)}", head.pos or rule.pos)
         if known is None:
             self.relations[head.relation] = RelationInfo(head.relation, len(head.args), None, False,
                                                          head.pos or rule.pos)
         self.source_rules.append(rule)
-        arith = _split_arithmetic(rule, len(self._arith))
+        arith = split_arithmetic(rule, len(self._arith))
         if arith is not None:
             if rule.temperature:
                 raise LogicError(f"rule `{rule}` computes with arithmetic terms and cannot be soft "
@@ -330,7 +207,7 @@ class LogicEngine:
         """Safety of `rule` and stratification of `defined` + this engine's rules + `rule`, checked
         when the rule is defined (needs no facts; raises UnsafeRuleError or StratificationError)."""
         known = self._known_constants()
-        check_safety(rule, lambda t: isinstance(self._resolve(t, known), Var))
+        check_safety(rule, lambda t: isinstance(resolve_term(t, known), Var))
         check_stratified(list(self.source_rules) + list(defined) + [rule])
 
     def has_relation(self, name: str) -> bool:
@@ -340,7 +217,7 @@ class LogicEngine:
     def check(self) -> None:
         """Raise the first error the rules have (unknown relation, arity, safety, types,
         stratification) without evaluating anything."""
-        stratify(sorted(self.relations), self._compile() + self._arith_edges())
+        stratify(sorted(self.relations), self._compile() + dependency_edges(self._arith))
 
     def infer(self) -> list[StratumStats]:
         """Run every stratum to its fixpoint (no-op when nothing changed since the last run)."""
@@ -356,18 +233,18 @@ class LogicEngine:
         tables = {name: self._fact_table(name) for name in self.relations}
         stats = []
         rounds = 0
-        for component in stratify(sorted(self.relations), compiled + self._arith_edges()):
+        for component in stratify(sorted(self.relations), compiled + dependency_edges(self._arith)):
             while True:
                 rules = [r for r in compiled if r.head.relation in component]
                 if rules:
                     stats.append(self._run_stratum(component, rules, tables))
-                if not (self._arith and self._derive_arithmetic(component, tables, derived, processed)):
+                if not (self._arith and derive_arithmetic(self, component, tables, derived, processed)):
                     break
                 # New tuples from arithmetic rules (the strata before are complete, so they are
                 # sound): domains may have grown, so recompile, re-encode, and run this stratum again.
                 rounds += 1
                 biggest = max((len(d) for d in self.domains.values()), default=0)
-                if rounds > ARITH_ROUND_LIMIT or biggest > ARITH_DOMAIN_LIMIT:
+                if rounds > arithmetic.ROUND_LIMIT or biggest > arithmetic.DOMAIN_LIMIT:
                     raise LogicError(f"arithmetic rules keep deriving new numbers ({biggest:,} constants "
                                      f"after {rounds:,} rounds): bound them with a comparison like N < 100",
                                      self._arith[0].rule.pos)
@@ -417,60 +294,6 @@ class LogicEngine:
                 table = table.union_max(RelationTable.from_unsorted(sizes, keys, None))
             out[name] = table
         return out
-
-    def _arith_edges(self) -> list:
-        """For stratification: each arithmetic rule's head depends on its body rule's relation."""
-        return [_DependencyEdge(a.head.relation, a.body_rule.head.relation, a.rule) for a in self._arith]
-
-    def _derive_arithmetic(self, component, tables: dict, derived: dict, processed: dict) -> bool:
-        """Compute the heads of the arithmetic rules whose body relation is in `component` (just
-        completed) from its rows; add the new head tuples to `derived`. True if there were any.
-        Semi-naive: a body row seen in an earlier round of this inference (`processed`; rows only
-        grow while a stratum repeats, and domain indices are stable) already gave its head, so
-        each round costs its new rows, not all of them (a chain of n numbers was O(n^2))."""
-        grew = False
-        known = self._known_constants()
-        for number, arith in enumerate(self._arith):
-            if arith.body_rule.head.relation not in component:
-                continue
-            body_name = arith.body_rule.head.relation
-            table = tables[body_name]
-            if not len(table):
-                continue
-            columns = table.columns()
-            seen = processed.setdefault(number, set())
-            index_rows = list(zip(*[c.tolist() for c in columns]))
-            fresh = np.fromiter((r not in seen for r in index_rows), bool, len(index_rows))
-            if not fresh.any():
-                continue
-            seen.update(index_rows)
-            columns = [c[fresh] for c in columns]
-            values = {}
-            for i, var in enumerate(arith.variables):
-                domain = self._domain(self._types_of(body_name)[i])
-                values[var] = np.array([domain.values[j] for j in columns[i].tolist()], dtype=object)
-            rows = int(fresh.sum())
-            keep = np.ones(rows, bool)
-            for comparison in arith.comparisons:
-                left = _evaluate(comparison.left, values, rows, known, arith.rule)
-                right = _evaluate(comparison.right, values, rows, known, arith.rule)
-                keep &= np.asarray(_COMPARE[comparison.op](left, right), dtype=bool)
-            if not keep.any():
-                continue
-            head_columns = []
-            for term in arith.head.args:
-                column = _evaluate(term, values, rows, known, arith.rule, numeric=isinstance(term, Arith))
-                head_columns.append(column[keep])
-            head_types = self._types_of(arith.head.relation)
-            have = derived.setdefault(arith.head.relation, set())
-            facts = self.facts.get(arith.head.relation, {})
-            for row in zip(*[c.tolist() for c in head_columns]):
-                key = tuple(self._domain(t).add(self._const_value(v), arith.rule.pos)
-                            for t, v in zip(head_types, row))
-                if key not in have and facts.get(key) != 1.0:
-                    have.add(key)
-                    grew = True
-        return grew
 
     def _infer_incremental(self) -> bool:
         """Continue the last fixpoint with the facts added since, when that is sound: every table
@@ -533,7 +356,7 @@ class LogicEngine:
         if info is None:
             raise UnknownRelationError(f"unknown relation {atom.relation} in query {atom}", pos)
         if info.arity != len(atom.args):
-            raise ArityError(f"{atom.relation} takes {_arguments(info.arity)}, the query {atom} "
+            raise ArityError(f"{atom.relation} takes {arguments_text(info.arity)}, the query {atom} "
                              f"gives {len(atom.args)}", pos)
         if atom.negated:
             raise LogicError(f"a query cannot be negated: {atom}", pos)
@@ -547,7 +370,7 @@ class LogicEngine:
         anonymous = 0
         impossible = False
         for term, domain in zip(atom.args, domains):
-            resolved = self._resolve(term, known)
+            resolved = resolve_term(term, known)
             if isinstance(resolved, Var) and resolved.name == "_":
                 anonymous += 1
                 terms.append(("v", -anonymous))  # matches anything, not returned
@@ -636,7 +459,7 @@ class LogicEngine:
                                                        False, pos)
             self._changed()
         elif info.arity != arity:
-            raise ArityError(f"{name} takes {_arguments(info.arity)}, got {arity}", pos)
+            raise ArityError(f"{name} takes {arguments_text(info.arity)}, got {arity}", pos)
         elif info.types is None:
             info.types = self._inferred_types(name)
             self._changed()
@@ -672,15 +495,6 @@ class LogicEngine:
             known.update(domain.values)
         return known
 
-    @staticmethod
-    def _resolve(term, known: set):
-        if isinstance(term, (Var, Const)):
-            return term
-        text = term.text
-        if text == "_" or ((text[0].isupper() or text[0] == "_") and text not in known):
-            return Var(text, term.pos)
-        return Const(text, term.pos)
-
     def _fact_table(self, name: str, derived: set | None = None) -> RelationTable:
         sizes = tuple(len(self._domain(t)) for t in self._types_of(name))
         facts = self.facts.get(name)
@@ -698,20 +512,8 @@ class LogicEngine:
 
     def _compile(self) -> list[CompiledRule]:
         known = self._known_constants()
-        classes = _TypeClasses()
-        for info in self.relations.values():
-            if info.types is not None:
-                for i, type_name in enumerate(info.types):
-                    how = "declared" if info.declared else "given by its facts"
-                    classes.fix(("slot", info.name, i), type_name,
-                                f"argument {i + 1} of {info.name} ({how})")
-        resolved_rules = []
-        for rule_index, rule in enumerate(self.rules):
-            resolved_rules.append(self._resolve_rule(rule_index, rule, known, classes))
-        for info in self.relations.values():
-            for i in range(info.arity):
-                self._slot_types[(info.name, i)] = (classes.type_of(("slot", info.name, i))
-                                                    or DEFAULT_ENTITY_TYPE)
+        resolved_rules, classes, slot_types = type_rules(self.relations, self.rules, known)
+        self._slot_types.update(slot_types)
         # Rule constants join their domains before any size is fixed.
         for rule_index, (rule, atoms, _, comparisons) in enumerate(resolved_rules):
             for atom, terms in atoms:
@@ -720,7 +522,7 @@ class LogicEngine:
                         self._domain(self._slot_types[(atom.relation, i)]).add(term.value,
                                                                                term.pos or rule.pos)
             for item, left, right in comparisons:
-                type_name = self._comparison_type(classes, rule_index, left, right)
+                type_name = comparison_type(classes, rule_index, left, right)
                 for side in (left, right):
                     if isinstance(side, Const):
                         self._domain(type_name).add(side.value, side.pos or item.pos or rule.pos)
@@ -735,7 +537,7 @@ class LogicEngine:
                     static = CompiledComparison(item.op, ("c", 0), ("c", 1), ranks)
                     never_fires |= not bool(static.holds(0, 1))
                     continue
-                domain = self._domain(self._comparison_type(classes, rule_index, left, right))
+                domain = self._domain(comparison_type(classes, rule_index, left, right))
                 order = sorted(range(len(domain)), key=lambda i: constant_sort_key(domain.values[i]))
                 ranks = np.empty(len(domain), np.int64)
                 ranks[order] = np.arange(len(domain))
@@ -766,90 +568,3 @@ class LogicEngine:
                                          float(rule.temperature or 0.0), tuple(var_names),
                                          tuple(var_sizes), rule, tuple(compiled_comparisons)))
         return compiled
-
-    @staticmethod
-    def _comparison_type(classes: _TypeClasses, rule_index: int, left, right) -> str:
-        for side in (left, right):
-            if isinstance(side, int):
-                return classes.type_of(("var", rule_index, side)) or DEFAULT_ENTITY_TYPE
-        return DEFAULT_ENTITY_TYPE
-
-    def _resolve_rule(self, rule_index: int, rule: Rule, known: set, classes: _TypeClasses):
-        """Check the rule's relations, arities and safety; number its variables; unify types."""
-        var_ids: dict[str, int] = {}
-        var_names: list[str] = []
-        atoms = []
-        existential = existential_variables(rule, lambda t: isinstance(self._resolve(t, known), Var))
-
-        def var_id(name: str) -> int:
-            if name == "_" or name in existential:
-                var_names.append(f"_#{len(var_names)}")
-                return len(var_names) - 1
-            if name not in var_ids:
-                var_ids[name] = len(var_names)
-                var_names.append(name)
-            return var_ids[name]
-
-        for atom in (rule.head,) + tuple(b for b in rule.body if isinstance(b, Atom)):
-            info = self.relations.get(atom.relation)
-            where = atom.pos or rule.pos
-            if info is None:
-                raise UnknownRelationError(f"unknown relation {atom.relation} in rule `{rule}` "
-                                           f"(declare it with `relation` or give it facts)", where)
-            if info.arity != len(atom.args):
-                raise ArityError(f"{atom.relation} takes {_arguments(info.arity)}, but rule `{rule}` "
-                                 f"gives it {len(atom.args)}", where)
-            terms = []
-            for i, term in enumerate(atom.args):
-                resolved = self._resolve(term, known)
-                if isinstance(resolved, Var):
-                    vid = var_id(resolved.name)
-                    terms.append(vid)
-                    shown = resolved.name
-
-                    def conflict(t1, o1, t2, o2, shown=shown):
-                        return LogicTypeError(f"variable {shown} in rule `{rule}` is used both as "
-                                              f"{t1} ({o1}) and as {t2} ({o2})", where)
-
-                    classes.union(("var", rule_index, vid), ("slot", atom.relation, i), conflict)
-                else:
-                    terms.append(resolved)
-            atoms.append((atom, terms))
-
-        positive_vars = {t for atom, terms in atoms[1:] if not atom.negated for t in terms
-                         if isinstance(t, int)}
-        head_atom, head_terms = atoms[0]
-        for t in head_terms:
-            if isinstance(t, int) and t not in positive_vars:
-                name = var_names[t] if not var_names[t].startswith("_#") else "_"
-                raise UnsafeRuleError(f"variable {name} in the head of rule `{rule}` does not occur "
-                                      f"in a positive body atom", rule.pos or head_atom.pos)
-        for atom, terms in atoms[1:]:
-            if atom.negated:
-                for t in terms:
-                    if isinstance(t, int) and t not in positive_vars and not var_names[t].startswith("_#"):
-                        raise UnsafeRuleError(f"variable {var_names[t]} of `{atom}` in rule `{rule}` "
-                                              f"does not occur in a positive body atom", atom.pos or rule.pos)
-        comparisons = []
-        for item in rule.body:
-            if not isinstance(item, Comparison):
-                continue
-            sides = []
-            for term in (item.left, item.right):
-                resolved = self._resolve(term, known)
-                if isinstance(resolved, Var):
-                    vid = var_ids.get(resolved.name)
-                    if vid is None or vid not in positive_vars:
-                        raise UnsafeRuleError(f"variable {resolved.name} of `{item}` in rule `{rule}` "
-                                              f"does not occur in a positive body atom", item.pos or rule.pos)
-                    sides.append(vid)
-                else:
-                    sides.append(resolved)
-            if isinstance(sides[0], int) and isinstance(sides[1], int):
-                def conflict(t1, o1, t2, o2, item=item):
-                    return LogicTypeError(f"`{item}` in rule `{rule}` compares a {t1} ({o1}) with a "
-                                          f"{t2} ({o2})", item.pos or rule.pos)
-                classes.union(("var", rule_index, sides[0]), ("var", rule_index, sides[1]), conflict)
-            comparisons.append((item, sides[0], sides[1]))
-        return rule, atoms, var_names, comparisons
-
