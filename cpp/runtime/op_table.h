@@ -180,8 +180,9 @@ inline const char* op_kind_name(OpKind k) {
 
 // ---- the Kernels interface's methods, by kernel family -------------------------------------------
 // X(method, "family"): the family is the file stem that holds the method's kernels on each backend
-// (docs/op-table.md lists the files). tests/runtime/test_backend_ops.py checks this list against
-// kernels.h and that every cross-backend harness calls every method.
+// (the CUDA backend's layout: cpp/backends/cuda/<family>.cu; docs/op-table.md says where the CPU and
+// Metal files stand). tests/runtime/test_backend_ops.py checks this list against kernels.h and that
+// every cross-backend harness calls every method.
 #define TL_KERNEL_METHODS(X)                                                                      \
   X(binary, "elementwise")                                                                        \
   X(binary_scalar, "elementwise")                                                                 \
@@ -193,15 +194,15 @@ inline const char* op_kind_name(OpKind k) {
   X(reduce, "reduce")                                                                             \
   X(softmax, "reduce")                                                                            \
   X(matmul, "matmul")                                                                             \
-  X(linear, "linear")                                                                             \
-  X(linear_q8_activations, "linear")                                                              \
-  X(gather_rows, "gather")                                                                        \
+  X(linear, "matmul")                                                                             \
+  X(linear_q8_activations, "matmul")                                                              \
+  X(gather_rows, "gather_rows")                                                                        \
   X(scatter_add_rows, "training")                                                                 \
   X(optimizer_update, "training")                                                                 \
   X(rms_norm, "norm_rope")                                                                        \
   X(layer_norm, "norm_rope")                                                                      \
   X(rope, "norm_rope")                                                                            \
-  X(causal_mask, "norm_rope")                                                                     \
+  X(causal_mask, "attention")                                                                     \
   X(attention, "attention")                                                                       \
   X(fused_linear, "fused")                                                                        \
   X(swiglu, "fused")                                                                              \
