@@ -658,3 +658,24 @@ def test_each_cpp_harness_calls_every_kernel_method():
         missing = {m for m in required if not re.search(r"[.>]" + m + r"\(", source)}
         assert missing == gaps[name], f"{path.relative_to(ROOT)} calls no {sorted(missing - gaps[name])}" + (
             f"; now calls {sorted(gaps[name] - missing)}: drop it from the gaps" if gaps[name] - missing else "")
+
+
+def test_each_kernel_family_has_one_file_stem_per_backend():
+    """A kernel method lives in cpp/backends/cuda/<family>.cu and cpp/backends/cpu/kernels_<family>*.cpp
+    (the family of TL_KERNEL_METHODS), so the same kernel is found under the same name on both. The
+    Metal backend keeps every method in objc/metal_kernels.mm (docs/op-table.md)."""
+    families = _kernel_methods()
+    wrong = []
+    for folder, cls, pattern in (("cpp/backends/cpu", "CpuKernels", "kernels_{}*.cpp"),
+                                 ("cpp/backends/cuda", "CudaKernels", "{}.cu")):
+        defined = {}
+        for path in sorted((ROOT / folder).glob("*.c*")):
+            for m in re.findall(r"^void " + cls + r"::(\w+)\(", path.read_text(), flags=re.M):
+                defined[m] = path
+        for method, family in families.items():
+            if method not in defined:
+                if method != "linear_q8_activations" or cls != "CudaKernels":  # default: linear
+                    wrong.append(f"{cls}::{method} is defined nowhere in {folder}")
+            elif not defined[method].match(pattern.format(family)):
+                wrong.append(f"{cls}::{method} is in {defined[method].name}, not {pattern.format(family)}")
+    assert not wrong, "\n".join(wrong)
