@@ -69,10 +69,6 @@ py::list op_table_list() {
     row["name"] = name;
     row["kind"] = op_kind_name(kind);
     row["arity"] = arity;
-    row["differentiable"] = (flags & kOpGrad) ? py::object(py::str("rule"))
-                            : (flags & kOpComposite) ? py::object(py::str("composite"))
-                            : (flags & kOpPieces) ? py::object(py::str("pieces"))
-                                                  : py::object(py::none());
     row["host_effect"] = (flags & kOpHostEffect) != 0;
     row["in_place"] = (flags & kOpInPlace) != 0;
     row["enums"] = enums;
@@ -228,8 +224,8 @@ void bind_ops(py::module_& m) {
   m.def("op_table", [] { return op_table_list(); },
         "Every function of this module, one dict each: name, kind (creation, binary, unary, reduce, "
         "elementwise, linalg, nn, fused, shape, training, info, runtime), arity (tensor inputs; -1 "
-        "a list), differentiable ('rule', 'composite', 'pieces' or None), host_effect, in_place, "
-        "and for the kernels' enum ops the enum values (runtime/op_table.h).");
+        "a list), host_effect, in_place, and for the kernels' enum ops the enum values "
+        "(runtime/op_table.h).");
   m.def("dtypes", [] {
           py::list out;
           for (int i = 0; !is_quantized(static_cast<DType>(i)); ++i) out.append(dtype_name(static_cast<DType>(i)));

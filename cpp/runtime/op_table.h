@@ -3,9 +3,9 @@
 // about an op that more than one place needs lives in its row, nowhere else. From these lists come
 // the kernels' op enums (kernels.h), the ops layer's op names (ops_elementwise.cpp), the
 // bindings' module functions and Tensor operators for the enum ops (bindings/ops.cpp, tensor.cpp),
-// `_core.kernel_ops()`, and `_core.op_table()`, which the Python side reads for the differentiable
-// ops (builtins/autograd/traced_core.py) and the host-effect builtins (builtins/registry.py).
-// tests/runtime/test_op_table.py checks that every function the module exposes has a row, that
+// `_core.kernel_ops()`, and `_core.op_table()`, which the Python side reads for the host-effect
+// builtins (builtins/registry.py).
+// tests/runtime/test_runtime_op_table.py checks that every function the module exposes has a row, that
 // each row is classified, and that the Python side and docs/core-api.md agree with it.
 //
 // Invariants: the enum lists keep their order (the Metal shaders and the CUDA kernels switch on the
@@ -15,32 +15,30 @@
 
 namespace tl {
 
-// Flags of a row (combine with |).
-constexpr unsigned kOpGrad = 1u << 0;        // taped with a backward rule (autograd/rules.py RULES)
-constexpr unsigned kOpComposite = 1u << 1;   // differentiable: runs as a composition of kOpGrad ops
-                                             // when an input is tracked (its fused kernel has no rule)
-constexpr unsigned kOpPieces = 1u << 2;      // returns a list of views, each taped as a slice
-constexpr unsigned kOpHostEffect = 1u << 3;  // acts outside device tensors: waits, reads or changes
+// Flags of a row (combine with |). What an op does with a gradient is the autograd's table
+// (python/tensorlogic/builtins/autograd), not a runtime fact; the tests check both tables name the
+// same ops.
+constexpr unsigned kOpHostEffect = 1u << 0;  // acts outside device tensors: waits, reads or changes
                                              // the runtime's host-side state (a compiled function
                                              // calling it is not recorded)
-constexpr unsigned kOpInPlace = 1u << 4;     // writes into an operand (returns it, or nothing)
-constexpr unsigned kOpReflect = 1u << 5;     // binary: Tensor also has the reflected operator (__radd__)
-constexpr unsigned kOpKeepsInt = 1u << 6;    // unary: an integer input keeps its dtype (else f32)
-constexpr unsigned kOpVariant = 1u << 7;     // one of several enum values bound under one name
+constexpr unsigned kOpInPlace = 1u << 1;     // writes into an operand (returns it, or nothing)
+constexpr unsigned kOpReflect = 1u << 2;     // binary: Tensor also has the reflected operator (__radd__)
+constexpr unsigned kOpKeepsInt = 1u << 3;    // unary: an integer input keeps its dtype (else f32)
+constexpr unsigned kOpVariant = 1u << 4;     // one of several enum values bound under one name
 constexpr unsigned kOpNone = 0;
 
 // ---- the kernels' op enums ----------------------------------------------------------------------
 // X(Enum, "python name", "Tensor operator" or nullptr, flags, "doc")
 // Comparisons have no reflected operator: Python swaps the operands itself (a > b -> b < a).
 #define TL_BINARY_OPS(X)                                                                          \
-  X(Add, "add", "__add__", kOpGrad | kOpReflect, "a + b with NumPy broadcasting; a or b may be a number.") \
-  X(Sub, "sub", "__sub__", kOpGrad | kOpReflect, "a - b with NumPy broadcasting; a or b may be a number.") \
-  X(Mul, "mul", "__mul__", kOpGrad | kOpReflect, "a * b with NumPy broadcasting; a or b may be a number.") \
-  X(Div, "div", "__truediv__", kOpGrad | kOpReflect, "a / b (true division: int / int gives f32).")      \
-  X(Pow, "pow", "__pow__", kOpGrad | kOpReflect, "a ** b elementwise.")                                  \
-  X(Maximum, "maximum", nullptr, kOpGrad, "Elementwise maximum.")                                        \
-  X(Minimum, "minimum", nullptr, kOpGrad, "Elementwise minimum.")                                        \
-  X(Mod, "mod", "__mod__", kOpGrad | kOpReflect, "Elementwise a % b.")                                   \
+  X(Add, "add", "__add__", kOpReflect, "a + b with NumPy broadcasting; a or b may be a number.") \
+  X(Sub, "sub", "__sub__", kOpReflect, "a - b with NumPy broadcasting; a or b may be a number.") \
+  X(Mul, "mul", "__mul__", kOpReflect, "a * b with NumPy broadcasting; a or b may be a number.") \
+  X(Div, "div", "__truediv__", kOpReflect, "a / b (true division: int / int gives f32).")      \
+  X(Pow, "pow", "__pow__", kOpReflect, "a ** b elementwise.")                                  \
+  X(Maximum, "maximum", nullptr, kOpNone, "Elementwise maximum.")                                        \
+  X(Minimum, "minimum", nullptr, kOpNone, "Elementwise minimum.")                                        \
+  X(Mod, "mod", "__mod__", kOpReflect, "Elementwise a % b.")                                   \
   X(Eq, "eq", "__eq__", kOpNone, "a == b elementwise (bool).")                                           \
   X(Ne, "ne", "__ne__", kOpNone, "a != b elementwise (bool).")                                           \
   X(Lt, "lt", "__lt__", kOpNone, "a < b elementwise (bool).")                                            \
@@ -52,22 +50,22 @@ constexpr unsigned kOpNone = 0;
 
 // X(Enum, "python name", flags, "doc")
 #define TL_UNARY_OPS(X)                                                                           \
-  X(Neg, "neg", kOpGrad | kOpKeepsInt, "-x.")                                                     \
-  X(Abs, "abs", kOpGrad | kOpKeepsInt, "|x|.")                                                    \
-  X(Exp, "exp", kOpGrad, "e^x.")                                                                  \
-  X(Log, "log", kOpGrad, "Natural logarithm.")                                                    \
-  X(Sqrt, "sqrt", kOpGrad, "Square root.")                                                        \
-  X(Rsqrt, "rsqrt", kOpGrad, "1 / sqrt(x).")                                                      \
-  X(Sin, "sin", kOpGrad, "Sine.")                                                                 \
-  X(Cos, "cos", kOpGrad, "Cosine.")                                                               \
-  X(Tan, "tan", kOpGrad, "Tangent.")                                                              \
-  X(Tanh, "tanh", kOpGrad, "Hyperbolic tangent.")                                                 \
-  X(Sigmoid, "sigmoid", kOpGrad, "1 / (1 + e^-x).")                                               \
-  X(Relu, "relu", kOpGrad | kOpKeepsInt, "max(x, 0).")                                            \
-  X(GeluTanh, "gelu", kOpGrad | kOpVariant, "GELU, tanh approximation (approximate='tanh').")      \
-  X(GeluErf, "gelu", kOpGrad | kOpVariant, "GELU, exact erf form (approximate='none').")          \
-  X(Silu, "silu", kOpGrad, "x * sigmoid(x).")                                                     \
-  X(Square, "square", kOpGrad | kOpKeepsInt, "x * x.")                                            \
+  X(Neg, "neg", kOpKeepsInt, "-x.")                                                     \
+  X(Abs, "abs", kOpKeepsInt, "|x|.")                                                    \
+  X(Exp, "exp", kOpNone, "e^x.")                                                                  \
+  X(Log, "log", kOpNone, "Natural logarithm.")                                                    \
+  X(Sqrt, "sqrt", kOpNone, "Square root.")                                                        \
+  X(Rsqrt, "rsqrt", kOpNone, "1 / sqrt(x).")                                                      \
+  X(Sin, "sin", kOpNone, "Sine.")                                                                 \
+  X(Cos, "cos", kOpNone, "Cosine.")                                                               \
+  X(Tan, "tan", kOpNone, "Tangent.")                                                              \
+  X(Tanh, "tanh", kOpNone, "Hyperbolic tangent.")                                                 \
+  X(Sigmoid, "sigmoid", kOpNone, "1 / (1 + e^-x).")                                               \
+  X(Relu, "relu", kOpKeepsInt, "max(x, 0).")                                            \
+  X(GeluTanh, "gelu", kOpVariant, "GELU, tanh approximation (approximate='tanh').")      \
+  X(GeluErf, "gelu", kOpVariant, "GELU, exact erf form (approximate='none').")          \
+  X(Silu, "silu", kOpNone, "x * sigmoid(x).")                                                     \
+  X(Square, "square", kOpKeepsInt, "x * x.")                                            \
   X(Floor, "floor", kOpKeepsInt, "Round down.")                                                   \
   X(Ceil, "ceil", kOpKeepsInt, "Round up.")                                                       \
   X(Round, "round", kOpKeepsInt, "Round to nearest.")                                             \
@@ -76,10 +74,10 @@ constexpr unsigned kOpNone = 0;
 
 // X(Enum, "python name", flags, "doc")
 #define TL_REDUCE_OPS(X)                                                                          \
-  X(Sum, "sum", kOpGrad, "Sum over all elements (dim=None) or one dim.")                          \
-  X(Mean, "mean", kOpGrad, "Mean over all elements (dim=None) or one dim.")                       \
-  X(Max, "max", kOpGrad, "Maximum over all elements (dim=None) or one dim.")                      \
-  X(Min, "min", kOpGrad, "Minimum over all elements (dim=None) or one dim.")                      \
+  X(Sum, "sum", kOpNone, "Sum over all elements (dim=None) or one dim.")                          \
+  X(Mean, "mean", kOpNone, "Mean over all elements (dim=None) or one dim.")                       \
+  X(Max, "max", kOpNone, "Maximum over all elements (dim=None) or one dim.")                      \
+  X(Min, "min", kOpNone, "Minimum over all elements (dim=None) or one dim.")                      \
   X(ArgMax, "argmax", kOpNone, "Index of the maximum (i64, first on ties).")                      \
   X(ArgMin, "argmin", kOpNone, "Index of the minimum (i64, first on ties).")
 
@@ -97,39 +95,39 @@ constexpr unsigned kOpNone = 0;
   X("rand", Creation, 0, kOpNone)                                                                 \
   X("randn", Creation, 0, kOpNone)                                                                \
   X("causal_mask", Creation, 0, kOpNone)                                                          \
-  X("where", Elementwise, 3, kOpGrad)                                                             \
-  X("astype", Elementwise, 1, kOpGrad)                                                            \
-  X("contiguous", Elementwise, 1, kOpGrad)                                                        \
-  X("softmax", Reduce, 1, kOpGrad)                                                                \
-  X("log_softmax", Reduce, 1, kOpGrad)                                                            \
-  X("matmul", Linalg, 2, kOpGrad)                                                                 \
-  X("linear", Linalg, 3, kOpGrad)                                                                 \
-  X("embedding", Nn, 2, kOpGrad)                                                                  \
-  X("index_select", Nn, 2, kOpGrad)                                                               \
-  X("rms_norm", Nn, 2, kOpComposite)                                                              \
-  X("layer_norm", Nn, 3, kOpComposite)                                                            \
-  X("rope", Nn, 1, kOpComposite)                                                                  \
-  X("attention", Nn, 4, kOpComposite)                                                             \
+  X("where", Elementwise, 3, kOpNone)                                                             \
+  X("astype", Elementwise, 1, kOpNone)                                                            \
+  X("contiguous", Elementwise, 1, kOpNone)                                                        \
+  X("softmax", Reduce, 1, kOpNone)                                                                \
+  X("log_softmax", Reduce, 1, kOpNone)                                                            \
+  X("matmul", Linalg, 2, kOpNone)                                                                 \
+  X("linear", Linalg, 3, kOpNone)                                                                 \
+  X("embedding", Nn, 2, kOpNone)                                                                  \
+  X("index_select", Nn, 2, kOpNone)                                                               \
+  X("rms_norm", Nn, 2, kOpNone)                                                              \
+  X("layer_norm", Nn, 3, kOpNone)                                                            \
+  X("rope", Nn, 1, kOpNone)                                                                  \
+  X("attention", Nn, 4, kOpNone)                                                             \
   X("rms_norm_linear", Fused, 4, kOpNone)                                                         \
   X("swiglu_linear", Fused, 3, kOpNone)                                                           \
   X("swiglu", Fused, 2, kOpNone)                                                                  \
   X("rope_kv_write", Fused, 5, kOpInPlace)                                                        \
-  X("reshape", Shape, 1, kOpGrad)                                                                 \
-  X("transpose", Shape, 1, kOpGrad)                                                               \
-  X("permute", Shape, 1, kOpGrad)                                                                 \
-  X("expand", Shape, 1, kOpGrad)                                                                  \
-  X("squeeze", Shape, 1, kOpGrad)                                                                 \
-  X("unsqueeze", Shape, 1, kOpGrad)                                                               \
-  X("flatten", Shape, 1, kOpGrad)                                                                 \
-  X("slice", Shape, 1, kOpGrad)                                                                   \
-  X("select", Shape, 1, kOpGrad)                                                                  \
-  X("concat", Shape, -1, kOpGrad)                                                                 \
-  X("stack", Shape, -1, kOpGrad)                                                                  \
-  X("split", Shape, 1, kOpPieces)                                                                 \
-  X("chunk", Shape, 1, kOpPieces)                                                                 \
+  X("reshape", Shape, 1, kOpNone)                                                                 \
+  X("transpose", Shape, 1, kOpNone)                                                               \
+  X("permute", Shape, 1, kOpNone)                                                                 \
+  X("expand", Shape, 1, kOpNone)                                                                  \
+  X("squeeze", Shape, 1, kOpNone)                                                                 \
+  X("unsqueeze", Shape, 1, kOpNone)                                                               \
+  X("flatten", Shape, 1, kOpNone)                                                                 \
+  X("slice", Shape, 1, kOpNone)                                                                   \
+  X("select", Shape, 1, kOpNone)                                                                  \
+  X("concat", Shape, -1, kOpNone)                                                                 \
+  X("stack", Shape, -1, kOpNone)                                                                  \
+  X("split", Shape, 1, kOpNone)                                                                 \
+  X("chunk", Shape, 1, kOpNone)                                                                 \
   X("copy_", Shape, 2, kOpInPlace)                                                                \
   X("fill_", Shape, 1, kOpInPlace)                                                                \
-  X("scatter_add_rows", Training, 2, kOpGrad)                                                     \
+  X("scatter_add_rows", Training, 2, kOpNone)                                                     \
   X("adam_update_", Training, 4, kOpInPlace)                                                      \
   X("sgd_update_", Training, 3, kOpInPlace)                                                       \
   X("kernel_ops", Info, 0, kOpNone)                                                               \

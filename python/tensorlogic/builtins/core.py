@@ -21,7 +21,7 @@ RuntimeFailure = runtime.TLRuntimeError  # every error the runtime raises derive
 
 def op_table() -> list[dict]:
     """The runtime's op table (cpp/runtime/op_table.h): one dict per function of the runtime with its
-    name, kind, arity and flags (differentiable, host_effect, in_place)."""
+    name, kind, arity and flags (host_effect, in_place)."""
     return _OP_TABLE
 
 
