@@ -66,10 +66,14 @@ constexpr int kBinaryOpCount = 0 TL_BINARY_OPS(TL_OP_COUNT_ONE);
 constexpr int kUnaryOpCount = 0 TL_UNARY_OPS(TL_OP_COUNT_ONE);
 constexpr int kReduceOpCount = 0 TL_REDUCE_OPS(TL_OP_COUNT_ONE);
 #undef TL_OP_COUNT_ONE
-// The values the backends name by number (shaders/tl_params.h passes `op` as an int).
-static_assert(static_cast<int>(BinaryOp::Eq) == 8 && kBinaryOpCount == 16, "BinaryOp order is fixed");
-static_assert(static_cast<int>(UnaryOp::LogicalNot) == 19 && kUnaryOpCount == 21, "UnaryOp order is fixed");
-static_assert(static_cast<int>(ReduceOp::ArgMax) == 4 && kReduceOpCount == 6, "ReduceOp order is fixed");
+// The values the backends name by number (shaders/tl_params.h passes `op` as an int): a new op goes
+// after these.
+static_assert(static_cast<int>(BinaryOp::Eq) == 8 && static_cast<int>(BinaryOp::LogicalOr) == 15,
+              "BinaryOp values are fixed");
+static_assert(static_cast<int>(UnaryOp::GeluTanh) == 12 && static_cast<int>(UnaryOp::Step) == 20,
+              "UnaryOp values are fixed");
+static_assert(static_cast<int>(ReduceOp::ArgMax) == 4 && static_cast<int>(ReduceOp::ArgMin) == 5,
+              "ReduceOp values are fixed");
 
 // The table's facts by enum value.
 #define TL_OP_NAME(Enum, name, ...) name,
