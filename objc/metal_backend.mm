@@ -82,7 +82,7 @@ void finish_command_buffer(PendingCommandBuffer& pending, id<MTLCommandBuffer> d
         TLErrorRecord record;
         std::memcpy(&record, [error_record contents], sizeof record);
         if (record.code == TL_ERROR_GATHER_ID_OUT_OF_RANGE) {
-          // Same wording as the CPU twin (cpp/backends/cpu/kernels_quant.cpp).
+          // Same wording as the CPU twin (cpp/backends/cpu/kernels_matmul_quant.cpp).
           error = "embedding: id " + std::to_string(record.value) +
                   " is out of range for a table of " + std::to_string(record.limit) + " rows";
         } else if (record.code == TL_ERROR_SCATTER_ID_OUT_OF_RANGE) {

@@ -7,7 +7,7 @@
 
 #define TL_ATTN_DIMS_PER_THREAD (TL_ATTN_MAX_D / TL_ATTN_THREADS)
 
-// CPU twin: Kernels::causal_mask (cpp/backends/cpu/kernels_nn.cpp).
+// CPU twin: Kernels::causal_mask (cpp/backends/cpu/kernels_attention.cpp).
 // out [n, m] f32: 0 where j <= i + offset, -inf elsewhere. n is in p.sq, m in p.mask_cols.
 kernel void tl_causal_mask(constant TLAttentionParams& p [[buffer(0)]],
                            device float* out [[buffer(1)]],
@@ -21,7 +21,7 @@ kernel void tl_causal_mask(constant TLAttentionParams& p [[buffer(0)]],
   }
 }
 
-// CPU twin: Kernels::attention (cpp/backends/cpu/kernels_nn.cpp). q [Sq, Hq, D],
+// CPU twin: Kernels::attention (cpp/backends/cpu/kernels_attention.cpp). q [Sq, Hq, D],
 // k/v [Sk, Hkv, D] (any strides), optional additive mask [Sq, Sk] f32, out contiguous
 // [Sq, Hq, D] f32. A query row that sees no key (everything masked) gets zeros.
 kernel void tl_attention(constant TLAttentionParams& p [[buffer(0)]],

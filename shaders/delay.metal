@@ -3,7 +3,7 @@
 // clock, so the length is approximate (the host scales iterations per microsecond).
 #include "tl_common.h"
 
-// CPU twin: Kernels::delay (cpp/backends/cpu/cpu_kernels.cpp: the worker sleeps).
+// CPU twin: Kernels::delay (cpp/backends/cpu/kernels_delay.cpp: the worker sleeps).
 kernel void tl_delay(constant TLDelayParams& p [[buffer(0)]],
                      device float* sink [[buffer(1)]],
                      uint gid [[thread_position_in_grid]]) {

@@ -3,7 +3,7 @@
 // bias are optional (dtype -1 when absent); the host binds a placeholder buffer in their slots.
 #include "tl_common.h"
 
-// CPU twin: Kernels::rms_norm (cpp/backends/cpu/kernels_nn.cpp).
+// CPU twin: Kernels::rms_norm (cpp/backends/cpu/kernels_norm_rope.cpp).
 kernel void tl_rms_norm(constant TLNormParams& p [[buffer(0)]],
                         device const uchar* x [[buffer(1)]],
                         device const uchar* w [[buffer(2)]],
@@ -29,7 +29,7 @@ kernel void tl_rms_norm(constant TLNormParams& p [[buffer(0)]],
   }
 }
 
-// CPU twin: Kernels::layer_norm (cpp/backends/cpu/kernels_nn.cpp). Two passes (mean, then the
+// CPU twin: Kernels::layer_norm (cpp/backends/cpu/kernels_norm_rope.cpp). Two passes (mean, then the
 // centred sum of squares) for accuracy on rows with a large mean.
 kernel void tl_layer_norm(constant TLNormParams& p [[buffer(0)]],
                           device const uchar* x [[buffer(1)]],

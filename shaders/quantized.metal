@@ -6,7 +6,7 @@
 // Threadgroups stride over (n, m) so any N fits the grid; loop bounds are uniform per group.
 #include "tl_common.h"
 
-// CPU twin: Kernels::linear (cpp/backends/cpu/kernels_quant.cpp).
+// CPU twin: Kernels::linear (cpp/backends/cpu/kernels_matmul_quant.cpp).
 kernel void tl_linear(constant TLRowsParams& p [[buffer(0)]],
                       device const float* x [[buffer(1)]],
                       device const uchar* w [[buffer(2)]],

@@ -20,7 +20,7 @@ inline float tl_rope_angle(float pos, float hi, float lo) {
   return reduced + error;
 }
 
-// CPU twin: Kernels::rope (cpp/backends/cpu/kernels_nn.cpp).
+// CPU twin: Kernels::rope (cpp/backends/cpu/kernels_norm_rope.cpp).
 kernel void tl_rope(constant TLRopeParams& p [[buffer(0)]],
                     device const uchar* x [[buffer(1)]],
                     device uchar* out [[buffer(3)]],

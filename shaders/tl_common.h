@@ -3,7 +3,7 @@
 // decoding of GGUF quantized blocks. Block layouts are exactly ggml's (see cpp/runtime/dtype.h);
 // blocks are read byte by byte or as half, never as wider words, because blocks of 18/20/22/34/210
 // bytes leave rows only 2-byte aligned. The CPU twins of the decoders are the dequantizers in
-// cpp/backends/cpu/kernels_quant.cpp; the tests compare both against the gguf package.
+// cpp/backends/cpu/kernels_matmul_quant.cpp; the tests compare both against the gguf package.
 #ifndef TL_SHADERS_COMMON_H
 #define TL_SHADERS_COMMON_H
 

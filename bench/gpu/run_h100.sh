@@ -77,8 +77,8 @@ check() {
   local T="$WORK/build/cpp/backends/cuda/test_cuda_vs_cpu"
   timeout 240 "$T" > "$OUT/cuda_vs_cpu.log" 2>&1
   say "test_cuda_vs_cpu: $(tail -1 "$OUT/cuda_vs_cpu.log")"
-  timeout 300 "$PY" -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend.py -rf > "$OUT/pytest_cross_backend.log" 2>&1
-  say "pytest test_cross_backend.py (CPU vs CUDA): $(tail -1 "$OUT/pytest_cross_backend.log")"
+  timeout 300 "$PY" -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py -rf > "$OUT/pytest_cross_backend.log" 2>&1
+  say "pytest test_backend_ops.py (CPU vs CUDA): $(tail -1 "$OUT/pytest_cross_backend.log")"
   TL_BACKEND=cuda timeout 300 "$PY" -m pytest -q -p no:cacheprovider tests/runtime/test_fused_ops.py -rf > "$OUT/pytest_fused_cuda.log" 2>&1
   say "pytest test_fused_ops.py on CUDA: $(tail -1 "$OUT/pytest_fused_cuda.log")"
   if [ -s "$MODEL" ]; then

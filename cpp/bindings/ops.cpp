@@ -52,6 +52,43 @@ std::optional<int64_t> opt_int(py::handle obj, const char* what) {
   return parse_int(obj, what);
 }
 
+py::list op_table_list() {
+  py::list out;
+  auto one = [](const char* e) {
+    py::list l;
+    l.append(e);
+    return l;
+  };
+  auto add = [&out](const char* name, OpKind kind, int arity, unsigned flags, py::list enums) {
+    for (py::handle row : out)  // a variant of a name already listed (gelu): one row, both enums
+      if (row["name"].cast<std::string>() == name) {
+        row["enums"].cast<py::list>().append(enums[0]);
+        return;
+      }
+    py::dict row;
+    row["name"] = name;
+    row["kind"] = op_kind_name(kind);
+    row["arity"] = arity;
+    row["host_effect"] = (flags & kOpHostEffect) != 0;
+    row["in_place"] = (flags & kOpInPlace) != 0;
+    row["enums"] = enums;
+    out.append(row);
+  };
+#define TL_ROW_BIN(Enum, name, dunder, flags, doc) add(name, OpKind::Binary, 2, flags, one("BinaryOp::" #Enum));
+#define TL_ROW_UN(Enum, name, flags, doc) add(name, OpKind::Unary, 1, flags, one("UnaryOp::" #Enum));
+#define TL_ROW_RED(Enum, name, flags, doc) add(name, OpKind::Reduce, 1, flags, one("ReduceOp::" #Enum));
+#define TL_ROW_OTHER(name, kind, arity, flags) add(name, OpKind::kind, arity, flags, py::list());
+  TL_BINARY_OPS(TL_ROW_BIN)
+  TL_UNARY_OPS(TL_ROW_UN)
+  TL_REDUCE_OPS(TL_ROW_RED)
+  TL_OTHER_OPS(TL_ROW_OTHER)
+#undef TL_ROW_BIN
+#undef TL_ROW_UN
+#undef TL_ROW_RED
+#undef TL_ROW_OTHER
+  return out;
+}
+
 }  // namespace
 
 void bind_ops(py::module_& m) {
@@ -109,47 +146,23 @@ void bind_ops(py::module_& m) {
         py::arg("shape"), py::arg("seed") = 0, "Standard normal f32 values, deterministic per seed.");
 
   // ---- elementwise ------------------------------------------------------------------------------
+  // The enum ops bind in a loop over the op table (runtime/op_table.h): one function per name.
   struct BinDef { const char* name; BinaryOp op; const char* doc; };
-  static const BinDef bins[] = {
-      {"add", BinaryOp::Add, "a + b with NumPy broadcasting; a or b may be a number."},
-      {"sub", BinaryOp::Sub, "a - b with NumPy broadcasting; a or b may be a number."},
-      {"mul", BinaryOp::Mul, "a * b with NumPy broadcasting; a or b may be a number."},
-      {"div", BinaryOp::Div, "a / b (true division: int / int gives f32)."},
-      {"pow", BinaryOp::Pow, "a ** b elementwise."},
-      {"maximum", BinaryOp::Maximum, "Elementwise maximum."},
-      {"minimum", BinaryOp::Minimum, "Elementwise minimum."},
-      {"mod", BinaryOp::Mod, "Elementwise a % b."},
-      {"eq", BinaryOp::Eq, "a == b elementwise (bool)."},
-      {"ne", BinaryOp::Ne, "a != b elementwise (bool)."},
-      {"lt", BinaryOp::Lt, "a < b elementwise (bool)."},
-      {"le", BinaryOp::Le, "a <= b elementwise (bool)."},
-      {"gt", BinaryOp::Gt, "a > b elementwise (bool)."},
-      {"ge", BinaryOp::Ge, "a >= b elementwise (bool)."},
-      {"logical_and", BinaryOp::LogicalAnd, "Elementwise logical and (bool)."},
-      {"logical_or", BinaryOp::LogicalOr, "Elementwise logical or (bool)."},
-  };
-  static_assert(sizeof(bins) / sizeof(bins[0]) == kBinaryOpCount, "bind every BinaryOp");
+#define TL_BIN_DEF(Enum, name, dunder, flags, doc) {name, BinaryOp::Enum, doc},
+  static const BinDef bins[] = {TL_BINARY_OPS(TL_BIN_DEF)};
+#undef TL_BIN_DEF
   for (const BinDef& d : bins) {
     BinaryOp op = d.op;
     const char* name = d.name;
     m.def(d.name, [op, name](py::handle a, py::handle b) { return binary_any(op, a, b, name); },
           py::arg("a"), py::arg("b"), d.doc);
   }
-  struct UnDef { const char* name; UnaryOp op; const char* doc; };
-  static const UnDef uns[] = {
-      {"neg", UnaryOp::Neg, "-x."}, {"abs", UnaryOp::Abs, "|x|."}, {"exp", UnaryOp::Exp, "e^x."},
-      {"log", UnaryOp::Log, "Natural logarithm."}, {"sqrt", UnaryOp::Sqrt, "Square root."},
-      {"rsqrt", UnaryOp::Rsqrt, "1 / sqrt(x)."}, {"sin", UnaryOp::Sin, "Sine."},
-      {"cos", UnaryOp::Cos, "Cosine."}, {"tan", UnaryOp::Tan, "Tangent."},
-      {"tanh", UnaryOp::Tanh, "Hyperbolic tangent."}, {"sigmoid", UnaryOp::Sigmoid, "1 / (1 + e^-x)."},
-      {"relu", UnaryOp::Relu, "max(x, 0)."}, {"silu", UnaryOp::Silu, "x * sigmoid(x)."},
-      {"square", UnaryOp::Square, "x * x."}, {"floor", UnaryOp::Floor, "Round down."},
-      {"ceil", UnaryOp::Ceil, "Round up."}, {"round", UnaryOp::Round, "Round to nearest."},
-      {"logical_not", UnaryOp::LogicalNot, "Elementwise not (bool)."},
-      {"step", UnaryOp::Step, "1 where x > 0 else 0, in x's dtype (Tensor Logic's step)."},
-  };
-  static_assert(sizeof(uns) / sizeof(uns[0]) + 2 == kUnaryOpCount, "bind every UnaryOp (gelu binds two)");
+  struct UnDef { const char* name; UnaryOp op; unsigned flags; const char* doc; };
+#define TL_UN_DEF(Enum, name, flags, doc) {name, UnaryOp::Enum, flags, doc},
+  static const UnDef uns[] = {TL_UNARY_OPS(TL_UN_DEF)};
+#undef TL_UN_DEF
   for (const UnDef& d : uns) {
+    if (d.flags & kOpVariant) continue;  // bound below, with the argument that picks the variant
     UnaryOp op = d.op;
     const char* name = d.name;
     m.def(d.name, [op, name](py::handle x) { return unary(op, as_tensor(x, name)); }, py::arg("x"), d.doc);
@@ -181,15 +194,9 @@ void bind_ops(py::module_& m) {
 
   // ---- reductions -------------------------------------------------------------------------------
   struct RedDef { const char* name; ReduceOp op; const char* doc; };
-  static const RedDef reds[] = {
-      {"sum", ReduceOp::Sum, "Sum over all elements (dim=None) or one dim."},
-      {"mean", ReduceOp::Mean, "Mean over all elements (dim=None) or one dim."},
-      {"max", ReduceOp::Max, "Maximum over all elements (dim=None) or one dim."},
-      {"min", ReduceOp::Min, "Minimum over all elements (dim=None) or one dim."},
-      {"argmax", ReduceOp::ArgMax, "Index of the maximum (i64, first on ties)."},
-      {"argmin", ReduceOp::ArgMin, "Index of the minimum (i64, first on ties)."},
-  };
-  static_assert(sizeof(reds) / sizeof(reds[0]) == kReduceOpCount, "bind every ReduceOp");
+#define TL_RED_DEF(Enum, name, flags, doc) {name, ReduceOp::Enum, doc},
+  static const RedDef reds[] = {TL_REDUCE_OPS(TL_RED_DEF)};
+#undef TL_RED_DEF
   for (const RedDef& d : reds) {
     ReduceOp op = d.op;
     const char* name = d.name;
@@ -198,11 +205,14 @@ void bind_ops(py::module_& m) {
           }, py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false, d.doc);
   }
   m.def("kernel_ops", [] {
+          // Each family's Python names in enum order, variants of one name (gelu) once.
+          auto names = [](py::list& out, const char* name) {
+            if (!out.contains(name)) out.append(name);
+          };
           py::list binary, unary, reduction;
-          for (const BinDef& d : bins) binary.append(d.name);
-          for (const UnDef& d : uns) unary.append(d.name);
-          unary.append("gelu");
-          for (const RedDef& d : reds) reduction.append(d.name);
+          for (const BinDef& d : bins) names(binary, d.name);
+          for (const UnDef& d : uns) names(unary, d.name);
+          for (const RedDef& d : reds) names(reduction, d.name);
           py::dict out;
           out["binary"] = binary;
           out["unary"] = unary;
@@ -211,6 +221,11 @@ void bind_ops(py::module_& m) {
         },
         "The elementwise and reduction ops of the kernel table by family: {'binary': [...], "
         "'unary': [...], 'reduce': [...]} (every value of the kernels' op enums, by its Python name).");
+  m.def("op_table", [] { return op_table_list(); },
+        "Every function of this module, one dict each: name, kind (creation, binary, unary, reduce, "
+        "elementwise, linalg, nn, fused, shape, training, info, runtime), arity (tensor inputs; -1 "
+        "a list), host_effect, in_place, and for the kernels' enum ops the enum values "
+        "(runtime/op_table.h).");
   m.def("dtypes", [] {
           py::list out;
           for (int i = 0; !is_quantized(static_cast<DType>(i)); ++i) out.append(dtype_name(static_cast<DType>(i)));

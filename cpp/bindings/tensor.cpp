@@ -351,19 +351,8 @@ Tensor get_index(const Tensor& x, py::handle idx) {
   return r;
 }
 
-const char* op_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Pow: return "pow";
-    case BinaryOp::Maximum: return "maximum";
-    case BinaryOp::Minimum: return "minimum";
-    case BinaryOp::Mod: return "mod";
-    default: return "compare";
-  }
-}
+// The op's name in an operator's errors: comparisons and logical ops say "compare".
+const char* operator_name(BinaryOp op) { return op >= BinaryOp::Eq ? "compare" : op_name(op); }
 
 Tensor binop(BinaryOp op, const Tensor& a, py::handle b, bool reflected) {
   if (py::isinstance<Tensor>(b)) {
@@ -371,7 +360,7 @@ Tensor binop(BinaryOp op, const Tensor& a, py::handle b, bool reflected) {
     return reflected ? binary(op, t, a) : binary(op, a, t);
   }
   if (is_scalar(b)) {
-    if (auto exact = exact_int_operand(b, a, op, op_name(op)))
+    if (auto exact = exact_int_operand(b, a, op, operator_name(op)))
       return reflected ? binary(op, *exact, a) : binary(op, a, *exact);
     double v = py::isinstance<py::bool_>(b) ? (b.cast<bool>() ? 1.0 : 0.0) : b.cast<double>();
     return binary_scalar(op, a, v, py::isinstance<py::float_>(b), reflected);
@@ -494,37 +483,23 @@ asynchronous; reading values (numpy(), item(), str()) waits for the writer. View
       .def("__matmul__", [](const Tensor& a, py::handle b) { return matmul(a, as_tensor(b, "matmul")); }, "a @ b")
       .def("__rmatmul__", [](const Tensor& a, py::handle b) { return matmul(as_tensor(b, "matmul"), a); }, "b @ a");
 
-  struct OpDef { const char* name; const char* rname; BinaryOp op; const char* doc; };
-  static const OpDef defs[] = {
-      {"__add__", "__radd__", BinaryOp::Add, "Elementwise a + b (broadcasting)."},
-      {"__sub__", "__rsub__", BinaryOp::Sub, "Elementwise a - b (broadcasting)."},
-      {"__mul__", "__rmul__", BinaryOp::Mul, "Elementwise a * b (broadcasting)."},
-      {"__truediv__", "__rtruediv__", BinaryOp::Div, "Elementwise a / b (int / int gives f32)."},
-      {"__pow__", "__rpow__", BinaryOp::Pow, "Elementwise a ** b."},
-      {"__mod__", "__rmod__", BinaryOp::Mod, "Elementwise a % b."},
-      {"__and__", "__rand__", BinaryOp::LogicalAnd, "Elementwise logical and."},
-      {"__or__", "__ror__", BinaryOp::LogicalOr, "Elementwise logical or."},
-      {"__eq__", nullptr, BinaryOp::Eq, "Elementwise a == b (bool tensor)."},
-      {"__ne__", nullptr, BinaryOp::Ne, "Elementwise a != b (bool tensor)."},
-      {"__lt__", "__gt__", BinaryOp::Lt, "Elementwise a < b (bool tensor)."},
-      {"__le__", "__ge__", BinaryOp::Le, "Elementwise a <= b (bool tensor)."},
-  };
+  // Operators of the op table's binary ops (runtime/op_table.h); a reflected form (__radd__) where
+  // the row says so. Comparisons have none: Python swaps the operands itself (a > b -> b < a).
+  struct OpDef { const char* name; BinaryOp op; unsigned flags; const char* doc; };
+#define TL_OPERATOR_DEF(Enum, name, dunder, flags, doc) {dunder, BinaryOp::Enum, flags, doc},
+  static const OpDef defs[] = {TL_BINARY_OPS(TL_OPERATOR_DEF)};
+#undef TL_OPERATOR_DEF
   for (const OpDef& d : defs) {
+    if (!d.name) continue;  // maximum, minimum: functions only
     BinaryOp op = d.op;
     cls.def(d.name, [op](const Tensor& a, py::handle b) { return op_or_notimpl(op, a, b, false); },
             py::arg("other"), d.doc, py::is_operator());
+    if (d.flags & kOpReflect) {
+      std::string rname = "__r" + std::string(d.name + 2);  // __add__ -> __radd__
+      cls.def(rname.c_str(), [op](const Tensor& a, py::handle b) { return op_or_notimpl(op, a, b, true); },
+              py::arg("other"), d.doc, py::is_operator());
+    }
   }
-  // Reflected forms; for comparisons Python swaps operands itself (a > b -> b < a).
-  for (const OpDef& d : defs) {
-    if (!d.rname || d.op == BinaryOp::Lt || d.op == BinaryOp::Le) continue;
-    BinaryOp op = d.op;
-    cls.def(d.rname, [op](const Tensor& a, py::handle b) { return op_or_notimpl(op, a, b, true); },
-            py::arg("other"), d.doc, py::is_operator());
-  }
-  cls.def("__gt__", [](const Tensor& a, py::handle b) { return op_or_notimpl(BinaryOp::Gt, a, b, false); },
-          py::arg("other"), "Elementwise a > b (bool tensor).", py::is_operator());
-  cls.def("__ge__", [](const Tensor& a, py::handle b) { return op_or_notimpl(BinaryOp::Ge, a, b, false); },
-          py::arg("other"), "Elementwise a >= b (bool tensor).", py::is_operator());
   cls.def("__floordiv__", [](const Tensor& a, py::handle b) {
             return unary(UnaryOp::Floor, binop(BinaryOp::Div, a, b, false));
           }, py::arg("other"), "Elementwise floor(a / b).", py::is_operator());

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "dtype.h"
+#include "op_table.h"
 
 namespace tl {
 
@@ -48,27 +49,63 @@ struct KernelError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Mod,
-  Eq, Ne, Lt, Le, Gt, Ge,     // output Bool
-  LogicalAnd, LogicalOr,      // inputs read as truth values, output Bool
-};
+// The op enums come from the op table (op_table.h), in its order: the shaders and the CUDA kernels
+// switch on the numeric values. BinaryOp: Eq and later output Bool (LogicalAnd/LogicalOr read their
+// inputs as truth values); UnaryOp: LogicalNot outputs Bool, Step is x > 0 ? 1 : 0 in out's dtype.
+#define TL_OP_ENUM_VALUE(Enum, ...) Enum,
+enum class BinaryOp : uint8_t { TL_BINARY_OPS(TL_OP_ENUM_VALUE) };
+enum class UnaryOp : uint8_t { TL_UNARY_OPS(TL_OP_ENUM_VALUE) };
+enum class ReduceOp : uint8_t { TL_REDUCE_OPS(TL_OP_ENUM_VALUE) };
+#undef TL_OP_ENUM_VALUE
 
-enum class UnaryOp : uint8_t {
-  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tan, Tanh, Sigmoid, Relu,
-  GeluTanh, GeluErf, Silu, Square, Floor, Ceil, Round,
-  LogicalNot,  // output Bool
-  Step,        // x > 0 ? 1 : 0, output in out's dtype (Tensor Logic's step function)
-};
+// How many values each op enum has. The bindings bind every value (a loop over the table), and
+// `_core.kernel_ops()` lists them; the cross-backend tests take their op lists from there, so a new
+// op cannot ship untested on another backend.
+#define TL_OP_COUNT_ONE(...) +1
+constexpr int kBinaryOpCount = 0 TL_BINARY_OPS(TL_OP_COUNT_ONE);
+constexpr int kUnaryOpCount = 0 TL_UNARY_OPS(TL_OP_COUNT_ONE);
+constexpr int kReduceOpCount = 0 TL_REDUCE_OPS(TL_OP_COUNT_ONE);
+#undef TL_OP_COUNT_ONE
+// The values the backends name by number (shaders/tl_params.h passes `op` as an int): a new op goes
+// after these.
+static_assert(static_cast<int>(BinaryOp::Eq) == 8 && static_cast<int>(BinaryOp::LogicalOr) == 15,
+              "BinaryOp values are fixed");
+static_assert(static_cast<int>(UnaryOp::GeluTanh) == 12 && static_cast<int>(UnaryOp::Step) == 20,
+              "UnaryOp values are fixed");
+static_assert(static_cast<int>(ReduceOp::ArgMax) == 4 && static_cast<int>(ReduceOp::ArgMin) == 5,
+              "ReduceOp values are fixed");
 
-enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin };
-
-// How many values each op enum has (keep them last-value + 1 when adding one). The bindings bind
-// every value and fail to compile otherwise; `_core.kernel_ops()` lists them, and the cross-backend
-// tests take their op lists from there, so a new op cannot ship untested on another backend.
-constexpr int kBinaryOpCount = static_cast<int>(BinaryOp::LogicalOr) + 1;
-constexpr int kUnaryOpCount = static_cast<int>(UnaryOp::Step) + 1;
-constexpr int kReduceOpCount = static_cast<int>(ReduceOp::ArgMin) + 1;
+// The table's facts by enum value.
+#define TL_OP_NAME(Enum, name, ...) name,
+inline const char* op_name(BinaryOp op) {
+  static constexpr const char* names[] = {TL_BINARY_OPS(TL_OP_NAME)};
+  return names[static_cast<int>(op)];
+}
+inline const char* op_name(UnaryOp op) {
+  static constexpr const char* names[] = {TL_UNARY_OPS(TL_OP_NAME)};
+  return names[static_cast<int>(op)];
+}
+inline const char* op_name(ReduceOp op) {
+  static constexpr const char* names[] = {TL_REDUCE_OPS(TL_OP_NAME)};
+  return names[static_cast<int>(op)];
+}
+#undef TL_OP_NAME
+#define TL_OP_FLAGS3(Enum, name, flags, ...) flags,
+#define TL_OP_FLAGS4(Enum, name, dunder, flags, ...) flags,
+inline unsigned op_flags(BinaryOp op) {
+  static constexpr unsigned flags[] = {TL_BINARY_OPS(TL_OP_FLAGS4)};
+  return flags[static_cast<int>(op)];
+}
+inline unsigned op_flags(UnaryOp op) {
+  static constexpr unsigned flags[] = {TL_UNARY_OPS(TL_OP_FLAGS3)};
+  return flags[static_cast<int>(op)];
+}
+inline unsigned op_flags(ReduceOp op) {
+  static constexpr unsigned flags[] = {TL_REDUCE_OPS(TL_OP_FLAGS3)};
+  return flags[static_cast<int>(op)];
+}
+#undef TL_OP_FLAGS3
+#undef TL_OP_FLAGS4
 
 // What fused_linear does to each row of x before the matrix product.
 enum class LinearPrologue : uint8_t { None, RmsNorm, SwiGLU };

@@ -14,27 +14,8 @@ using detail::require_plain;
 
 namespace {
 
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Pow: return "pow";
-    case BinaryOp::Maximum: return "maximum";
-    case BinaryOp::Minimum: return "minimum";
-    case BinaryOp::Mod: return "mod";
-    case BinaryOp::Eq: return "eq";
-    case BinaryOp::Ne: return "ne";
-    case BinaryOp::Lt: return "lt";
-    case BinaryOp::Le: return "le";
-    case BinaryOp::Gt: return "gt";
-    case BinaryOp::Ge: return "ge";
-    case BinaryOp::LogicalAnd: return "logical_and";
-    case BinaryOp::LogicalOr: return "logical_or";
-  }
-  return "binary";
-}
+// Op names and flags come from the op table (op_table.h, through kernels.h).
+const char* binary_name(BinaryOp op) { return op_name(op); }
 
 bool returns_bool(BinaryOp op) { return op >= BinaryOp::Eq; }
 
@@ -110,42 +91,9 @@ Tensor binary_scalar(BinaryOp op, const Tensor& a, DynScalar dyn_s, bool s_is_fl
 }
 
 namespace {
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Abs: return "abs";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Rsqrt: return "rsqrt";
-    case UnaryOp::Sin: return "sin";
-    case UnaryOp::Cos: return "cos";
-    case UnaryOp::Tan: return "tan";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Sigmoid: return "sigmoid";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::GeluTanh: return "gelu";
-    case UnaryOp::GeluErf: return "gelu";
-    case UnaryOp::Silu: return "silu";
-    case UnaryOp::Square: return "square";
-    case UnaryOp::Floor: return "floor";
-    case UnaryOp::Ceil: return "ceil";
-    case UnaryOp::Round: return "round";
-    case UnaryOp::LogicalNot: return "logical_not";
-    case UnaryOp::Step: return "step";
-  }
-  return "unary";
-}
+const char* unary_name(UnaryOp op) { return op_name(op); }
 
-bool keeps_integer_dtype(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg: case UnaryOp::Abs: case UnaryOp::Relu: case UnaryOp::Square:
-    case UnaryOp::Floor: case UnaryOp::Ceil: case UnaryOp::Round: case UnaryOp::Step:
-      return true;
-    default:
-      return false;
-  }
-}
+bool keeps_integer_dtype(UnaryOp op) { return (op_flags(op) & kOpKeepsInt) != 0; }
 }  // namespace
 
 Tensor unary(UnaryOp op, const Tensor& x) {
@@ -279,17 +227,7 @@ void fill_into(const Tensor& dst, DynScalar value) {
 }
 
 namespace {
-const char* reduce_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::ArgMax: return "argmax";
-    case ReduceOp::ArgMin: return "argmin";
-  }
-  return "reduce";
-}
+const char* reduce_name(ReduceOp op) { return op_name(op); }
 }  // namespace
 
 Tensor reduce(ReduceOp op, const Tensor& x0, std::optional<int64_t> dim, bool keepdim) {

@@ -173,11 +173,11 @@ def test_objc_backend_runs_against_a_fake_metal_and_matches_the_cpu_twin(tmp_pat
 def test_project_cross_backend_suite_passes_on_the_metal_backend_over_fake_metal(tmp_path):
     # tensorlogic._core built with TL_HAVE_METAL from the real runtime, bindings and objc/, over
     # the fake Objective-C runtime and Metal; then the project's own cross-backend suite
-    # (tests/runtime/test_cross_backend.py: every op through the Python API against the CPU
+    # (tests/runtime/test_backend_ops.py: every op through the Python API against the CPU
     # backend, memory back to baseline) runs with TL_CROSS_BACKEND=metal.
-    suite = ROOT / "tests" / "runtime" / "test_cross_backend.py"
+    suite = ROOT / "tests" / "runtime" / "test_backend_ops.py"
     if not suite.exists():
-        pytest.skip("tests/runtime/test_cross_backend.py is not in this tree")
+        pytest.skip("tests/runtime/test_backend_ops.py is not in this tree")
     for tool in ("cmake", "g++"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is needed to build the fake-Metal module")

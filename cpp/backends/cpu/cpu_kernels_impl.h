@@ -98,11 +98,11 @@ LoopNest make_loop_nest(int nops, const View* const* views);
 // Elements processed per stack-buffer chunk in row loops.
 constexpr int64_t kChunk = 512;
 
-// ---- quantized blocks (kernels_quant.cpp) ----
+// ---- quantized blocks (kernels_matmul_quant.cpp) ----
 // Dequantizes `n` elements (a multiple of the block size) of one row of type `t` into dst.
 void dequantize_row(DType t, const void* src, int64_t n, float* dst);
 
-// ---- 8-bit activations (kernels_quant_q8.cpp) ----
+// ---- 8-bit activations (kernels_matmul_q8.cpp) ----
 // m rows of x quantized to blocks of 32 int8: q[m, K], and per block the scale d and d * sum(q).
 struct Q8Activations {
   int64_t m = 0, nb = 0;  // rows, blocks per row

@@ -1,6 +1,6 @@
 #pragma once
-// AVX2 helpers shared by the quantized CPU kernels (kernels_quant.cpp: f32 activations;
-// kernels_quant_q8.cpp: 8-bit activations). x86-64 only. Every function carries the AVX2 target
+// AVX2 helpers shared by the quantized CPU kernels (kernels_matmul_quant.cpp: f32 activations;
+// kernels_matmul_q8.cpp: 8-bit activations). x86-64 only. Every function carries the AVX2 target
 // attribute: call them only from code that runs after the run-time AVX2 check, like the kernels.
 #include <cstdint>
 #include <cstring>

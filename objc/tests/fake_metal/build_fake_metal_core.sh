@@ -3,7 +3,7 @@
 # as the project builds them (TL_HAVE_METAL defined), the real objc/*.mm, the fake Objective-C
 # runtime and fake Metal from this folder, and the shader kernels through the shim. The module and
 # a copy of the Python package go to BUILD_DIR/stage, so that
-#   PYTHONPATH=BUILD_DIR/stage TL_CROSS_BACKEND=metal pytest tests/runtime/test_cross_backend.py
+#   PYTHONPATH=BUILD_DIR/stage TL_CROSS_BACKEND=metal pytest tests/runtime/test_backend_ops.py
 # runs the project's own cross-backend suite against the Metal backend code.
 # Usage: objc/tests/fake_metal/build_fake_metal_core.sh BUILD_DIR   (Linux x86-64; clang++, g++,
 # cmake, pybind11). Runs run_fake_metal_tests.sh first (which builds the Metal-side objects).

@@ -19,6 +19,15 @@ Tensor = runtime.Tensor
 RuntimeFailure = runtime.TLRuntimeError  # every error the runtime raises derives from it
 
 
+def op_table() -> list[dict]:
+    """The runtime's op table (cpp/runtime/op_table.h): one dict per function of the runtime with its
+    name, kind, arity and flags (host_effect, in_place)."""
+    return _OP_TABLE
+
+
+_OP_TABLE = [dict(row) for row in runtime.op_table()]
+
+
 def init_backend(name: str | None, threads: int = 0) -> None:
     """Start the device on backend `name` (cpu, cuda, metal; None: TL_BACKEND or cpu) with `threads`
     kernel threads (0: TL_THREADS, else one per core); raises the runtime's error if it can't."""

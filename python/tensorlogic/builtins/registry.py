@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .core import op_table
+
 
 @dataclass(frozen=True)
 class Builtin:
@@ -27,14 +29,16 @@ BUILTINS: dict[str, Builtin] = {}
 
 # Builtins that act outside device tensors (output, input, host state, random draws, loading, the
 # memory ledger): a compiled function calling one is not recorded and runs eagerly (compiled.py).
-HOST_EFFECT_BUILTINS = frozenset({
+# Those that are runtime functions of the same name (synchronize, memory_stats, ...) come from the
+# runtime's op table (`host_effect` rows, cpp/runtime/op_table.h); this list holds the rest.
+_TL_HOST_EFFECTS = frozenset({
     "print", "println", "input", "env", "seed", "random", "multinomial", "temperature_sample", "top_k",
-    "top_p", "rand", "randn", "buffer_reserve", "buffer_reserve_learnable", "buffer_stats", "memory_stats",
-    "clear_cache", "reset_peak_memory", "synchronize", "load_model", "load_model_f32", "load_model_f16",
+    "top_p", "rand", "randn", "buffer_reserve_learnable", "load_model", "load_model_f32", "load_model_f16",
     "load_tokenizer", "text_stream", "token_sampler", "llama_kv_cache", "KVCache::new_f32",
     "KVCache::new_f16", "KVCache::with_capacity", "relation_tensor", "infer", "entities", "push", "pop",
     "item", "to_list",
 })
+HOST_EFFECT_BUILTINS = _TL_HOST_EFFECTS | frozenset(op["name"] for op in op_table() if op["host_effect"])
 
 
 def _effect_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -28,9 +28,9 @@ T=build/gpu/cpp/backends/cuda/test_cuda_vs_cpu
 timeout 240 $T > "$OUT/cuda_vs_cpu.log" 2>&1; grep -m 30 FAIL "$OUT/cuda_vs_cpu.log"; echo "cuda_vs_cpu: $(tail -1 "$OUT/cuda_vs_cpu.log")" | tee -a "$OUT/summary.txt"
 timeout 120 $T --bench > "$OUT/bench.log" 2>&1; grep BENCH "$OUT/bench.log" | tee -a "$OUT/summary.txt"
 export PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH}
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend.py -rf > "$OUT/p1.log" 2>&1
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py -rf > "$OUT/p1.log" 2>&1
 echo "pytest cross_backend: $(tail -1 "$OUT/p1.log")" | tee -a "$OUT/summary.txt"
-TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime --ignore=tests/runtime/test_cross_backend.py \
+TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime --ignore=tests/runtime/test_backend_ops.py \
   --ignore=tests/runtime/test_cross_backend_model.py -rf > "$OUT/p2.log" 2>&1
 echo "pytest tests/runtime with TL_BACKEND=cuda: $(tail -1 "$OUT/p2.log")" | tee -a "$OUT/summary.txt"
 TL_CROSS_MODEL_LAYERS=30 TL_CROSS_REPORT="$OUT/model_report.json" timeout 240 python3 -m pytest -q -s -p no:cacheprovider \

@@ -1,4 +1,5 @@
-// linear (x @ w^T) for plain and GGUF block-quantized weights, and gather_rows (embedding).
+// linear (x @ w^T) for plain and GGUF block-quantized weights (the matmul family: CUDA keeps it in
+// matmul.cu).
 // Block layouts are ggml's, byte for byte (see dtype.h). Weights are never expanded into a full
 // f32 matrix: M == 1 (decode) takes one dot product per weight row, dequantizing inside it
 // (hand-written AVX2 for Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K/F16/BF16: a block's quants are
@@ -6,7 +7,7 @@
 // dequantizers for the rest); M > 1 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
 // and multiplies every row of x against it, so each weight block is decoded once per call.
 // Activations and accumulation stay f32 (no activation quantization); the opt-in 8-bit
-// activation path (linear_q8_activations) lives in kernels_quant_q8.cpp.
+// activation path (linear_q8_activations) lives in kernels_matmul_q8.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -824,39 +825,6 @@ void CpuKernels::linear(const View& x, const View& w, const View& out) {
       gemm_nt(xd, K, M, tile.data(), K, nr, K, od + n0, N);
     }
   });
-}
-
-void CpuKernels::gather_rows(const View& table, const View& ids, const View& out) {
-  if (table.ndim != 2) kernel_fail("gather_rows: table must be 2-D");
-  if (ids.dtype != DType::I32 && ids.dtype != DType::I64) kernel_fail("gather_rows: ids must be i32 or i64");
-  require_float("gather_rows", out);
-  const int64_t V = table.shape[0], D = table.shape[1];
-  const int64_t n = ids.numel();
-  if (D % block_elems(table.dtype) != 0) kernel_fail("gather_rows: row length not a multiple of the block size");
-  const size_t trow = row_bytes(table.dtype, D);
-  std::vector<int64_t> idx(static_cast<size_t>(n));
-  load_i64(ids.dtype, ids.data, 1, n, idx.data());
-  for (int64_t i = 0; i < n; ++i) {
-    if (idx[static_cast<size_t>(i)] < 0 || idx[static_cast<size_t>(i)] >= V)
-      kernel_fail("embedding: id " + std::to_string(idx[static_cast<size_t>(i)]) +
-                  " is out of range for a table of " + std::to_string(V) + " rows");
-  }
-  const uint8_t* tdata = static_cast<const uint8_t*>(table.data);
-  const size_t orow = row_bytes(out.dtype, D);
-  if (table.dtype == out.dtype) {
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(static_cast<char*>(out.data) + i * orow, tdata + idx[static_cast<size_t>(i)] * trow, trow);
-    return;
-  }
-  std::vector<float> row(static_cast<size_t>(D));
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* src = tdata + idx[static_cast<size_t>(i)] * trow;
-    if (is_quantized(table.dtype))
-      dequantize_row(table.dtype, src, D, row.data());
-    else
-      load_f32(table.dtype, src, 1, D, row.data());
-    store_f32(out.dtype, static_cast<char*>(out.data) + i * orow, 1, D, row.data());
-  }
 }
 
 }  // namespace tl::cpu
