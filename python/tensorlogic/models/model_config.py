@@ -131,6 +131,7 @@ class _Reader:
 class LlamaConfig(ModelConfig):
     rope_scaling: str  # "none", "linear" (positions / rope_scale) or "freqs" (rope_freqs.weight)
     rope_scale: float
+    sliding_window: int = 0  # > 0 (Mistral files that carry one): each query sees the last `window` positions
 
     @staticmethod
     def from_gguf(g: GGUFFile) -> "LlamaConfig":
@@ -139,6 +140,9 @@ class LlamaConfig(ModelConfig):
             return _unsupported(g, arch, "llama")
         r = _Reader(g, arch)
         label = r.label
+        from .decoder_config import _refuse_experts
+
+        _refuse_experts(g, arch, label)  # Mixtral files are declared llama
         d_model, n_heads = r.positive("embedding_length"), r.positive("attention.head_count")
         if d_model % n_heads:
             raise ModelError(f"{label}: {n_heads} heads do not divide the model width {d_model}")
@@ -162,7 +166,10 @@ class LlamaConfig(ModelConfig):
         elif scaling not in ("none", "linear") and factor != 1.0:
             raise ModelError(f"{label}: RoPE scaling {scaling!r} is not supported (supported: linear, "
                              "per-frequency factors)")
-        cfg = LlamaConfig(**shared, rope_scaling=rope_scaling, rope_scale=rope_scale)
+        window = int(g.optional(f"{arch}.attention.sliding_window", int, 0) or 0)
+        if window < 0:
+            raise ModelError(f"{label}: metadata {arch}.attention.sliding_window must not be negative")
+        cfg = LlamaConfig(**shared, rope_scaling=rope_scaling, rope_scale=rope_scale, sliding_window=window)
         cfg.check_tensors(g)
         return cfg
 
@@ -261,3 +268,10 @@ def model_config(g: GGUFFile) -> ModelConfig:
     if cls is None:
         _unsupported(g, arch)
     return cls.from_gguf(g)
+
+
+# The decoder families (decoder_config.py) build on the names above, so they register last.
+from .decoder_config import FAMILIES as _DECODER_FAMILIES, DecoderConfig  # noqa: E402
+
+CONFIG_CLASSES.update({arch: DecoderConfig for arch in _DECODER_FAMILIES})
+SUPPORTED_ARCHITECTURES = tuple(sorted(CONFIG_CLASSES))
