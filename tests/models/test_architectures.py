@@ -119,3 +119,12 @@ def test_a_mixtral_shaped_llama_file_is_refused_as_mixture_of_experts(tmp_path):
 def test_an_unknown_architecture_is_refused_naming_the_supported_ones(tmp_path):
     msg = _load_error(_rewrite(FIXTURES / "qwen2.gguf", tmp_path / "x.gguf", arch="mamba"))
     assert "'mamba' is not supported" in msg and "qwen2" in msg and "llama" in msg
+
+
+def test_a_qwen2moe_file_is_refused_as_mixture_of_experts(tmp_path):
+    import gguf
+
+    path = _rewrite(FIXTURES / "qwen2.gguf", tmp_path / "moe.gguf", arch="qwen2moe",
+                    extra={"qwen2moe.expert_count": (4, gguf.GGUFValueType.UINT32)})
+    msg = _load_error(path)
+    assert "mixture-of-experts (4 experts per layer) is not supported" in msg

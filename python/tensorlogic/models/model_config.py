@@ -97,15 +97,16 @@ class _Reader:
             raise ModelError(f"{self.label}: metadata {full} must be positive, got {v}")
         return v
 
-    def shared(self, head_dim: int) -> dict:
-        """The ModelConfig fields, with the architecture's head width."""
+    def shared(self, head_dim: int, partial_rope: bool = False) -> dict:
+        """The ModelConfig fields, with the architecture's head width (a RoPE over fewer dims than
+        that only where the architecture's forward pass implements it)."""
         g, arch, label = self.g, self.arch, self.label
         n_heads = self.positive("attention.head_count")
         n_kv_heads = self.positive("attention.head_count_kv", n_heads)
         if n_heads % n_kv_heads:
             raise ModelError(f"{label}: {n_kv_heads} KV heads do not divide {n_heads} query heads")
         rope_dim = int(g.optional(f"{arch}.rope.dimension_count", int, head_dim))
-        if rope_dim != head_dim:
+        if rope_dim != head_dim and not (partial_rope and 0 < rope_dim < head_dim and rope_dim % 2 == 0):
             raise ModelError(f"{label}: partial RoPE ({rope_dim} of {head_dim} dims) is not supported")
         if "token_embd.weight" not in g.tensors:
             raise ModelError(f"{label}: missing tensor token_embd.weight")
@@ -266,12 +267,13 @@ def model_config(g: GGUFFile) -> ModelConfig:
     arch = _architecture(g)
     cls = CONFIG_CLASSES.get(arch)
     if cls is None:
+        _refuse_experts(g, arch, str(g.path))  # qwen2moe, qwen3moe, ...: say what is missing
         _unsupported(g, arch)
     return cls.from_gguf(g)
 
 
 # The decoder families (decoder_config.py) build on the names above, so they register last.
-from .decoder_config import FAMILIES as _DECODER_FAMILIES, DecoderConfig  # noqa: E402
+from .decoder_config import FAMILIES as _DECODER_FAMILIES, DecoderConfig, _refuse_experts  # noqa: E402
 
 CONFIG_CLASSES.update({arch: DecoderConfig for arch in _DECODER_FAMILIES})
 SUPPORTED_ARCHITECTURES = tuple(sorted(CONFIG_CLASSES))
