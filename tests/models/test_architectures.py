@@ -86,7 +86,7 @@ def _rewrite(src: Path, dst: Path, arch: str | None = None, extra: dict | None =
         w.add_key_value(k, v, vtype)
     for t in r.tensors:
         name = (rename or {}).get(t.name, t.name)
-        w.add_tensor(name, np.asarray(t.data), raw_shape=list(reversed([int(d) for d in t.shape])),
+        w.add_tensor(name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape,
                      raw_dtype=t.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -128,3 +128,16 @@ def test_a_qwen2moe_file_is_refused_as_mixture_of_experts(tmp_path):
                     extra={"qwen2moe.expert_count": (4, gguf.GGUFValueType.UINT32)})
     msg = _load_error(path)
     assert "mixture-of-experts (4 experts per layer) is not supported" in msg
+
+
+@pytest.mark.parametrize("arch, words", [
+    ("qwen2", "Q/K/V bias"), ("qwen3", "q/k RMSNorm per head"), ("mistral", "sliding window 8 on every layer"),
+    ("phi4mini", "partial RoPE (12 of 16 dims), LongRoPE factors"), ("olmo2", "norms after attention and FFN"),
+    ("granite", "embedding x3, residual x0.5, logits /2.5, attention scale 0.2"),
+    ("smollm3", "no RoPE on every 4th layer"), ("stablelm", "LayerNorm with bias")])
+def test_model_info_shows_the_distinctive_settings(arch, words):
+    from tensorlogic.models.info import format_info, model_info
+
+    text = format_info(model_info(FIXTURES / f"{arch}.gguf"))
+    assert words in text
+    assert "not loadable" not in text
