@@ -29,7 +29,8 @@ def _expected(arch: str) -> dict:
 
 
 def test_every_fixture_is_small_and_has_its_reference():
-    assert {"qwen2", "qwen3", "mistral"} <= set(ARCHS)
+    assert {"qwen2", "qwen3", "mistral", "phi3", "phi4mini", "gemma2", "olmo2", "granite", "smollm3",
+            "stablelm"} <= set(ARCHS)
     for arch in ARCHS:
         assert (FIXTURES / f"{arch}.gguf").stat().st_size < 1 << 20
         assert len(_expected(arch)["greedy_ids"]) == 20
@@ -50,18 +51,25 @@ def test_logits_and_greedy_ids_match_transformers(arch):
     assert r.ids == want["greedy_ids"]
 
 
-def test_mistral_window_is_honoured():
-    """The Mistral fixture's logits are those of the windowed model: without the window (the key
-    removed) the same weights give other logits."""
-    want = np.asarray(_expected("mistral")["last_logits"])
-    path = FIXTURES / "mistral.gguf"
-    with GGUFFile(path) as g:
-        assert model_config(g).sliding_window == 8
-    with LlmSession(path, context=128) as session:
-        object.__setattr__(session.model.cfg, "sliding_window", 0)
-        session.model.config._values["sliding_window"] = 0
-        r = session.generate(_expected("mistral")["prompt_ids"], 0, keep_logits=True)
-    assert np.abs(np.asarray(r.prompt_logits).reshape(-1) - want).max() > 1e-2
+# One setting of each fixture changed after loading: the logits must move clearly, so each fixture
+# really exercises what sets its architecture apart (and the match above is not by accident).
+SETTINGS_THAT_MATTER = [
+    ("mistral", "sliding_window", 0), ("phi3", "sliding_window", 0), ("qwen2", "qkv_bias", False),
+    ("qwen3", "qk_norm", "none"), ("phi4mini", "rope_attn_factor", 1.0), ("phi4mini", "rope_factors", False),
+    ("olmo2", "qk_norm", "none"), ("granite", "residual_scale", 1.0), ("granite", "attn_scale", 0.25),
+    ("smollm3", "no_rope_step", 0), ("stablelm", "qkv_bias", False), ("gemma2", "attn_softcap", 0.0),
+    ("gemma2", "sliding_window", 1000), ("gemma2", "final_logit_softcap", 0.0),
+]
+
+
+@pytest.mark.parametrize("arch, field, value", SETTINGS_THAT_MATTER)
+def test_each_distinctive_setting_changes_the_logits(arch, field, value):
+    want = _expected(arch)
+    with LlmSession(FIXTURES / f"{arch}.gguf", context=128) as session:
+        assert getattr(session.model.cfg, field) != value
+        session.model.config._values[field] = value  # what the TL forward pass reads
+        r = session.generate(want["prompt_ids"], 0, keep_logits=True)
+    assert np.abs(np.asarray(r.prompt_logits).reshape(-1) - np.asarray(want["last_logits"])).max() > 1e-2
 
 
 def _rewrite(src: Path, dst: Path, arch: str | None = None, extra: dict | None = None,
@@ -134,7 +142,8 @@ def test_a_qwen2moe_file_is_refused_as_mixture_of_experts(tmp_path):
     ("qwen2", "Q/K/V bias"), ("qwen3", "q/k RMSNorm per head"), ("mistral", "sliding window 8 on every layer"),
     ("phi4mini", "partial RoPE (12 of 16 dims), LongRoPE factors"), ("olmo2", "norms after attention and FFN"),
     ("granite", "embedding x3, residual x0.5, logits /2.5, attention scale 0.2"),
-    ("smollm3", "no RoPE on every 4th layer"), ("stablelm", "LayerNorm with bias")])
+    ("smollm3", "no RoPE on every 4th layer"), ("stablelm", "LayerNorm with bias"),
+    ("gemma2", "attention soft-capping 1")])
 def test_model_info_shows_the_distinctive_settings(arch, words):
     from tensorlogic.models.info import format_info, model_info
 

@@ -93,8 +93,9 @@ def format_info(info: dict[str, Any]) -> str:
         if settings:
             lines.insert(-3, f"settings:      {settings}")
         if "sliding_window_pattern" in cfg:
-            lines.insert(-3, f"attention:     every {cfg['sliding_window_pattern']}th layer global, the others "
-                             f"over the last {cfg['sliding_window']} positions (rope base {cfg['rope_local_base']:g})")
+            base = f" (rope base {cfg['rope_local_base']:g})" if "rope_local_base" in cfg else ""
+            lines.insert(-3, f"attention:     every {_ordinal(cfg['sliding_window_pattern'])} layer global, the others "
+                             f"over the last {cfg['sliding_window']} positions{base}")
     else:
         lines.append(f"not loadable:  {info['config_error']}")
     types = ", ".join(f"{k} {v}" for k, v in info["tensor_types"].items())
@@ -117,9 +118,17 @@ def format_info(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def _decoder_settings(cfg: dict) -> str:
     """What sets a llama or decoder.tl family apart (decoder_config.DecoderConfig), in words."""
     out = []
+    if cfg.get("attn_softcap"):
+        out.append(f"attention soft-capping {cfg['attn_softcap']:g}")
+    if cfg.get("final_logit_softcap") and "attn_softcap" in cfg:
+        out.append(f"final logit soft-capping {cfg['final_logit_softcap']:g}")
     if cfg.get("sliding_window") and "sliding_window_pattern" not in cfg:
         out.append(f"sliding window {cfg['sliding_window']} on every layer")
     if "rope_neox" not in cfg:
@@ -131,7 +140,7 @@ def _decoder_settings(cfg: dict) -> str:
         out.append(f"LongRoPE factors (original context {cfg['rope_orig_context']}, "
                    f"attention factor {cfg['rope_attn_factor']:.4g})")
     if cfg["no_rope_step"]:
-        out.append(f"no RoPE on every {cfg['no_rope_step']}th layer")
+        out.append(f"no RoPE on every {_ordinal(cfg['no_rope_step'])} layer")
     if cfg["qkv_bias"]:
         out.append("Q/K/V bias")
     if cfg["qk_norm"] != "none":

@@ -275,5 +275,8 @@ def model_config(g: GGUFFile) -> ModelConfig:
 # The decoder families (decoder_config.py) build on the names above, so they register last.
 from .decoder_config import FAMILIES as _DECODER_FAMILIES, DecoderConfig, _refuse_experts  # noqa: E402
 
+from .gemma2_config import Gemma2Config  # noqa: E402
+
 CONFIG_CLASSES.update({arch: DecoderConfig for arch in _DECODER_FAMILIES})
+CONFIG_CLASSES["gemma2"] = Gemma2Config
 SUPPORTED_ARCHITECTURES = tuple(sorted(CONFIG_CLASSES))
