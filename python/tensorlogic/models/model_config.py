@@ -5,9 +5,11 @@ the check that every tensor the forward pass needs is present with the shape the
 either returns a config whose every field is positive and consistent (heads divide as they must,
 tensors have matching shapes) or raises one `ModelError` naming the file and the key or tensor at
 fault. What every architecture shares is read once (`ModelConfig`); what differs sits side by side
-below it: `LlamaConfig` (SwiGLU, RoPE on adjacent pairs, scaled RoPE) and `Gemma3Config` (QK-norm,
-norms before and after each block, GELU, NeoX RoPE, sliding-window layers with their own RoPE base).
-The forward passes that use them are `stdlib/llama.tl` and `stdlib/gemma3.tl`.
+below it: `LlamaConfig` (SwiGLU, RoPE on adjacent pairs, scaled RoPE, Mistral's window) and
+`Gemma3Config` (QK-norm, norms before and after each block, GELU, NeoX RoPE, sliding-window layers
+with their own RoPE base). The forward passes that use them are `stdlib/llama.tl` and
+`stdlib/gemma3.tl`. Gemma 2 (`gemma2_config.py`) and the families of `stdlib/decoder.tl`
+(`decoder_config.py`) register at the bottom of this file.
 """
 from __future__ import annotations
 
