@@ -51,6 +51,20 @@ def test_logits_and_greedy_ids_match_transformers(arch):
     assert r.ids == want["greedy_ids"]
 
 
+def test_longrope_long_factors_past_the_original_context():
+    """A KV cache longer than Phi-4-mini's original context (128 here) uses the long factors (as
+    llama.cpp decides); expected: transformers with those factors (fixture key
+    last_logits_long_factors), clearly unlike the short ones."""
+    want = _expected("phi4mini")
+    with LlmSession(FIXTURES / "phi4mini.gguf", context=256) as session:
+        assert session.config.rope_orig_context == 128
+        r = session.generate(want["prompt_ids"], 0, keep_logits=True)
+    got = np.asarray(r.prompt_logits, dtype=np.float64).reshape(-1)
+    long = np.asarray(want["last_logits_long_factors"])
+    np.testing.assert_allclose(got, long, atol=1e-3, rtol=0)
+    assert np.abs(long - np.asarray(want["last_logits"])).max() > 1e-2
+
+
 # One setting of each fixture changed after loading: the logits must move clearly, so each fixture
 # really exercises what sets its architecture apart (and the match above is not by accident).
 SETTINGS_THAT_MATTER = [
