@@ -164,3 +164,24 @@ def test_model_info_shows_the_distinctive_settings(arch, words):
     text = format_info(model_info(FIXTURES / f"{arch}.gguf"))
     assert words in text
     assert "not loadable" not in text
+
+
+@pytest.mark.parametrize("pattern", [([True, False], "BOOL_ARRAY"), (4, "UINT32")])
+def test_a_window_on_some_layers_only_is_refused_for_decoder_families(tmp_path, pattern):
+    import gguf
+
+    value, kind = pattern
+    extra = {"olmo2.attention.sliding_window": (8, gguf.GGUFValueType.UINT32)}
+    if kind == "UINT32":
+        extra["olmo2.attention.sliding_window_pattern"] = (value, gguf.GGUFValueType.UINT32)
+    else:
+        extra["olmo2.attention.sliding_window_pattern"] = (value, gguf.GGUFValueType.ARRAY)
+    path = _rewrite(FIXTURES / "olmo2.gguf", tmp_path / "olmo3.gguf", extra=extra)
+    msg = _load_error(path)
+    assert "a sliding window on some layers only" in msg and "not supported on olmo2" in msg
+
+
+def test_decoder_family_files_missing_what_their_settings_need_are_refused(tmp_path):
+    rename = {"blk.1.attn_q.bias": "blk.1.attn_q.bias_renamed"}
+    msg = _load_error(_rewrite(FIXTURES / "qwen2.gguf", tmp_path / "q.gguf", rename=rename))
+    assert "missing tensor blk.1.attn_q.bias" in msg

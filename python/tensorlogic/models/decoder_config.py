@@ -93,7 +93,8 @@ class DecoderConfig(ModelConfig):
             raise ModelError(f"{r.label}: metadata {arch}.attention.sliding_window must not be negative")
         if f"{arch}.attention.sliding_window_pattern" in g.metadata:
             pattern = g.metadata[f"{arch}.attention.sliding_window_pattern"]
-            if window and not all(bool(b) for b in list(pattern)):
+            per_layer = isinstance(pattern, (list, tuple)) or hasattr(pattern, "shape")
+            if window and not (per_layer and all(bool(b) for b in list(pattern))):
                 raise ModelError(f"{r.label}: a sliding window on some layers only "
                                  f"({arch}.attention.sliding_window_pattern) is not supported on {arch}")
         if "attn_scale" not in settings:
