@@ -185,3 +185,19 @@ def test_decoder_family_files_missing_what_their_settings_need_are_refused(tmp_p
     rename = {"blk.1.attn_q.bias": "blk.1.attn_q.bias_renamed"}
     msg = _load_error(_rewrite(FIXTURES / "qwen2.gguf", tmp_path / "q.gguf", rename=rename))
     assert "missing tensor blk.1.attn_q.bias" in msg
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "phi3", "phi4mini", "smollm3"])
+def test_prefill_in_pieces_equals_one_prefill(arch):
+    """Windows, soft-caps, rope tables and no-RoPE layers follow the position when the prompt
+    arrives in pieces (a chat turn after the cache already holds the earlier ones)."""
+    ids = _expected(arch)["prompt_ids"]
+    with LlmSession(FIXTURES / f"{arch}.gguf", context=128) as session:
+        full = session.generate(ids, 4, stop_at_eog=False, keep_logits=True)
+        for cut in (5, 13, 31):
+            session.cached_ids = []
+            session.generate(ids[:cut], 0)
+            part = session.generate(ids, 4, stop_at_eog=False, keep_logits=True)
+            assert part.prefilled == len(ids) - cut
+            np.testing.assert_allclose(part.prompt_logits, full.prompt_logits, atol=1e-4, rtol=1e-4)
+            assert part.ids == full.ids
