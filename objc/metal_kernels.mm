@@ -680,7 +680,8 @@ void MetalKernels::causal_mask(int64_t offset, const View& out) {
 }
 
 void MetalKernels::attention(const View& q, const View& k, const View& v, const View& mask,
-                             float scale, bool causal, int64_t q_pos_offset, const View& out) {
+                             float scale, bool causal, int64_t q_pos_offset, const View& out,
+                             float softcap) {
   require_ndim(q, 3, "attention", "q");
   require_ndim(k, 3, "attention", "k");
   require_ndim(v, 3, "attention", "v");
@@ -700,6 +701,7 @@ void MetalKernels::attention(const View& q, const View& k, const View& v, const 
   p.sk = k.shape[0];
   p.hkv = k.shape[1];
   p.scale = scale;
+  p.softcap = softcap;
   p.causal = causal ? 1 : 0;
   p.q_pos_offset = q_pos_offset;
   if (p.hkv <= 0 || p.hq % p.hkv != 0) {

@@ -67,6 +67,9 @@ kernel void tl_attention(constant TLAttentionParams& p [[buffer(0)]],
         dot += q_row[d] * tl_load_f(k, k_base + d * p.k.strides[2], p.k.dtype);
       }
       score = dot * p.scale;
+      if (p.softcap > 0.0f) {
+        score = p.softcap * tanh(score / p.softcap);
+      }
       if (p.has_mask) {
         score += tl_load_f(mask, i * p.mask.strides[0] + j * p.mask.strides[1], p.mask.dtype);
       }

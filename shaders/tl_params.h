@@ -193,7 +193,7 @@ struct TLAttentionParams {
   float scale;
   int causal;
   int has_mask;
-  int pad0;
+  float softcap;        // > 0: scores become softcap * tanh(score / softcap) before the mask
 };
 
 // delay: spin for about `iterations` dependent multiply-adds on one GPU thread.

@@ -268,12 +268,14 @@ void bind_ops(py::module_& m) {
         }, py::arg("n"), py::arg("m") = py::none(), py::arg("offset") = 0,
         "[n, m] f32: 0 where j <= i + offset, -inf elsewhere.");
   m.def("attention", [](const Tensor& q, const Tensor& k, const Tensor& v, py::handle mask,
-                        std::optional<double> scale, bool causal, py::handle pos) {
+                        std::optional<double> scale, bool causal, py::handle pos, double softcap) {
           return attention(q, k, v, opt_tensor(mask, "attention"), scale, causal,
-                           parse_dyn_int(pos, "attention pos_offset"));
+                           parse_dyn_int(pos, "attention pos_offset"), softcap);
         }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none(),
         py::arg("scale") = py::none(), py::arg("causal") = false, py::arg("pos_offset") = 0,
-        "Scaled dot-product attention; q [Sq, Hq, D], k/v [Sk, Hkv, D] (grouped-query heads).");
+        py::arg("softcap") = 0.0,
+        "Scaled dot-product attention; q [Sq, Hq, D], k/v [Sk, Hkv, D] (grouped-query heads); "
+        "softcap > 0 caps each scaled score at softcap * tanh(score / softcap) (Gemma 2).");
 
   // ---- fused ops ----------------------------------------------------------------------------------
   m.def("rms_norm_linear", [](py::handle x, py::handle norm_w, const Tensor& w, double eps, py::handle addend) {

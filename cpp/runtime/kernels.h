@@ -202,9 +202,11 @@ class Kernels {
   // q [Sq, Hq, D], k and v [Sk, Hkv, D] (3-D views, any strides: k/v may be the first Sk rows
   // of a preallocated KV cache), Hq % Hkv == 0 (query head h uses kv head h / (Hq / Hkv)).
   // mask: additive [Sq, Sk] f32 or absent. causal: query i (absolute position q_pos_offset + i)
-  // sees keys j <= q_pos_offset + i. out contiguous [Sq, Hq, D] f32.
+  // sees keys j <= q_pos_offset + i. out contiguous [Sq, Hq, D] f32. softcap > 0 (Gemma 2):
+  // each scaled score s becomes softcap * tanh(s / softcap) before the mask is added.
   virtual void attention(const View& q, const View& k, const View& v, const View& mask,
-                         float scale, bool causal, int64_t q_pos_offset, const View& out) = 0;
+                         float scale, bool causal, int64_t q_pos_offset, const View& out,
+                         float softcap = 0.0f) = 0;
 
   // ---- fused kernels: each equals the composition of the kernels named, computed in f32 ----
   // out = prologue(x) @ w^T (+ addend); w as in linear, out contiguous [M, N] f32.

@@ -66,7 +66,7 @@ Tensor layer_norm(const Tensor& x, const std::optional<Tensor>& w, const std::op
 Tensor rope(const Tensor& x, DynInt pos_offset, double base, bool neox);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::optional<Tensor>& mask, std::optional<double> scale, bool causal,
-                 DynInt pos_offset);
+                 DynInt pos_offset, double softcap = 0.0);  // softcap > 0: Gemma 2's score capping
 
 // Fused ops: one kernel each, computing what the composition in the comment computes.
 // linear(prologue(x), w) plus addend (a bias [N] or a residual of the output's shape, added in the

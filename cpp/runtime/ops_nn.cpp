@@ -299,7 +299,7 @@ Tensor causal_mask(int64_t n, int64_t m, int64_t offset) {
 
 Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,
                  const std::optional<Tensor>& mask0, std::optional<double> scale, bool causal,
-                 DynInt dyn_pos) {
+                 DynInt dyn_pos, double softcap) {
   int64_t pos_offset = dyn_pos.value;
   auto dev = op_device_dyn({&q0, &k0, &v0, mask0 ? &*mask0 : nullptr}, "attention");
   if (dev->recording() && (q0.dyn || (mask0 && mask0->dyn)))
@@ -317,6 +317,8 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,
                      "/" + shape_str(v0.shape) + " do not fit (same head_dim, q heads a multiple "
                      "of kv heads, k and v equal)");
   if (pos_offset < 0) throw ShapeError("attention: pos_offset must be >= 0");
+  if (!(softcap >= 0.0) || std::isinf(softcap)) throw ShapeError("attention: softcap must be finite and >= 0");
+  const float cap = static_cast<float>(softcap);
   Tensor q = to_float(q0), k = to_float(k0), v = to_float(v0);
   std::optional<Tensor> mask;
   if (mask0) {
@@ -331,8 +333,8 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,
   if (out.numel() == 0) return out;
   View qv = q.view(), kv = k.view(), vv = v.view(), ov = out.view();
   View mv = mask ? mask->view() : View{};
-  Command cmd = [qv, kv, vv, mv, s, causal, pos_offset, ov](Kernels& kn) {
-    kn.attention(qv, kv, vv, mv, s, causal, pos_offset, ov);
+  Command cmd = [qv, kv, vv, mv, s, causal, pos_offset, ov, cap](Kernels& kn) {
+    kn.attention(qv, kv, vv, mv, s, causal, pos_offset, ov, cap);
   };
   std::shared_ptr<const DynSlice> kd = k.dyn, vd = v.dyn;
   bool dynamic = dev->recording() && (dyn_pos.form || kd || vd);
@@ -348,15 +350,15 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,
   // taken at replay.
   detail::encode_dynamic(
       *dev, std::move(cmd),
-      [qv, kv, vv, mv, s, causal, dyn_pos, kd, vd, ov](const ReplayContext& ctx) -> Command {
+      [qv, kv, vv, mv, s, causal, dyn_pos, kd, vd, ov, cap](const ReplayContext& ctx) -> Command {
         View k2 = kd ? kd->rebuild(kv, ctx.scalars, "attention") : kv;
         View v2 = vd ? vd->rebuild(vv, ctx.scalars, "attention") : vv;
         if (k2.shape[0] != v2.shape[0])
           throw ShapeError("attention: replayed keys and values have different lengths");
         int64_t p = dyn_pos.at(ctx.scalars, "attention");
         if (p < 0) throw ShapeError("attention: replayed pos_offset is negative");
-        return [qv, k2, v2, mv, s, causal, p, ov](Kernels& kn) {
-          kn.attention(qv, k2, v2, mv, s, causal, p, ov);
+        return [qv, k2, v2, mv, s, causal, p, ov, cap](Kernels& kn) {
+          kn.attention(qv, k2, v2, mv, s, causal, p, ov, cap);
         };
       },
       {&q, &k, &v, mask ? &*mask : nullptr}, {&out});

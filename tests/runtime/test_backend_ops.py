@@ -403,6 +403,13 @@ def cases_attention_gqa_causal_mask_and_kv_cache_views():
             return _core.attention(T(q), k, v, mask=m, causal=causal, pos_offset=pos)
 
         cases.append((f"attention Sq={Sq} Sk={Sk} H={Hq}/{Hkv} D={D} causal={causal} mask={with_mask}", case))
+
+        def capped(q=q, ck=cache_k, cv=cache_v, mask=mask, Sk=Sk, causal=causal, pos=pos):
+            m = T(mask) if mask is not None else None
+            return _core.attention(T(q) * 4.0, T(ck)[0:Sk], T(cv)[0:Sk], mask=m, causal=causal, pos_offset=pos,
+                                   softcap=0.8)
+
+        cases.append((f"attention softcap Sq={Sq} Sk={Sk} H={Hq}/{Hkv} D={D}", capped))
     return cases, {}
 
 

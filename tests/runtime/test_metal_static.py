@@ -315,7 +315,7 @@ class AttentionParams(ctypes.Structure):
     _fields_ = [("q", ViewDesc), ("k", ViewDesc), ("v", ViewDesc), ("mask", ViewDesc),
                 ("sq", c_int64), ("sk", c_int64), ("hq", c_int64), ("hkv", c_int64),
                 ("d", c_int64), ("q_pos_offset", c_int64), ("mask_cols", c_int64),
-                ("scale", c_float), ("causal", c_int32), ("has_mask", c_int32), ("pad0", c_int32)]
+                ("scale", c_float), ("causal", c_int32), ("has_mask", c_int32), ("softcap", c_float)]
 
 
 class RopeParams(ctypes.Structure):
@@ -922,13 +922,15 @@ def test_causal_mask_kernel(shim):
     np.testing.assert_array_equal(out, np.where(j <= i + 1, 0.0, -np.inf))
 
 
-def attention_reference(q, k, v, mask, scale, causal, offset):
+def attention_reference(q, k, v, mask, scale, causal, offset, softcap=0.0):
     sq, hq, d = q.shape
     sk, hkv, _ = k.shape
     out = np.zeros((sq, hq, d))
     for h in range(hq):
         kh = h // (hq // hkv)
         scores = q[:, h, :].astype(np.float64) @ k[:, kh, :].astype(np.float64).T * scale
+        if softcap > 0:
+            scores = softcap * np.tanh(scores / softcap)
         if mask is not None:
             scores = scores + mask
         if causal:
@@ -962,6 +964,22 @@ def test_attention_kernel_gqa_over_several_key_chunks_with_a_kv_cache_view(shim,
              groups=[hq, sq], threads=[128])
     expected = attention_reference(q, k, v, mask, 1 / math.sqrt(d), causal, offset)
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+
+
+def test_attention_kernel_soft_caps_the_scores(shim):
+    rng = np.random.default_rng(12)
+    sq, hq, hkv, d, sk, cap = 2, 4, 2, 16, 150, 0.6
+    q = (3 * rng.standard_normal((sq, hq, d))).astype(np.float32)
+    k = rng.standard_normal((sk, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((sk, hkv, d)).astype(np.float32)
+    out = np.zeros((sq, hq, d), np.float32)
+    offset = sk - sq
+    p = AttentionParams(q=desc(q), k=desc(k), v=desc(v), sq=sq, sk=sk, hq=hq, hkv=hkv, d=d,
+                        scale=1 / math.sqrt(d), causal=1, has_mask=0, q_pos_offset=offset, softcap=cap)
+    dispatch(shim, "tl_attention", p, {1: q, 2: k, 3: v, 5: out}, groups=[hq, sq], threads=[128])
+    expected = attention_reference(q, k, v, None, 1 / math.sqrt(d), True, offset, softcap=cap)
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+    assert np.abs(expected - attention_reference(q, k, v, None, 1 / math.sqrt(d), True, offset)).max() > 1e-2
 
 
 def test_delay_kernel_runs_and_leaves_the_sink_alone(shim):

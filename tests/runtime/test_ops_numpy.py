@@ -428,13 +428,15 @@ def test_causal_mask():
         np.testing.assert_array_equal(got.numpy(), want)
 
 
-def _attention_ref(q, k, v, mask, scale, causal, pos_offset):
+def _attention_ref(q, k, v, mask, scale, causal, pos_offset, softcap=0.0):
     Sq, Hq, D = q.shape
     Sk, Hkv, _ = k.shape
     rep = Hq // Hkv
     k = np.repeat(k.astype(np.float64), rep, axis=1)
     v = np.repeat(v.astype(np.float64), rep, axis=1)
     s = np.einsum("qhd,khd->hqk", q.astype(np.float64), k) * scale
+    if softcap > 0:
+        s = softcap * np.tanh(s / softcap)
     if mask is not None:
         s = s + mask[None]
     if causal:
@@ -456,6 +458,23 @@ def test_attention_gqa(causal, use_mask, pos, Hq, Hkv):
     mask = randn(Sq, Sk) if use_mask else None
     got = _core.attention(T(q), T(k), T(v), mask=T(mask) if use_mask else None, causal=causal, pos_offset=pos)
     check(got, _attention_ref(q, k, v, mask, 1 / math.sqrt(D), causal, pos))
+
+
+@pytest.mark.parametrize("causal,use_mask,pos,Sq,Sk", [(True, False, 0, 4, 4), (True, True, 3, 4, 7),
+                                                       (True, False, 299, 1, 300), (False, False, 0, 3, 5)])
+def test_attention_softcap(causal, use_mask, pos, Sq, Sk):
+    """Gemma 2's capping: each scaled score s becomes cap * tanh(s / cap) before the mask; over many
+    keys (300: several chunks, split over threads for one query) as over few."""
+    Hq, Hkv, D, cap = 8, 2, 16, 0.7
+    q, k, v = randn(Sq, Hq, D) * 3, randn(Sk, Hkv, D), randn(Sk, Hkv, D)
+    mask = randn(Sq, Sk) if use_mask else None
+    got = _core.attention(T(q), T(k), T(v), mask=T(mask) if use_mask else None, causal=causal, pos_offset=pos,
+                          softcap=cap)
+    check(got, _attention_ref(q, k, v, mask, 1 / math.sqrt(D), causal, pos, softcap=cap))
+    uncapped = _attention_ref(q, k, v, mask, 1 / math.sqrt(D), causal, pos)
+    assert np.abs(got.numpy() - uncapped).max() > 1e-2  # the cap matters at these scores
+    with pytest.raises(Exception, match="softcap"):
+        _core.attention(T(q), T(k), T(v), causal=causal, pos_offset=pos, softcap=-1.0)
 
 
 def test_attention_reads_kv_cache_prefix_views_f16():

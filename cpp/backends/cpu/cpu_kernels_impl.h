@@ -42,7 +42,7 @@ class CpuKernels final : public Kernels {
   void rope(const View& x, int64_t pos_offset, float base, bool neox, const View& out) override;
   void causal_mask(int64_t offset, const View& out) override;
   void attention(const View& q, const View& k, const View& v, const View& mask, float scale,
-                 bool causal, int64_t q_pos_offset, const View& out) override;
+                 bool causal, int64_t q_pos_offset, const View& out, float softcap = 0.0f) override;
   void fused_linear(const View& x, const View& w, LinearPrologue prologue, const View& norm_w,
                     float eps, const View& addend, const View& scratch, const View& out) override;
   void swiglu(const View& gate, const View& up, const View& out) override;

@@ -234,7 +234,7 @@ struct PartialSoftmax {
 }  // namespace
 
 void CpuKernels::attention(const View& q, const View& k, const View& v, const View& mask,
-                           float scale, bool causal, int64_t q_pos_offset, const View& out) {
+                           float scale, bool causal, int64_t q_pos_offset, const View& out, float softcap) {
   require_float("attention", q);
   require_float("attention", k);
   require_float("attention", v);
@@ -338,6 +338,8 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
         for (int64_t g = 0; g < group; ++g) {
           float* sc = scores.data() + g * kKeyChunk;
           float mx = -std::numeric_limits<float>::infinity();
+          if (softcap > 0.0f)
+            for (int64_t j = 0; j < nc; ++j) sc[j] = softcap * std::tanh(sc[j] / softcap);
           for (int64_t j = 0; j < nc; ++j) {
             if (mask.data) sc[j] += mrow[static_cast<size_t>(j)];
             mx = std::max(mx, sc[j]);

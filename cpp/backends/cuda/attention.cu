@@ -35,7 +35,7 @@ template <int kPerLane>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
                      int64_t mask_s0,
-                     int64_t mask_s1, float scale, bool causal, int64_t q_pos_offset, int64_t Sq,
+                     int64_t mask_s1, float scale, float softcap, bool causal, int64_t q_pos_offset, int64_t Sq,
                      int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out, float* partial,
                      unsigned* counters) {
   __shared__ float s_max[kAttnWarps];
@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         if (d < D) part = fmaf(qv[r], load_float(k.data, k.dtype, kbase + d * k.s2), part);
       }
       float s = warp_sum(part) * scale;
+      if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
       if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
       if (s == -INFINITY) continue;  // contributes nothing (uniform across the warp)
       const float m_new = fmaxf(m, s);
@@ -198,7 +199,8 @@ __global__ void causal_mask_kernel(int64_t offset, int64_t n, int64_t m, float* 
 }  // namespace
 
 void CudaKernels::attention(const View& q, const View& k, const View& v, const View& mask,
-                            float scale, bool causal, int64_t q_pos_offset, const View& out) {
+                            float scale, bool causal, int64_t q_pos_offset, const View& out,
+                            float softcap) {
   if (q.ndim != 3 || k.ndim != 3 || v.ndim != 3) {
     throw KernelError("attention: cuda kernel expects 3-D q, k, v views");
   }
@@ -241,8 +243,8 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   auto* op = static_cast<float*>(out.data);
 #define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
   attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                     \
-      strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, causal,     \
-      q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters)
+      strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, softcap,    \
+      causal, q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters)
   if (D <= 32) {
     TL_LAUNCH_ATTENTION(1);
   } else if (D <= 64) {

@@ -43,12 +43,12 @@ def _rope_kv_write(cache, layer, pos, q, k, v, base=10000.0, neox=False):
     return cache.write_rope(layer, pos, q, k, v, base, neox)
 
 
-@builtin("cache_attention", "cache_attention(q, cache, layer, pos, scale=1/sqrt(head_dim), window=0)",
+@builtin("cache_attention", "cache_attention(q, cache, layer, pos, scale=1/sqrt(head_dim), window=0, softcap=0)",
          "causal_attention of q [n, heads, d] at positions pos.. over what a KV cache layer holds at "
          "positions 0..pos+n-1 (the last `window` of them when window > 0). In a compiled decode step "
          "the position follows each replay, sliding window included",
-         min_args=4, max_args=6, category="models")
-def _cache_attention(q, cache, layer, pos, scale=None, window=0):
+         min_args=4, max_args=7, category="models")
+def _cache_attention(q, cache, layer, pos, scale=None, window=0, softcap=0.0):
     if not isinstance(cache, KVCache):
         raise BuiltinArgError(f"cache must be a KV cache (kv_cache), got {type_name(cache)}")
     w = to_int(window, "window")
@@ -57,31 +57,40 @@ def _cache_attention(q, cache, layer, pos, scale=None, window=0):
     n = q.shape[0]
     if not (pos.__class__ is Symbolic and pos.live and n == 1 and w > 0):
         end = pos + n
-        return _causal_attention(q, cache.keys(layer, end), cache.values(layer, end), pos, scale, window)
+        return _causal_attention(q, cache.keys(layer, end), cache.values(layer, end), pos, scale, window, softcap)
     # one query in a compiled step with a sliding window: the views follow the position
     k, v, offset = cache.decode_window(layer, pos, w)
     s = None if scale is None else to_float(scale, "scale")
-    return core.attention(q, k, v, scale=s, causal=True, pos_offset=offset)
+    return core.attention(q, k, v, scale=s, causal=True, pos_offset=offset, softcap=_softcap(softcap))
 
 
-@builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0, scale=1/sqrt(head_dim), window=0)",
+def _softcap(v) -> float:
+    c = to_float(v, "softcap")
+    if not c >= 0.0 or c == float("inf"):
+        raise BuiltinArgError(f"softcap must be finite and >= 0 (0: none), got {c}")
+    return c
+
+
+@builtin("causal_attention", "causal_attention(q, k, v, pos_offset=0, scale=1/sqrt(head_dim), window=0, softcap=0)",
          "softmax(q·kᵀ·scale + causal mask)·v with q [n, heads, d] at positions pos_offset.., "
          "k/v [t, kv_heads, d] (grouped-query when kv_heads divides heads); window > 0 is sliding-window "
-         "attention: the query at position p sees only the keys at p-window+1..p",
-         min_args=3, max_args=6, category="models")
-def _causal_attention(q, k, v, pos_offset=0, scale=None, window=0):
+         "attention: the query at position p sees only the keys at p-window+1..p; softcap > 0 caps each "
+         "scaled score at softcap·tanh(score / softcap) before the mask (Gemma 2)",
+         min_args=3, max_args=7, category="models")
+def _causal_attention(q, k, v, pos_offset=0, scale=None, window=0, softcap=0.0):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.ndim != 3:
             raise BuiltinArgError(f"{name} must be a tensor [seq, heads, head_dim], got {type_name(t)}")
     s = None if scale is None else to_float(scale, "scale")
     w = to_int(window, "window")
+    cap = _softcap(softcap)
     if w < 0:
         raise BuiltinArgError(f"window must be >= 0 (0: no window), got {w}")
     if w == 0 and pos_offset.__class__ is Symbolic:  # a compiled step: the offset follows the replay
-        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos_offset)
+        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos_offset, softcap=cap)
     pos = to_int(pos_offset, "pos_offset")  # a window's slice depends on the value: no replay
     if w == 0 or pos < 0 or k.shape[0] != v.shape[0]:
-        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos)
+        return core.attention(q, k, v, scale=s, causal=True, pos_offset=pos, softcap=cap)
     # Keys before `first` are outside every query's window: leave them out (a view, no copy). The
     # first query (position pos) then sees all it may; later ones of a long block also need the
     # far edge of their window masked.
@@ -93,4 +102,4 @@ def _causal_attention(q, k, v, pos_offset=0, scale=None, window=0):
     if pos + n - 1 >= w:
         too_old = core.causal_mask(n, t, pos - w)  # 0 exactly where key <= query - window
         mask = core.where(core.eq(too_old, 0.0), float("-inf"), 0.0)
-    return core.attention(q, k, v, mask, s, causal=True, pos_offset=pos)
+    return core.attention(q, k, v, mask, s, causal=True, pos_offset=pos, softcap=cap)

@@ -89,9 +89,13 @@ def format_info(info: dict[str, Any]) -> str:
             f"rms eps:       {cfg['rms_eps']:g}",
             f"output:        {'tied to token_embd.weight' if cfg['tied_output'] else 'output.weight'}",
         ]
-        if "sliding_window" in cfg:
-            lines.insert(-3, f"attention:     every {cfg['sliding_window_pattern']}th layer global, the others "
-                             f"over the last {cfg['sliding_window']} positions (rope base {cfg['rope_local_base']:g})")
+        settings = _decoder_settings(cfg)
+        if settings:
+            lines.insert(-3, f"settings:      {settings}")
+        if "sliding_window_pattern" in cfg:
+            base = f" (rope base {cfg['rope_local_base']:g})" if "rope_local_base" in cfg else ""
+            lines.insert(-3, f"attention:     every {_ordinal(cfg['sliding_window_pattern'])} layer global, the others "
+                             f"over the last {cfg['sliding_window']} positions{base}")
     else:
         lines.append(f"not loadable:  {info['config_error']}")
     types = ", ".join(f"{k} {v}" for k, v in info["tensor_types"].items())
@@ -112,6 +116,47 @@ def format_info(info: dict[str, Any]) -> str:
     template = "yes" if info["chat_template"] else "no (tl chat and tl generate complete raw text)"
     lines.append(f"chat template: {template}")
     return "\n".join(lines)
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _decoder_settings(cfg: dict) -> str:
+    """What sets a llama or decoder.tl family apart (decoder_config.DecoderConfig), in words."""
+    out = []
+    if cfg.get("attn_softcap"):
+        out.append(f"attention soft-capping {cfg['attn_softcap']:g}")
+    if cfg.get("final_logit_softcap") and "attn_softcap" in cfg:
+        out.append(f"final logit soft-capping {cfg['final_logit_softcap']:g}")
+    if cfg.get("sliding_window") and "sliding_window_pattern" not in cfg:
+        out.append(f"sliding window {cfg['sliding_window']} on every layer")
+    if "rope_neox" not in cfg:
+        return ", ".join(out)
+    out.append("RoPE on halves (neox)" if cfg["rope_neox"] else "RoPE on adjacent pairs")
+    if cfg["rope_dim"] != cfg["head_dim"]:
+        out.append(f"partial RoPE ({cfg['rope_dim']} of {cfg['head_dim']} dims)")
+    if cfg["rope_factors"]:
+        out.append(f"LongRoPE factors (original context {cfg['rope_orig_context']}, "
+                   f"attention factor {cfg['rope_attn_factor']:.4g})")
+    if cfg["no_rope_step"]:
+        out.append(f"no RoPE on every {_ordinal(cfg['no_rope_step'])} layer")
+    if cfg["qkv_bias"]:
+        out.append("Q/K/V bias")
+    if cfg["qk_norm"] != "none":
+        out.append("q/k RMSNorm per head" if cfg["qk_norm"] == "head" else "q/k RMSNorm over all heads")
+    if cfg["norm"] == "layer":
+        out.append("LayerNorm with bias")
+    if cfg["post_norm"]:
+        out.append("norms after attention and FFN")
+    if cfg["qkv_in_file"] or cfg["gate_up_in_file"]:
+        out.append("fused QKV and gate-up in the file")
+    for key, label in (("embed_scale", "embedding x"), ("residual_scale", "residual x"), ("logit_scale", "logits /")):
+        if cfg[key] != 1.0:
+            out.append(f"{label}{cfg[key]:g}")
+    if abs(cfg["attn_scale"] * cfg["head_dim"] ** 0.5 - 1.0) > 1e-6:
+        out.append(f"attention scale {cfg['attn_scale']:g}")
+    return ", ".join(out)
 
 
 def _rope_note(cfg: dict) -> str:

@@ -5,9 +5,11 @@ the check that every tensor the forward pass needs is present with the shape the
 either returns a config whose every field is positive and consistent (heads divide as they must,
 tensors have matching shapes) or raises one `ModelError` naming the file and the key or tensor at
 fault. What every architecture shares is read once (`ModelConfig`); what differs sits side by side
-below it: `LlamaConfig` (SwiGLU, RoPE on adjacent pairs, scaled RoPE) and `Gemma3Config` (QK-norm,
-norms before and after each block, GELU, NeoX RoPE, sliding-window layers with their own RoPE base).
-The forward passes that use them are `stdlib/llama.tl` and `stdlib/gemma3.tl`.
+below it: `LlamaConfig` (SwiGLU, RoPE on adjacent pairs, scaled RoPE, Mistral's window) and
+`Gemma3Config` (QK-norm, norms before and after each block, GELU, NeoX RoPE, sliding-window layers
+with their own RoPE base). The forward passes that use them are `stdlib/llama.tl` and
+`stdlib/gemma3.tl`. Gemma 2 (`gemma2_config.py`) and the families of `stdlib/decoder.tl`
+(`decoder_config.py`) register at the bottom of this file.
 """
 from __future__ import annotations
 
@@ -97,15 +99,16 @@ class _Reader:
             raise ModelError(f"{self.label}: metadata {full} must be positive, got {v}")
         return v
 
-    def shared(self, head_dim: int) -> dict:
-        """The ModelConfig fields, with the architecture's head width."""
+    def shared(self, head_dim: int, partial_rope: bool = False) -> dict:
+        """The ModelConfig fields, with the architecture's head width (a RoPE over fewer dims than
+        that only where the architecture's forward pass implements it)."""
         g, arch, label = self.g, self.arch, self.label
         n_heads = self.positive("attention.head_count")
         n_kv_heads = self.positive("attention.head_count_kv", n_heads)
         if n_heads % n_kv_heads:
             raise ModelError(f"{label}: {n_kv_heads} KV heads do not divide {n_heads} query heads")
         rope_dim = int(g.optional(f"{arch}.rope.dimension_count", int, head_dim))
-        if rope_dim != head_dim:
+        if rope_dim != head_dim and not (partial_rope and 0 < rope_dim < head_dim and rope_dim % 2 == 0):
             raise ModelError(f"{label}: partial RoPE ({rope_dim} of {head_dim} dims) is not supported")
         if "token_embd.weight" not in g.tensors:
             raise ModelError(f"{label}: missing tensor token_embd.weight")
@@ -131,6 +134,7 @@ class _Reader:
 class LlamaConfig(ModelConfig):
     rope_scaling: str  # "none", "linear" (positions / rope_scale) or "freqs" (rope_freqs.weight)
     rope_scale: float
+    sliding_window: int = 0  # > 0 (Mistral files that carry one): each query sees the last `window` positions
 
     @staticmethod
     def from_gguf(g: GGUFFile) -> "LlamaConfig":
@@ -139,6 +143,9 @@ class LlamaConfig(ModelConfig):
             return _unsupported(g, arch, "llama")
         r = _Reader(g, arch)
         label = r.label
+        from .decoder_config import _refuse_experts
+
+        _refuse_experts(g, arch, label)  # Mixtral files are declared llama
         d_model, n_heads = r.positive("embedding_length"), r.positive("attention.head_count")
         if d_model % n_heads:
             raise ModelError(f"{label}: {n_heads} heads do not divide the model width {d_model}")
@@ -162,7 +169,10 @@ class LlamaConfig(ModelConfig):
         elif scaling not in ("none", "linear") and factor != 1.0:
             raise ModelError(f"{label}: RoPE scaling {scaling!r} is not supported (supported: linear, "
                              "per-frequency factors)")
-        cfg = LlamaConfig(**shared, rope_scaling=rope_scaling, rope_scale=rope_scale)
+        window = int(g.optional(f"{arch}.attention.sliding_window", int, 0) or 0)
+        if window < 0:
+            raise ModelError(f"{label}: metadata {arch}.attention.sliding_window must not be negative")
+        cfg = LlamaConfig(**shared, rope_scaling=rope_scaling, rope_scale=rope_scale, sliding_window=window)
         cfg.check_tensors(g)
         return cfg
 
@@ -259,5 +269,16 @@ def model_config(g: GGUFFile) -> ModelConfig:
     arch = _architecture(g)
     cls = CONFIG_CLASSES.get(arch)
     if cls is None:
+        _refuse_experts(g, arch, str(g.path))  # qwen2moe, qwen3moe, ...: say what is missing
         _unsupported(g, arch)
     return cls.from_gguf(g)
+
+
+# The decoder families (decoder_config.py) build on the names above, so they register last.
+from .decoder_config import FAMILIES as _DECODER_FAMILIES, DecoderConfig, _refuse_experts  # noqa: E402
+
+from .gemma2_config import Gemma2Config  # noqa: E402
+
+CONFIG_CLASSES.update({arch: DecoderConfig for arch in _DECODER_FAMILIES})
+CONFIG_CLASSES["gemma2"] = Gemma2Config
+SUPPORTED_ARCHITECTURES = tuple(sorted(CONFIG_CLASSES))

@@ -43,7 +43,7 @@ _CORE_NO_GRADIENT = {
     "writes a number in place": "fill_",
     "the optimizer's in-place update (runs with recording off)": "adam_update_ sgd_update_",
     "device control": "abandon_recording available_backends backend_name buffer_reserve buffer_stats "
-                      "clear_cache dtypes get_debug init kernel_ops memory_stats q8_activations "
+                      "clear_cache dtypes get_debug init kernel_ops memory_stats op_table q8_activations "
                       "recording_active reset_peak_memory set_cache_limit set_debug set_ops_per_command_buffer "
                       "set_q8_activations shutdown synchronize threads",
 }

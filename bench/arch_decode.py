@@ -1,0 +1,84 @@
+"""CPU decode speed of a Qwen2-shaped model against the same model declared Llama (issue: the new
+architectures stay within 10 % of Llama's decode). Both files hold the same random weights (written
+by tensorlogic.models.testing); the Qwen2 copy adds the Q/K/V biases and runs through decoder.tl,
+the original through llama.tl. Rounds alternate the two, the first is a warm-up; decode tok/s is
+(time of prompt + N tokens - time of prompt + 1 token) / (N - 1).
+
+    PYTHONPATH=python python bench/arch_decode.py [--layers 12] [--d-model 576] [--tokens 129] [--rounds 4]
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _as_qwen2(src: Path, dst: Path, seed: int = 0) -> None:
+    import gguf
+
+    r = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(dst), "qwen2")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        name = "qwen2" + f.name[len("llama"):] if f.name.startswith("llama.") else f.name
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, f.contents(), vt, sub_type=f.types[-1])
+        else:
+            w.add_key_value(name, f.contents(), vt)
+    rng = np.random.default_rng(seed)
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
+        for part in ("attn_q", "attn_k", "attn_v"):
+            if t.name.endswith(part + ".weight"):
+                rows = int(t.shape[1])  # ggml order: [cols, rows]
+                w.add_tensor(t.name.replace(".weight", ".bias"), (0.1 * rng.standard_normal(rows)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--d-model", type=int, default=576)
+    ap.add_argument("--tokens", type=int, default=129)
+    ap.add_argument("--rounds", type=int, default=4)
+    a = ap.parse_args()
+    from tensorlogic.apps.llm_session import LlmSession
+    from tensorlogic.models.testing import write_tiny_llama
+
+    with tempfile.TemporaryDirectory() as tmp:
+        llama = write_tiny_llama(Path(tmp) / "llama.gguf", n_layers=a.layers, d_model=a.d_model, n_heads=9,
+                                 n_kv_heads=3, d_ff=a.d_model * 8 // 3, weight_type="Q8_0", context_length=512)
+        qwen = Path(tmp) / "qwen2.gguf"
+        _as_qwen2(llama, qwen)
+        sessions = {"llama": LlmSession(llama, context=256), "qwen2": LlmSession(qwen, context=256)}
+        rates: dict[str, list[float]] = {k: [] for k in sessions}
+        prompt = list(range(5, 21))
+        for rnd in range(a.rounds):
+            for name, s in sessions.items():
+                s.cached_ids = []
+                t0 = time.perf_counter()
+                s.generate(prompt, 1, stop_at_eog=False)
+                t1 = time.perf_counter()
+                s.cached_ids = []
+                s.generate(prompt, a.tokens, stop_at_eog=False)
+                t2 = time.perf_counter()
+                if rnd:
+                    rates[name].append((a.tokens - 1) / ((t2 - t1) - (t1 - t0)))
+        for s in sessions.values():
+            s.close()
+    for name, v in rates.items():
+        print(f"{name}: decode {np.median(v):.1f} tok/s (rounds {', '.join(f'{x:.1f}' for x in v)})")
+    print(f"qwen2 / llama: {np.median(rates['qwen2']) / np.median(rates['llama']):.3f}")
+
+
+if __name__ == "__main__":
+    main()
