@@ -3,12 +3,14 @@
 // fused_linear with few rows (M <= kFusedMaxRows, the decode case) is one kernel: every block
 // prepares the M input rows in shared memory (normalised with statistics in double, as rms_norm,
 // or swiglu of their halves), then each
-// warp computes one output column exactly as linear's matrix-vector kernel does (same chunk
-// order, same f32 sums) and adds the addend before its single store; so the results equal
+// warp (or, for quantized weights, each group of matvec.cuh's lanes) computes one output column
+// exactly as linear's matrix-vector kernel does (same order, same f32 sums) and adds the addend
+// before its single store; so the results equal
 // rms_norm (swiglu) + linear + add on this backend. Larger M runs rms_norm (swiglu) into the
 // caller's scratch, the tiled linear and an add kernel. RoPE angles are computed in double as in the rope kernel.
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
+#include "matvec.cuh"
 #include "quant_blocks.cuh"
 
 namespace tl {
@@ -117,6 +119,32 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
   }
 }
 
+// The same for quantized w through matvec.cuh's core (LPR lanes per column), exactly as
+// linear's linear_matvec32_kernel sums.
+template <DType WT, int LPR>
+__global__ void __launch_bounds__(kFusedWarps * 32)
+    fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
+                          LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
+                          Addend add, float* out, int M, int64_t N, int64_t K) {
+  extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
+  float* xs = reinterpret_cast<float*>(xs4);
+  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs);
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kFusedWarps * 32 / LPR) + threadIdx.x / LPR;
+  const int sub = threadIdx.x % LPR;
+  float acc[kMatvecRows] = {};
+  if (n < N) matvec32_row<WT, LPR>(w + n * w_row_bytes, xs, M, K, sub, acc);
+#pragma unroll
+  for (int m = 0; m < kMatvecRows; ++m) {
+    if (m < M) {
+      float s = group_sum<LPR>(acc[m]);
+      if (n < N && sub == 0) {
+        if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
+        out[m * N + n] = s;
+      }
+    }
+  }
+}
+
 __global__ void add_rows_kernel(float* out, int64_t M, int64_t N, Addend add) {
   const int64_t total = M * N;
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
@@ -198,11 +226,39 @@ struct FusedMatvecLauncher {
   template <DType T>
   void operator()() {
     const int64_t M = x.shape[0], K = w.shape[1], N = w.shape[0];
+    if constexpr (quantized_dtype(T)) {
+      const bool aligned =
+          K % 32 == 0 && reinterpret_cast<uintptr_t>(w.data) % (kDequant32Align16<T> ? 16 : 2) == 0;
+      if (aligned) {
+        launch32<T>(M, N, K);
+        return;
+      }
+    }
     const unsigned grid = static_cast<unsigned>((N + kFusedWarps - 1) / kFusedWarps);
     fused_matvec_kernel<T><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
         static_cast<const float*>(x.data), static_cast<const uint8_t*>(w.data), row_bytes(T, K),
         prologue, nw.data, nw.dtype, eps, add, static_cast<float*>(out.data),
         static_cast<int>(M), N, K);
+  }
+  template <DType T>
+  void launch32(int64_t M, int64_t N, int64_t K) {
+    const int lpr = matvec_lanes_per_row(K);
+    const int64_t cols_per_block = kFusedWarps * 32 / lpr;
+    const unsigned grid = static_cast<unsigned>((N + cols_per_block - 1) / cols_per_block);
+    const auto* xp = static_cast<const float*>(x.data);
+    const auto* wp = static_cast<const uint8_t*>(w.data);
+    auto* op = static_cast<float*>(out.data);
+    const int m = static_cast<int>(M);
+    if (lpr == 32) {
+      fused_matvec32_kernel<T, 32><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
+          xp, wp, row_bytes(T, K), prologue, nw.data, nw.dtype, eps, add, op, m, N, K);
+    } else if (lpr == 16) {
+      fused_matvec32_kernel<T, 16><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
+          xp, wp, row_bytes(T, K), prologue, nw.data, nw.dtype, eps, add, op, m, N, K);
+    } else {
+      fused_matvec32_kernel<T, 8><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
+          xp, wp, row_bytes(T, K), prologue, nw.data, nw.dtype, eps, add, op, m, N, K);
+    }
   }
 };
 
