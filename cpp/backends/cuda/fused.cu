@@ -22,27 +22,29 @@ constexpr int kFusedMaxRows = 8;
 // Dynamic shared memory for the staged rows; with the static scratch it stays under the 48 KiB a
 // launch may use without opting in.
 constexpr size_t kFusedMaxSharedBytes = 32 * 1024;
+// The padded rows of the quantized kernel: up to the 48 KiB a launch may use without opting in,
+// less the static scratch (K = 8192 fits for one row).
+constexpr size_t kMatvec32MaxSharedBytes = 48 * 1024 - 512;
 constexpr int kElementThreads = 256;
 
-struct Addend {
-  const void* data;  // nullptr: none
-  DType dtype;
-  int64_t s0, s1;
-};
 
 // The prepared rows xs [M, K] in shared memory: x's rows as they are, RMS-normalised (statistics
-// in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). Every
-// thread returns after the block synchronised.
+// in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). `padded`:
+// each 32-element group takes kGroupStride floats (matvec.cuh's layout). Every thread returns
+// after the block synchronised.
 __device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prologue,
-                           const void* nw, DType nw_dtype, float eps, float* xs) {
+                           const void* nw, DType nw_dtype, float eps, float* xs_base, bool padded) {
   __shared__ double scratch[32];
+  const int64_t row_floats = padded ? staged_row_floats(K) : K;
   for (int m = 0; m < M; ++m) {
+    float* xs_row = xs_base + m * row_floats;
+    auto at = [&](int64_t d) -> float& { return xs_row[padded ? (d >> 5) * kGroupStride + (d & 31) : d]; };
     if (prologue == LinearPrologue::SwiGLU) {
       const float* row = x + m * 2 * K;
       for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
         const float g = row[d];
         const float silu = g / (1.0f + exp_rounded(-g));  // the swiglu kernel's expression
-        xs[m * K + d] = silu * row[K + d];
+        at(d) = silu * row[K + d];
       }
       continue;
     }
@@ -64,7 +66,7 @@ __device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prol
         v = v * inv;
         if (nw != nullptr) v *= load_float(nw, nw_dtype, d);
       }
-      xs[m * K + d] = v;
+      at(d) = v;
     }
   }
   __syncthreads();
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
                         LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
                         Addend add, float* out, int M, int64_t N, int64_t K) {
   extern __shared__ float xs[];
-  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs);
+  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, false);
   const int lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kFusedWarps + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -119,27 +121,33 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
   }
 }
 
-// The same for quantized w through matvec.cuh's core (LPR lanes per column), exactly as
-// linear's linear_matvec32_kernel sums.
+// Quantized w (matvec.cuh): x staged padded, LPR lanes per column, blocks looping over columns.
+// Also linear's kernel for M <= 8 (prologue None, no addend), so the two sum alike.
+constexpr int kMatvec32Threads = 256;
+
 template <DType WT, int LPR>
-__global__ void __launch_bounds__(kFusedWarps * 32)
+__global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
                           Addend add, float* out, int M, int64_t N, int64_t K) {
   extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
   float* xs = reinterpret_cast<float*>(xs4);
-  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs);
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kFusedWarps * 32 / LPR) + threadIdx.x / LPR;
+  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, true);
+  constexpr int kCols = kMatvec32Threads / LPR;
   const int sub = threadIdx.x % LPR;
-  float acc[kMatvecRows] = {};
-  if (n < N) matvec32_row<WT, LPR>(w + n * w_row_bytes, xs, M, K, sub, acc);
+  // The loop bound is the same for the whole block: every lane reaches group_sum's shuffles.
+  for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+    const int64_t n = n0 + threadIdx.x / LPR;
+    float acc[kMatvecRows] = {};
+    if (n < N) matvec32_row<WT, LPR>(w + n * w_row_bytes, xs, M, K, sub, acc);
 #pragma unroll
-  for (int m = 0; m < kMatvecRows; ++m) {
-    if (m < M) {
-      float s = group_sum<LPR>(acc[m]);
-      if (n < N && sub == 0) {
-        if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
-        out[m * N + n] = s;
+    for (int m = 0; m < kMatvecRows; ++m) {
+      if (m < M) {
+        float s = group_sum<LPR>(acc[m]);
+        if (n < N && sub == 0) {
+          if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
+          out[m * N + n] = s;
+        }
       }
     }
   }
@@ -226,39 +234,11 @@ struct FusedMatvecLauncher {
   template <DType T>
   void operator()() {
     const int64_t M = x.shape[0], K = w.shape[1], N = w.shape[0];
-    if constexpr (quantized_dtype(T)) {
-      const bool aligned =
-          K % 32 == 0 && reinterpret_cast<uintptr_t>(w.data) % (kDequant32Align16<T> ? 16 : 2) == 0;
-      if (aligned) {
-        launch32<T>(M, N, K);
-        return;
-      }
-    }
     const unsigned grid = static_cast<unsigned>((N + kFusedWarps - 1) / kFusedWarps);
     fused_matvec_kernel<T><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
         static_cast<const float*>(x.data), static_cast<const uint8_t*>(w.data), row_bytes(T, K),
         prologue, nw.data, nw.dtype, eps, add, static_cast<float*>(out.data),
         static_cast<int>(M), N, K);
-  }
-  template <DType T>
-  void launch32(int64_t M, int64_t N, int64_t K) {
-    const int lpr = matvec_lanes_per_row(K);
-    const int64_t cols_per_block = kFusedWarps * 32 / lpr;
-    const unsigned grid = static_cast<unsigned>((N + cols_per_block - 1) / cols_per_block);
-    const auto* xp = static_cast<const float*>(x.data);
-    const auto* wp = static_cast<const uint8_t*>(w.data);
-    auto* op = static_cast<float*>(out.data);
-    const int m = static_cast<int>(M);
-    if (lpr == 32) {
-      fused_matvec32_kernel<T, 32><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
-          xp, wp, row_bytes(T, K), prologue, nw.data, nw.dtype, eps, add, op, m, N, K);
-    } else if (lpr == 16) {
-      fused_matvec32_kernel<T, 16><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
-          xp, wp, row_bytes(T, K), prologue, nw.data, nw.dtype, eps, add, op, m, N, K);
-    } else {
-      fused_matvec32_kernel<T, 8><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
-          xp, wp, row_bytes(T, K), prologue, nw.data, nw.dtype, eps, add, op, m, N, K);
-    }
   }
 };
 
@@ -269,7 +249,58 @@ void require_float_view(const View& v, const char* op, const char* what) {
   }
 }
 
+struct Matvec32Launcher {
+  const float* x;
+  const View& w;
+  LinearPrologue prologue;
+  const View& nw;
+  float eps;
+  Addend add;
+  float* out;
+  int M;
+  int sm_count;
+  cudaStream_t stream;
+  bool launched = false;
+  template <DType T>
+  void operator()() {
+    const int64_t K = w.shape[1], N = w.shape[0];
+    const size_t shared = static_cast<size_t>(M) * staged_row_floats(K) * sizeof(float);
+    if (K % 32 != 0 || shared > kMatvec32MaxSharedBytes ||
+        reinterpret_cast<uintptr_t>(w.data) % (kDequant32Align16<T> ? 16 : 2) != 0) {
+      return;
+    }
+    const int lpr = matvec_lanes_per_row(K);
+    const int64_t cols = kMatvec32Threads / lpr;
+    int64_t blocks = (N + cols - 1) / cols;
+    // Three blocks per multiprocessor are resident at once (256 threads of under 85 registers,
+    // under 48 KiB of shared memory each): one wave, no tail; more blocks would only stage x again.
+    const int64_t cap = static_cast<int64_t>(sm_count) * 3;
+    if (blocks > cap) blocks = cap;
+    const auto* wp = static_cast<const uint8_t*>(w.data);
+    const size_t rb = row_bytes(T, K);
+    const unsigned grid = static_cast<unsigned>(blocks);
+    if (lpr == 32) {
+      fused_matvec32_kernel<T, 32><<<grid, kMatvec32Threads, shared, stream>>>(
+          x, wp, rb, prologue, nw.data, nw.dtype, eps, add, out, M, N, K);
+    } else if (lpr == 16) {
+      fused_matvec32_kernel<T, 16><<<grid, kMatvec32Threads, shared, stream>>>(
+          x, wp, rb, prologue, nw.data, nw.dtype, eps, add, out, M, N, K);
+    } else {
+      fused_matvec32_kernel<T, 8><<<grid, kMatvec32Threads, shared, stream>>>(
+          x, wp, rb, prologue, nw.data, nw.dtype, eps, add, out, M, N, K);
+    }
+    launched = true;
+  }
+};
+
 }  // namespace
+
+bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
+                         float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream) {
+  if (M < 1 || M > kMatvecRows) return false;
+  Matvec32Launcher launch{x, w, prologue, norm_w, eps, add, out, M, sm_count, stream};
+  return dispatch_quantized(w.dtype, launch) && launch.launched;
+}
 
 void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prologue,
                                const View& norm_w, float eps, const View& addend,
@@ -290,6 +321,13 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
   const Addend add{addend.data, addend.dtype, addend.data ? addend.strides[0] : 0,
                    addend.data ? addend.strides[1] : 0};
+  if (K > 0 && M <= kFusedMaxRows && is_quantized(w.dtype) &&
+      launch_quant_matvec(static_cast<const float*>(x.data), w, prologue, norm_w, eps, add,
+                          static_cast<float*>(out.data), static_cast<int>(M),
+                          static_cast<int>(sm_count_), stream_)) {
+    check_launch("fused_linear");
+    return;
+  }
   const size_t shared_bytes = static_cast<size_t>(M * K) * sizeof(float);
   if (K > 0 && M <= kFusedMaxRows && shared_bytes <= kFusedMaxSharedBytes) {
     FusedMatvecLauncher launch{x, w, prologue, norm_w, eps, add, out, shared_bytes, stream_};

@@ -6,8 +6,8 @@
 // Without cuBLAS both use one shared-memory tiled f32 kernel (64x64 output tile, 32-deep k
 // steps, 4x4 outputs per thread), quantized w dequantized eight elements at a time into the tile.
 // linear with few rows (M <= kMatvecMaxRows, the decode case) gives each output row of w to one
-// warp or a part of one (matvec.cuh), which reads that row once for all M rows of x. Every sum
-// is f32.
+// warp (plain w) or a part of one (quantized w: matvec.cuh, the kernel in fused.cu), which reads
+// that row once for all M rows of x. Every sum is f32.
 #include "blas.h"
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -203,28 +203,8 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
 }
 
-// linear, M <= kMatvecMaxRows, quantized w: LPR lanes per output column (matvec.cuh).
-template <DType WT, int LPR>
-__global__ void __launch_bounds__(kMatvecWarps * 32)
-    linear_matvec32_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
-                           size_t w_row_bytes, float* __restrict__ out, int M, int64_t N, int64_t K) {
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kMatvecWarps * 32 / LPR) + threadIdx.x / LPR;
-  const int sub = threadIdx.x % LPR;
-  float acc[kMatvecRows] = {};
-  if (n < N) matvec32_row<WT, LPR>(w + n * w_row_bytes, x, M, K, sub, acc);
-  // Every lane takes part in the reduction (its shuffles need the whole warp), then the first
-  // lane of each column stores.
-#pragma unroll
-  for (int m = 0; m < kMatvecRows; ++m) {
-    if (m < M) {
-      const float s = group_sum<LPR>(acc[m]);
-      if (n < N && sub == 0) out[m * N + n] = s;
-    }
-  }
-}
-
 // rows [n0, n0 + rows) of a quantized or f16/bf16 [N, K] weight as f32 [rows, K] (for cuBLAS).
-// `wide`: dequant32 may read w (see matvec32_ok); otherwise four 8-element chunks.
+// `wide`: w is aligned for dequant32 (kDequant32Align16); otherwise four 8-element chunks.
 template <DType WT>
 __global__ void convert_rows_kernel(const uint8_t* w, size_t w_row_bytes, int64_t n0, int64_t rows,
                                     int64_t K, bool wide, float* out) {
@@ -254,33 +234,6 @@ __global__ void convert_rows_kernel(const uint8_t* w, size_t w_row_bytes, int64_
   }
 }
 
-// Whether the 32-element matrix-vector kernel may read x and w (alignment of float4 x rows and
-// of 16-byte K-quant blocks; K a multiple of 32).
-template <DType WT>
-bool matvec32_ok(const void* x, const void* w, int64_t K) {
-  if constexpr (!quantized_dtype(WT)) {
-    return false;
-  } else {
-    const auto xa = reinterpret_cast<uintptr_t>(x), wa = reinterpret_cast<uintptr_t>(w);
-    return K % 32 == 0 && xa % 16 == 0 && wa % (kDequant32Align16<WT> ? 16 : 2) == 0;
-  }
-}
-
-template <DType WT>
-void launch_matvec32(const float* x, const uint8_t* w, size_t w_row_bytes, float* out, int M,
-                     int64_t N, int64_t K, cudaStream_t stream) {
-  const int lpr = matvec_lanes_per_row(K);
-  const int64_t cols_per_block = kMatvecWarps * 32 / lpr;
-  const unsigned grid = static_cast<unsigned>((N + cols_per_block - 1) / cols_per_block);
-  if (lpr == 32) {
-    linear_matvec32_kernel<WT, 32><<<grid, kMatvecWarps * 32, 0, stream>>>(x, w, w_row_bytes, out, M, N, K);
-  } else if (lpr == 16) {
-    linear_matvec32_kernel<WT, 16><<<grid, kMatvecWarps * 32, 0, stream>>>(x, w, w_row_bytes, out, M, N, K);
-  } else {
-    linear_matvec32_kernel<WT, 8><<<grid, kMatvecWarps * 32, 0, stream>>>(x, w, w_row_bytes, out, M, N, K);
-  }
-}
-
 template <DType WT>
 void launch_linear(const View& x, const View& w, const View& out, cudaStream_t stream) {
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
@@ -288,12 +241,6 @@ void launch_linear(const View& x, const View& w, const View& out, cudaStream_t s
   const auto* xp = static_cast<const float*>(x.data);
   const auto* wp = static_cast<const uint8_t*>(w.data);
   auto* op = static_cast<float*>(out.data);
-  if constexpr (quantized_dtype(WT)) {
-    if (M <= kMatvecMaxRows && matvec32_ok<WT>(xp, wp, K)) {
-      launch_matvec32<WT>(xp, wp, w_row_bytes, op, static_cast<int>(M), N, K, stream);
-      return;
-    }
-  }
   if (M <= kMatvecMaxRows) {
     const unsigned grid = static_cast<unsigned>((N + kMatvecWarps - 1) / kMatvecWarps);
     linear_matvec_kernel<WT><<<grid, kMatvecWarps * 32, 0, stream>>>(
@@ -439,6 +386,13 @@ void CudaKernels::linear(const View& x, const View& w, const View& out) {
   }
   if (M > kMatvecMaxRows && blas_ != nullptr && blas_->available() && linear_blas(x, w, out)) {
     g_device_ops.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (M <= kMatvecMaxRows && is_quantized(w.dtype) &&
+      launch_quant_matvec(static_cast<const float*>(x.data), w, LinearPrologue::None, View{}, 0.0f,
+                          Addend{nullptr, DType::F32, 0, 0}, static_cast<float*>(out.data),
+                          static_cast<int>(M), static_cast<int>(sm_count_), stream_)) {
+    check_launch("linear");
     return;
   }
   LinearLauncher launch{x, w, out, stream_};

@@ -1,14 +1,16 @@
 #pragma once
-// The quantized matrix-vector core shared by linear's and fused_linear's decode kernels, so that
-// both sum in the same order (fused_linear's results equal rms_norm/swiglu + linear + add).
-// LPR lanes (8, 16 or 32, a power of two inside one warp) share one output column n: lane `sub`
-// takes the 32-element groups g = sub, sub + LPR, ... of the weight row, dequantizes each with
-// wide loads (dequant32) and adds its dot with each of the M <= kMatvecRows rows of x (read as
-// float4: x rows 16-byte aligned, K a multiple of 32) to acc[m]; group_sum<LPR> then adds the
-// LPR partial sums. Fewer lanes per column for short rows keep every lane busy (K = 576 has only
-// 18 groups).
+// The quantized matrix-vector product of linear's and fused_linear's decode case (M <= 8 rows):
+// one kernel (fused.cu) serves both, so they sum in the same order (fused_linear's results equal
+// rms_norm/swiglu + linear + add). Each block stages the M rows of x in shared memory, every
+// 32-element group padded to 36 floats so that the float4 reads of 8 consecutive groups hit
+// distinct banks; then LPR lanes (8, 16 or 32, inside one warp) share one output column n: lane
+// `sub` takes the groups g = sub, sub + LPR, ... of the weight row, dequantizes each with wide
+// loads (dequant32) and adds its dot with each row of x to acc[m]; group_sum<LPR> adds the LPR
+// partial sums. Fewer lanes per column for short rows keep every lane busy (K = 576 has only 18
+// groups); blocks loop over columns, so x is staged once per block, not once per 4 columns.
 #include "cuda_common.cuh"
 #include "quant_blocks.cuh"
+#include "runtime/kernels.h"
 
 namespace tl {
 namespace cuda {
@@ -20,10 +22,29 @@ inline int matvec_lanes_per_row(int64_t K) {
   return groups >= 32 ? 32 : groups >= 16 ? 16 : 8;
 }
 
+constexpr int kGroupStride = 36;  // floats per staged 32-element group
+
+// Floats of one staged row of K elements.
+__host__ __device__ inline int64_t staged_row_floats(int64_t K) { return K / 32 * kGroupStride; }
+
+// A residual (or any addend) added to out[m, n] before its store; data nullptr: none.
+struct Addend {
+  const void* data;
+  DType dtype;
+  int64_t s0, s1;
+};
+
+// Launches the kernel (fused.cu) for out [M, N] = prologue(x) @ w^T + addend, w quantized [N, K];
+// returns false, launching nothing, when w is not quantized, K is not a multiple of 32, w is not
+// aligned for dequant32 or the staged rows do not fit in shared memory.
+bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
+                         float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream);
+
+// xs: the staged rows (staged_row_floats(K) floats each).
 template <DType WT, int LPR>
-__device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* x, int M, int64_t K,
+__device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs, int M, int64_t K,
                                              int sub, float (&acc)[kMatvecRows]) {
-  const int64_t groups = K / 32;
+  const int64_t groups = K / 32, xrow = staged_row_floats(K);
 #pragma unroll 2
   for (int64_t g = sub; g < groups; g += LPR) {
     float wv[32];
@@ -31,7 +52,7 @@ __device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* x,
 #pragma unroll
     for (int m = 0; m < kMatvecRows; ++m) {
       if (m < M) {
-        const float4* xv = reinterpret_cast<const float4*>(x + m * K + g * 32);
+        const float4* xv = reinterpret_cast<const float4*>(xs + m * xrow + g * kGroupStride);
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

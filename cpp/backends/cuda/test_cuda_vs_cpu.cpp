@@ -980,6 +980,11 @@ void bench_kernels(Backend& gpu) {
     for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
     bufs.clear();
   }
+  {  // the cost of one launch: a 1-element fill
+    View f = view(alloc(4, DType::Bool), DType::F32, {1});
+    std::vector<Command> c(200, [=](Kernels& k) { k.fill(f, 1.0); });
+    std::printf("BENCH launch (1-element fill): %.2f us/call\n", time_calls(c) * 1e6);
+  }
   const DType types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   const int64_t shapes[][2] = {{8192, 2048}, {2048, 8192}};  // N (rows of w), K
   for (DType t : types) {
@@ -994,9 +999,12 @@ void bench_kernels(Backend& gpu) {
       std::vector<Command> c;
       for (int r = 0; r < 4; ++r)
         for (const View& w : ws) c.push_back([=](Kernels& k) { k.linear(x, w, o); });
+      std::vector<Command> c1(c.size(), [=](Kernels& k) { k.linear(x, ws[0], o); });
+      const double s1 = time_calls(c1);  // one weight: from L2 once it fits there
       const double s = time_calls(c);
-      std::printf("BENCH matvec %-5s N=%5lld K=%5lld: %6.2f us/call, %6.0f GB/s of weights, %3.0f%% of the copy bandwidth\n",
-                  dtype_name(t), static_cast<long long>(N), static_cast<long long>(K), s * 1e6,
+      std::printf("BENCH matvec %-5s N=%5lld K=%5lld: one weight (in L2) %6.2f us/call; rotating: %6.2f us/call, "
+                  "%6.0f GB/s of weights, %3.0f%% of the copy bandwidth\n",
+                  dtype_name(t), static_cast<long long>(N), static_cast<long long>(K), s1 * 1e6, s * 1e6,
                   wbytes / s / 1e9, 100.0 * wbytes / s / hbm);
       for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
       bufs.clear();
