@@ -133,6 +133,19 @@ __global__ void __launch_bounds__(kMatvec32Threads)
   extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
   float* xs = reinterpret_cast<float*>(xs4);
   stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, true);
+  // The sums of each group's two halves, into the group's padding (matvec32_row reads them).
+  const int64_t groups = K / 32;
+  for (int64_t t = threadIdx.x; t < M * groups * 2; t += blockDim.x) {
+    const float4* h = reinterpret_cast<const float4*>(xs + (t >> 1) * kGroupStride + (t & 1) * 16);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 v = h[i];
+      sum += (v.x + v.y) + (v.z + v.w);
+    }
+    xs[(t >> 1) * kGroupStride + 32 + (t & 1)] = sum;
+  }
+  __syncthreads();
   constexpr int kCols = kMatvec32Threads / LPR;
   const int sub = threadIdx.x % LPR;
   // The loop bound is the same for the whole block: every lane reaches group_sum's shuffles.

@@ -4,8 +4,9 @@
 // rms_norm/swiglu + linear + add). Each block stages the M rows of x in shared memory, every
 // 32-element group padded to 36 floats so that the float4 reads of 8 consecutive groups hit
 // distinct banks; then LPR lanes (8, 16 or 32, inside one warp) share one output column n: lane
-// `sub` takes the groups g = sub, sub + LPR, ... of the weight row, dequantizes each with wide
-// loads (dequant32) and adds its dot with each row of x to acc[m]; group_sum<LPR> adds the LPR
+// `sub` takes the groups g = sub, sub + LPR, ... of the weight row, reads each with wide loads as
+// integers and a scale and offset per 16 elements (quant32) and adds its dot with each row of x
+// to acc[m] (scale * sum(q x) + offset * sum(x), the sums of x staged with the rows); group_sum<LPR> adds the LPR
 // partial sums. Fewer lanes per column for short rows keep every lane busy (K = 576 has only 18
 // groups); blocks loop over columns, so x is staged once per block, not once per 4 columns.
 #include "cuda_common.cuh"
@@ -40,29 +41,41 @@ struct Addend {
 bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
                          float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream);
 
-// xs: the staged rows (staged_row_floats(K) floats each).
+// xs: the staged rows (staged_row_floats(K) floats each; floats 32 and 33 of each group hold the
+// sums of its two 16-element halves). The weights come as integers and an affine map per half
+// (quant32), so each element costs a byte-to-float conversion and one FMA.
 template <DType WT, int LPR>
 __device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs, int M, int64_t K,
                                              int sub, float (&acc)[kMatvecRows]) {
   const int64_t groups = K / 32, xrow = staged_row_floats(K);
 #pragma unroll 2
   for (int64_t g = sub; g < groups; g += LPR) {
-    float wv[32];
-    dequant32<WT>(row, g, wv);
+    uint32_t q[8];
+    float a[2], b[2];
+    quant32<WT>(row, g, q, a, b);
+    float qf[32];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) qf[4 * i + k] = byte_to_float(q[i], k);
+    }
 #pragma unroll
     for (int m = 0; m < kMatvecRows; ++m) {
       if (m < M) {
-        const float4* xv = reinterpret_cast<const float4*>(xs + m * xrow + g * kGroupStride);
-        float s = 0.0f;
+        const float* xg = xs + m * xrow + g * kGroupStride;
+        const float4* xv = reinterpret_cast<const float4*>(xg);
+        float s[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const float4 v = xv[i];
-          s = fmaf(wv[4 * i], v.x, s);
-          s = fmaf(wv[4 * i + 1], v.y, s);
-          s = fmaf(wv[4 * i + 2], v.z, s);
-          s = fmaf(wv[4 * i + 3], v.w, s);
+          float& t = s[i >> 2];
+          t = fmaf(qf[4 * i], v.x, t);
+          t = fmaf(qf[4 * i + 1], v.y, t);
+          t = fmaf(qf[4 * i + 2], v.z, t);
+          t = fmaf(qf[4 * i + 3], v.w, t);
         }
-        acc[m] += s;
+        const float2 xsum = *reinterpret_cast<const float2*>(xg + 32);
+        acc[m] += (a[0] * s[0] + b[0] * xsum.x) + (a[1] * s[1] + b[1] * xsum.y);
       }
     }
   }
