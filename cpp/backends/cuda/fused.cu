@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
 // Also linear's kernel for M <= 8 (prologue None, no addend), so the two sum alike.
 constexpr int kMatvec32Threads = 256;
 
-template <DType WT, int LPR>
+template <DType WT, int LPR, int MAXM>
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
@@ -151,10 +151,10 @@ __global__ void __launch_bounds__(kMatvec32Threads)
   // The loop bound is the same for the whole block: every lane reaches group_sum's shuffles.
   for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
     const int64_t n = n0 + threadIdx.x / LPR;
-    float acc[kMatvecRows] = {};
-    if (n < N) matvec32_row<WT, LPR>(w + n * w_row_bytes, xs, M, K, sub, acc);
+    float acc[MAXM] = {};
+    if (n < N) matvec32_row<WT, LPR, MAXM>(w + n * w_row_bytes, xs, M, K, sub, acc);
 #pragma unroll
-    for (int m = 0; m < kMatvecRows; ++m) {
+    for (int m = 0; m < MAXM; ++m) {
       if (m < M) {
         float s = group_sum<LPR>(acc[m]);
         if (n < N && sub == 0) {
@@ -283,26 +283,32 @@ struct Matvec32Launcher {
       return;
     }
     const int lpr = matvec_lanes_per_row(K);
-    const int64_t cols = kMatvec32Threads / lpr;
-    int64_t blocks = (N + cols - 1) / cols;
-    // Three blocks per multiprocessor are resident at once (256 threads of under 85 registers,
-    // under 48 KiB of shared memory each): one wave, no tail; more blocks would only stage x again.
-    const int64_t cap = static_cast<int64_t>(sm_count) * 3;
-    if (blocks > cap) blocks = cap;
-    const auto* wp = static_cast<const uint8_t*>(w.data);
-    const size_t rb = row_bytes(T, K);
-    const unsigned grid = static_cast<unsigned>(blocks);
-    if (lpr == 32) {
-      fused_matvec32_kernel<T, 32><<<grid, kMatvec32Threads, shared, stream>>>(
-          x, wp, rb, prologue, nw.data, nw.dtype, eps, add, out, M, N, K);
-    } else if (lpr == 16) {
-      fused_matvec32_kernel<T, 16><<<grid, kMatvec32Threads, shared, stream>>>(
-          x, wp, rb, prologue, nw.data, nw.dtype, eps, add, out, M, N, K);
+    if (M == 1) {
+      lpr == 32 ? go<T, 32, 1>(N, K, shared) : lpr == 16 ? go<T, 16, 1>(N, K, shared) : go<T, 8, 1>(N, K, shared);
     } else {
-      fused_matvec32_kernel<T, 8><<<grid, kMatvec32Threads, shared, stream>>>(
-          x, wp, rb, prologue, nw.data, nw.dtype, eps, add, out, M, N, K);
+      lpr == 32 ? go<T, 32, kMatvecRows>(N, K, shared)
+                : lpr == 16 ? go<T, 16, kMatvecRows>(N, K, shared) : go<T, 8, kMatvecRows>(N, K, shared);
     }
     launched = true;
+  }
+  template <DType T, int LPR, int MAXM>
+  void go(int64_t N, int64_t K, size_t shared) {
+    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM>;
+    // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
+    // more would only stage x again.
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMatvec32Threads, shared) !=
+            cudaSuccess || per_sm < 1) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+    const int64_t cols = kMatvec32Threads / LPR;
+    int64_t blocks = (N + cols - 1) / cols;
+    const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
+    if (blocks > cap) blocks = cap;
+    kernel<<<static_cast<unsigned>(blocks), kMatvec32Threads, shared, stream>>>(
+        x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype, eps,
+        add, out, M, N, K);
   }
 };
 

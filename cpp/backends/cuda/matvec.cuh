@@ -44,9 +44,10 @@ bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue,
 // xs: the staged rows (staged_row_floats(K) floats each; floats 32 and 33 of each group hold the
 // sums of its two 16-element halves). The weights come as integers and an affine map per half
 // (quant32), so each element costs a byte-to-float conversion and one FMA.
-template <DType WT, int LPR>
+// MAXM: the most rows the caller may pass (1 for the common decode case: fewer registers).
+template <DType WT, int LPR, int MAXM>
 __device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs, int M, int64_t K,
-                                             int sub, float (&acc)[kMatvecRows]) {
+                                             int sub, float (&acc)[MAXM]) {
   const int64_t groups = K / 32, xrow = staged_row_floats(K);
 #pragma unroll 2
   for (int64_t g = sub; g < groups; g += LPR) {
@@ -60,7 +61,7 @@ __device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs
       for (int k = 0; k < 4; ++k) qf[4 * i + k] = byte_to_float(q[i], k);
     }
 #pragma unroll
-    for (int m = 0; m < kMatvecRows; ++m) {
+    for (int m = 0; m < MAXM; ++m) {
       if (m < M) {
         const float* xg = xs + m * xrow + g * kGroupStride;
         const float4* xv = reinterpret_cast<const float4*>(xg);
