@@ -5,7 +5,8 @@
 Two shapes: 4096-8192-4096 at batch 1024 (the matrix products dominate) and 784-512-10 at batch 128
 (launch and host overhead dominate); ReLU, softmax cross-entropy, Adam(lr 0.001), f32. TL runs the
 step as a `learn` block and as a compiled function with TL_BACKEND=cuda, timed in one process after
-a warm-up run: (run of 5 + S steps - run of 5 steps) / S, best of 3 processes. TF32 rows:
+a warm-up run: (run of 5 + S steps - run of 5 steps) / S, best of 3 processes; each run ends by
+reading a sum of the weights back to the host, so all of its device work is inside the time. TF32 rows:
 TL with TL_CUDA_TF32=1, PyTorch with torch.backends.cuda.matmul.allow_tf32 = True. `--baseline DIR`
 adds the learn block of another checkout's built python/ dir (the code before a change). PyTorch
 is timed with CUDA synchronisation around S steps after 5 warm-up steps.
@@ -57,7 +58,7 @@ learn {
         STEP_CALL
     }
 }
-synchronize()
+print(sum(W1) + sum(W2))
 """
 
 
