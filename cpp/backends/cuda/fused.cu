@@ -125,7 +125,8 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
 // Also linear's kernel for M <= 8 (prologue None, no addend), so the two sum alike.
 constexpr int kMatvec32Threads = 256;
 
-template <DType WT, int LPR, int MAXM>
+// COLS > 1 (one row of x only): each lane group takes COLS consecutive columns at once.
+template <DType WT, int LPR, int MAXM, int COLS>
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
@@ -146,20 +147,41 @@ __global__ void __launch_bounds__(kMatvec32Threads)
     xs[(t >> 1) * kGroupStride + 32 + (t & 1)] = sum;
   }
   __syncthreads();
-  constexpr int kCols = kMatvec32Threads / LPR;
+  constexpr int kCols = kMatvec32Threads / LPR * COLS;
   const int sub = threadIdx.x % LPR;
-  // The loop bound is the same for the whole block: every lane reaches group_sum's shuffles.
-  for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
-    const int64_t n = n0 + threadIdx.x / LPR;
-    float acc[MAXM] = {};
-    if (n < N) matvec32_row<WT, LPR, MAXM>(w + n * w_row_bytes, xs, M, K, sub, acc);
+  if constexpr (COLS > 1) {
+    static_assert(MAXM == 1, "several columns at once only for one row of x");
+    for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+      const int64_t nb = n0 + static_cast<int64_t>(threadIdx.x / LPR) * COLS;
+      const uint8_t* rows[COLS];
 #pragma unroll
-    for (int m = 0; m < MAXM; ++m) {
-      if (m < M) {
-        float s = group_sum<LPR>(acc[m]);
+      for (int c = 0; c < COLS; ++c) rows[c] = w + (nb + c < N ? nb + c : N - 1) * w_row_bytes;
+      float acc[COLS] = {};
+      if (nb < N) matvec32_cols<WT, LPR, COLS>(rows, xs, K, sub, acc);
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        float s = group_sum<LPR>(acc[c]);
+        const int64_t n = nb + c;
         if (n < N && sub == 0) {
-          if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
-          out[m * N + n] = s;
+          if (add.data != nullptr) s = s + load_float(add.data, add.dtype, n * add.s1);
+          out[n] = s;
+        }
+      }
+    }
+  } else {
+    // The loop bound is the same for the whole block: every lane reaches group_sum's shuffles.
+    for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+      const int64_t n = n0 + threadIdx.x / LPR;
+      float acc[MAXM] = {};
+      if (n < N) matvec32_row<WT, LPR, MAXM>(w + n * w_row_bytes, xs, M, K, sub, acc);
+#pragma unroll
+      for (int m = 0; m < MAXM; ++m) {
+        if (m < M) {
+          float s = group_sum<LPR>(acc[m]);
+          if (n < N && sub == 0) {
+            if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
+            out[m * N + n] = s;
+          }
         }
       }
     }
@@ -283,17 +305,22 @@ struct Matvec32Launcher {
       return;
     }
     const int lpr = matvec_lanes_per_row(K);
-    if (M == 1) {
-      lpr == 32 ? go<T, 32, 1>(N, K, shared) : lpr == 16 ? go<T, 16, 1>(N, K, shared) : go<T, 8, 1>(N, K, shared);
+    // One row: four columns per lane group where that still gives every multiprocessor at least
+    // two blocks' worth of columns (skinny matrices keep one column per group: more blocks).
+    const bool four = M == 1 && N / (kMatvec32Threads / lpr * 4) >= 2 * static_cast<int64_t>(sm_count);
+    if (four) {
+      lpr == 32 ? go<T, 32, 1, 4>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 4>(N, K, shared) : go<T, 8, 1, 4>(N, K, shared);
+    } else if (M == 1) {
+      lpr == 32 ? go<T, 32, 1, 1>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 1>(N, K, shared) : go<T, 8, 1, 1>(N, K, shared);
     } else {
-      lpr == 32 ? go<T, 32, kMatvecRows>(N, K, shared)
-                : lpr == 16 ? go<T, 16, kMatvecRows>(N, K, shared) : go<T, 8, kMatvecRows>(N, K, shared);
+      lpr == 32 ? go<T, 32, kMatvecRows, 1>(N, K, shared)
+                : lpr == 16 ? go<T, 16, kMatvecRows, 1>(N, K, shared) : go<T, 8, kMatvecRows, 1>(N, K, shared);
     }
     launched = true;
   }
-  template <DType T, int LPR, int MAXM>
+  template <DType T, int LPR, int MAXM, int COLS>
   void go(int64_t N, int64_t K, size_t shared) {
-    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM>;
+    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS>;
     // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
     // more would only stage x again.
     int per_sm = 0;
@@ -302,7 +329,7 @@ struct Matvec32Launcher {
       (void)cudaGetLastError();
       per_sm = 1;
     }
-    const int64_t cols = kMatvec32Threads / LPR;
+    const int64_t cols = kMatvec32Threads / LPR * COLS;
     int64_t blocks = (N + cols - 1) / cols;
     const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
     if (blocks > cap) blocks = cap;

@@ -82,6 +82,43 @@ __device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs
   }
 }
 
+// One row of x (M = 1) against COLS weight rows at once: the COLS rows' loads are in flight
+// together (the kernel is latency-bound otherwise) and each float4 of x is read once for all of
+// them. Per column the same operations in the same order as matvec32_row, so the same sums.
+template <DType WT, int LPR, int COLS>
+__device__ __forceinline__ void matvec32_cols(const uint8_t* const (&rows)[COLS], const float* xs,
+                                              int64_t K, int sub, float (&acc)[COLS]) {
+  const int64_t groups = K / 32;
+  for (int64_t g = sub; g < groups; g += LPR) {
+    uint32_t q[COLS][8];
+    float a[COLS][2], b[COLS][2];
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) quant32<WT>(rows[c], g, q[c], a[c], b[c]);
+    const float* xg = xs + g * kGroupStride;
+    const float4* xv = reinterpret_cast<const float4*>(xg);
+    float s[COLS][2];
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) s[c][0] = s[c][1] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 v = xv[i];
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        float& t = s[c][i >> 2];
+        t = fmaf(byte_to_float(q[c][i], 0), v.x, t);
+        t = fmaf(byte_to_float(q[c][i], 1), v.y, t);
+        t = fmaf(byte_to_float(q[c][i], 2), v.z, t);
+        t = fmaf(byte_to_float(q[c][i], 3), v.w, t);
+      }
+    }
+    const float2 xsum = *reinterpret_cast<const float2*>(xg + 32);
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) {
+      acc[c] += (a[c][0] * s[c][0] + b[c][0] * xsum.x) + (a[c][1] * s[c][1] + b[c][1] * xsum.y);
+    }
+  }
+}
+
 // Sum over the LPR consecutive lanes of a column group; every lane of the warp must call it.
 template <int LPR>
 __device__ __forceinline__ float group_sum(float v) {

@@ -460,6 +460,21 @@ void test_linear() {
   }
 }
 
+// One row against a tall weight (N = 9,000 > 2 blocks of columns per multiprocessor): the
+// matrix-vector kernel then takes four columns per lane group (fused.cu).
+void test_linear_tall() {
+  for (DType wt : {DType::Q4_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t M = 1, N = 9000, K = block_elems(wt) == 256 ? 1280 : 1024;
+    auto x = contiguous(DType::F32, {M, K});
+    auto w = make_dual(wt, {N, K}, {K, 1}, 0, static_cast<int64_t>(row_bytes(wt, K)) * N);
+    auto o = contiguous(DType::F32, {M, N});
+    const std::string what = std::string("linear (tall) w=") + dtype_name(wt) + " K=" + std::to_string(K) +
+                             " N=" + std::to_string(N);
+    if (run_both(what, [&](Kernels& k, int s) { k.linear(x->view(s), w->view(s), o->view(s)); }))
+      compare(what, *o, 1e-4, 1e-6, 1e-5);
+  }
+}
+
 void test_gather() {
   std::vector<DType> types(std::begin(kFloats), std::end(kFloats));
   types.insert(types.end(), std::begin(kQuant), std::end(kQuant));
@@ -1071,6 +1086,7 @@ int main(int argc, char** argv) {
   test_reduce_softmax();
   test_matmul();
   test_linear();
+  test_linear_tall();
   test_gather();
   test_training();
   test_norm_rope_mask();
