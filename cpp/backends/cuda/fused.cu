@@ -305,9 +305,11 @@ struct Matvec32Launcher {
       return;
     }
     const int lpr = matvec_lanes_per_row(K);
-    // One row: four columns per lane group where that still gives every multiprocessor at least
-    // two blocks' worth of columns (skinny matrices keep one column per group: more blocks).
-    const bool four = M == 1 && N / (kMatvec32Threads / lpr * 4) >= 2 * static_cast<int64_t>(sm_count);
+    // One row: four columns per lane group where that still gives every multiprocessor a block's
+    // worth of columns (skinny matrices keep one column per group: more blocks). Not for Q6_K,
+    // whose 16 words a group per column made it slower (measured on an H200: 17 -> 22 us).
+    const bool four = T != DType::Q6_K && M == 1 &&
+                      N / (kMatvec32Threads / lpr * 4) >= static_cast<int64_t>(sm_count);
     if (four) {
       lpr == 32 ? go<T, 32, 1, 4>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 4>(N, K, shared) : go<T, 8, 1, 4>(N, K, shared);
     } else if (M == 1) {
