@@ -8,7 +8,8 @@
 // integers and a scale and offset per 16 elements (quant32) and adds its dot with each row of x
 // to acc[m] (scale * sum(q x) + offset * sum(x), the sums of x staged with the rows); group_sum<LPR> adds the LPR
 // partial sums. Fewer lanes per column for short rows keep every lane busy (K = 576 has only 18
-// groups); blocks loop over columns, so x is staged once per block, not once per 4 columns.
+// groups); blocks loop over columns, so x is staged once per block, not once per 4 columns. With
+// one row of x and a tall weight, each lane group takes four columns at once (matvec32_cols).
 #include "cuda_common.cuh"
 #include "quant_blocks.cuh"
 #include "runtime/kernels.h"
