@@ -8,7 +8,8 @@
 #   bench/gpu/run_h100.sh all       the three in order
 # Run from the root of a TL source tree. Inputs beside this tree (the `carry` of the device tool
 # delivers them): llama_sdist_stripped.tgz (the llama-cpp-python 0.3.36 sdist without models, docs,
-# .git and unused backends), whl/*.whl (lark, gguf for the device's Python), the model as MODEL or
+# .git and unused backends), whl/*.whl (lark, gguf for the device's Python; diskcache, which
+# llama-cpp-python imports), the model as MODEL or
 # as MODEL_PARTS=n model.part* pieces (joined once all n arrived), the shared reference outputs in
 # reference/ (optional).
 # Everything is built and written under WORK (default /tmp/tl-h100); logs go to OUT (default

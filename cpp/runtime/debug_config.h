@@ -9,6 +9,8 @@
 //   TL_CPU_NO_SIMD                                           CPU kernels: portable paths only
 //   TL_Q8_ACTIVATIONS                                        8-bit activations in matvecs (also set_q8_activations())
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
+//   TL_CUDA_BLAS, TL_CUDA_TF32, TL_CUBLAS_PATH               CUDA backend: cuBLAS on/off, TF32
+//                                                            products, where libcublas is (blas.cu)
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -84,6 +86,13 @@ inline int64_t env_cache_limit_mb() { return env_detail::env_int("TL_CACHE_LIMIT
 inline int64_t env_max_alloc_mb() { return env_detail::env_int("TL_MAX_ALLOC_MB", 0, 0, kMaxEnvMiB); }
 inline bool env_cpu_no_simd() { return env_detail::env_flag("TL_CPU_NO_SIMD"); }
 inline bool env_cuda_launch_stats() { return env_detail::env_flag("TL_CUDA_LAUNCH_STATS"); }
+// cuBLAS for the CUDA backend's matrix products (default on; 0 keeps TL's own kernels)
+inline bool env_cuda_blas() {
+  const char* v = std::getenv("TL_CUDA_BLAS");
+  return !(v && *v) || env_detail::env_flag("TL_CUDA_BLAS");
+}
+// f32 products through cuBLAS may round their inputs to TF32 (off by default)
+inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it
   const char* v = std::getenv("TL_CUDA_DEVICE");
   return (v && *v) ? v : nullptr;

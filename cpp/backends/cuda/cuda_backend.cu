@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "blas.h"
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "runtime/backend.h"
@@ -223,6 +224,18 @@ class CudaBackend final : public Backend {
     }
     kernels_.set_device_resources(static_cast<float*>(attention_scratch_),
                                   attention_scratch_ ? kAttentionScratchBytes / sizeof(float) : 0, sms);
+    if (env_cuda_blas()) {
+      blas_ = std::make_unique<Blas>(stream_, env_cuda_tf32());
+      if (blas_->available()) {
+        kernels_.set_blas(blas_.get());
+      } else {
+        static std::once_flag said;  // one line per process, not per backend
+        std::call_once(said, [&] {
+          std::fprintf(stderr, "tl-cuda: %s; matrix products use TL's own kernels (slower)\n",
+                       blas_->description().c_str());
+        });
+      }
+    }
     completion_thread_ = std::thread(&CompletionState::run, state_);
     launch_thread_ = std::thread([this, device] { launch_loop(device); });
   }
@@ -251,6 +264,8 @@ class CudaBackend final : public Backend {
     } else {
       completion_thread_.join();
     }
+    kernels_.set_blas(nullptr);
+    blas_.reset();  // before the stream it is bound to
     (void)cudaStreamDestroy(stream_);  // pending work still completes; resources go after it
     if (attention_scratch_ != nullptr) (void)cudaFree(attention_scratch_);  // waits for the device
   }
@@ -413,6 +428,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   void* attention_scratch_ = nullptr;
+  std::unique_ptr<Blas> blas_;  // cuBLAS handle on stream_ (unset: TL_CUDA_BLAS=0)
   CudaKernels kernels_;
   std::shared_ptr<CompletionState> state_;
   std::thread completion_thread_;

@@ -14,6 +14,8 @@
 namespace tl {
 namespace cuda {
 
+class Blas;
+
 // Written by a kernel that finds bad data; the first writer (code 0 -> nonzero) wins.
 struct DeviceErrorSlot {
   int32_t code;    // 0: no error; kErrorIdOutOfRange or kErrorScatterIdOutOfRange
@@ -91,7 +93,20 @@ class CudaKernels final : public Kernels {
 
   static constexpr size_t kAttentionCounters = 4096;
 
+  // cuBLAS for matrix products with more than a few rows (nullptr or unavailable: TL's own
+  // kernels). Owned by the backend, which outlives these kernels' last launch.
+  void set_blas(Blas* blas) { blas_ = blas; }
+  ~CudaKernels();
+
  private:
+  // A device scratch of at least `floats` floats, reused in stream order by every linear that
+  // converts its weight rows to f32 for cuBLAS; grown (never shrunk) on the launch thread.
+  float* weight_scratch(size_t floats);
+  bool linear_blas(const View& x, const View& w, const View& out);
+
+  Blas* blas_ = nullptr;
+  float* weight_scratch_ = nullptr;
+  size_t weight_scratch_floats_ = 0;
   cudaStream_t stream_;
   std::function<DeviceErrorSlot*()> error_slot_;
   float* attention_scratch_ = nullptr;

@@ -3,12 +3,14 @@
 // fused_linear with few rows (M <= kFusedMaxRows, the decode case) is one kernel: every block
 // prepares the M input rows in shared memory (normalised with statistics in double, as rms_norm,
 // or swiglu of their halves), then each
-// warp computes one output column exactly as linear's matrix-vector kernel does (same chunk
-// order, same f32 sums) and adds the addend before its single store; so the results equal
+// warp (or, for quantized weights, each group of matvec.cuh's lanes) computes one output column
+// exactly as linear's matrix-vector kernel does (same order, same f32 sums) and adds the addend
+// before its single store; so the results equal
 // rms_norm (swiglu) + linear + add on this backend. Larger M runs rms_norm (swiglu) into the
 // caller's scratch, the tiled linear and an add kernel. RoPE angles are computed in double as in the rope kernel.
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
+#include "matvec.cuh"
 #include "quant_blocks.cuh"
 
 namespace tl {
@@ -20,27 +22,29 @@ constexpr int kFusedMaxRows = 8;
 // Dynamic shared memory for the staged rows; with the static scratch it stays under the 48 KiB a
 // launch may use without opting in.
 constexpr size_t kFusedMaxSharedBytes = 32 * 1024;
+// The padded rows of the quantized kernel: up to the 48 KiB a launch may use without opting in,
+// less the static scratch (K = 8192 fits for one row).
+constexpr size_t kMatvec32MaxSharedBytes = 48 * 1024 - 512;
 constexpr int kElementThreads = 256;
 
-struct Addend {
-  const void* data;  // nullptr: none
-  DType dtype;
-  int64_t s0, s1;
-};
 
 // The prepared rows xs [M, K] in shared memory: x's rows as they are, RMS-normalised (statistics
-// in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). Every
-// thread returns after the block synchronised.
+// in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). `padded`:
+// each 32-element group takes kGroupStride floats (matvec.cuh's layout). Every thread returns
+// after the block synchronised.
 __device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prologue,
-                           const void* nw, DType nw_dtype, float eps, float* xs) {
+                           const void* nw, DType nw_dtype, float eps, float* xs_base, bool padded) {
   __shared__ double scratch[32];
+  const int64_t row_floats = padded ? staged_row_floats(K) : K;
   for (int m = 0; m < M; ++m) {
+    float* xs_row = xs_base + m * row_floats;
+    auto at = [&](int64_t d) -> float& { return xs_row[padded ? (d >> 5) * kGroupStride + (d & 31) : d]; };
     if (prologue == LinearPrologue::SwiGLU) {
       const float* row = x + m * 2 * K;
       for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
         const float g = row[d];
         const float silu = g / (1.0f + exp_rounded(-g));  // the swiglu kernel's expression
-        xs[m * K + d] = silu * row[K + d];
+        at(d) = silu * row[K + d];
       }
       continue;
     }
@@ -62,7 +66,7 @@ __device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prol
         v = v * inv;
         if (nw != nullptr) v *= load_float(nw, nw_dtype, d);
       }
-      xs[m * K + d] = v;
+      at(d) = v;
     }
   }
   __syncthreads();
@@ -74,7 +78,7 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
                         LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
                         Addend add, float* out, int M, int64_t N, int64_t K) {
   extern __shared__ float xs[];
-  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs);
+  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, false);
   const int lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kFusedWarps + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -112,6 +116,73 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
       if (lane == 0) {
         if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
         out[m * N + n] = s;
+      }
+    }
+  }
+}
+
+// Quantized w (matvec.cuh): x staged padded, LPR lanes per column, blocks looping over columns.
+// Also linear's kernel for M <= 8 (prologue None, no addend), so the two sum alike.
+constexpr int kMatvec32Threads = 256;
+
+// COLS > 1 (one row of x only): each lane group takes COLS consecutive columns at once.
+template <DType WT, int LPR, int MAXM, int COLS>
+__global__ void __launch_bounds__(kMatvec32Threads)
+    fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
+                          LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
+                          Addend add, float* out, int M, int64_t N, int64_t K) {
+  extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
+  float* xs = reinterpret_cast<float*>(xs4);
+  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, true);
+  // The sums of each group's two halves, into the group's padding (matvec32_row reads them).
+  const int64_t groups = K / 32;
+  for (int64_t t = threadIdx.x; t < M * groups * 2; t += blockDim.x) {
+    const float4* h = reinterpret_cast<const float4*>(xs + (t >> 1) * kGroupStride + (t & 1) * 16);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 v = h[i];
+      sum += (v.x + v.y) + (v.z + v.w);
+    }
+    xs[(t >> 1) * kGroupStride + 32 + (t & 1)] = sum;
+  }
+  __syncthreads();
+  constexpr int kCols = kMatvec32Threads / LPR * COLS;
+  const int sub = threadIdx.x % LPR;
+  if constexpr (COLS > 1) {
+    static_assert(MAXM == 1, "several columns at once only for one row of x");
+    for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+      const int64_t nb = n0 + static_cast<int64_t>(threadIdx.x / LPR) * COLS;
+      const uint8_t* rows[COLS];
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) rows[c] = w + (nb + c < N ? nb + c : N - 1) * w_row_bytes;
+      float acc[COLS] = {};
+      if (nb < N) matvec32_cols<WT, LPR, COLS>(rows, xs, K, sub, acc);
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        float s = group_sum<LPR>(acc[c]);
+        const int64_t n = nb + c;
+        if (n < N && sub == 0) {
+          if (add.data != nullptr) s = s + load_float(add.data, add.dtype, n * add.s1);
+          out[n] = s;
+        }
+      }
+    }
+  } else {
+    // The loop bound is the same for the whole block: every lane reaches group_sum's shuffles.
+    for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+      const int64_t n = n0 + threadIdx.x / LPR;
+      float acc[MAXM] = {};
+      if (n < N) matvec32_row<WT, LPR, MAXM>(w + n * w_row_bytes, xs, M, K, sub, acc);
+#pragma unroll
+      for (int m = 0; m < MAXM; ++m) {
+        if (m < M) {
+          float s = group_sum<LPR>(acc[m]);
+          if (n < N && sub == 0) {
+            if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m * add.s0 + n * add.s1);
+            out[m * N + n] = s;
+          }
+        }
       }
     }
   }
@@ -213,7 +284,71 @@ void require_float_view(const View& v, const char* op, const char* what) {
   }
 }
 
+struct Matvec32Launcher {
+  const float* x;
+  const View& w;
+  LinearPrologue prologue;
+  const View& nw;
+  float eps;
+  Addend add;
+  float* out;
+  int M;
+  int sm_count;
+  cudaStream_t stream;
+  bool launched = false;
+  template <DType T>
+  void operator()() {
+    const int64_t K = w.shape[1], N = w.shape[0];
+    const size_t shared = static_cast<size_t>(M) * staged_row_floats(K) * sizeof(float);
+    if (K % 32 != 0 || shared > kMatvec32MaxSharedBytes ||
+        reinterpret_cast<uintptr_t>(w.data) % (kDequant32Align16<T> ? 16 : 2) != 0) {
+      return;
+    }
+    const int lpr = matvec_lanes_per_row(K);
+    // One row: four columns per lane group where that still gives every multiprocessor a block's
+    // worth of columns (skinny matrices keep one column per group: more blocks). Not for Q6_K,
+    // whose 16 words a group per column made it slower (measured on an H200: 17 -> 22 us).
+    const bool four = T != DType::Q6_K && M == 1 &&
+                      N / (kMatvec32Threads / lpr * 4) >= static_cast<int64_t>(sm_count);
+    if (four) {
+      lpr == 32 ? go<T, 32, 1, 4>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 4>(N, K, shared) : go<T, 8, 1, 4>(N, K, shared);
+    } else if (M == 1) {
+      lpr == 32 ? go<T, 32, 1, 1>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 1>(N, K, shared) : go<T, 8, 1, 1>(N, K, shared);
+    } else {
+      lpr == 32 ? go<T, 32, kMatvecRows, 1>(N, K, shared)
+                : lpr == 16 ? go<T, 16, kMatvecRows, 1>(N, K, shared) : go<T, 8, kMatvecRows, 1>(N, K, shared);
+    }
+    launched = true;
+  }
+  template <DType T, int LPR, int MAXM, int COLS>
+  void go(int64_t N, int64_t K, size_t shared) {
+    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS>;
+    // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
+    // more would only stage x again.
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMatvec32Threads, shared) !=
+            cudaSuccess || per_sm < 1) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+    const int64_t cols = kMatvec32Threads / LPR * COLS;
+    int64_t blocks = (N + cols - 1) / cols;
+    const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
+    if (blocks > cap) blocks = cap;
+    kernel<<<static_cast<unsigned>(blocks), kMatvec32Threads, shared, stream>>>(
+        x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype, eps,
+        add, out, M, N, K);
+  }
+};
+
 }  // namespace
+
+bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
+                         float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream) {
+  if (M < 1 || M > kMatvecRows) return false;
+  Matvec32Launcher launch{x, w, prologue, norm_w, eps, add, out, M, sm_count, stream};
+  return dispatch_quantized(w.dtype, launch) && launch.launched;
+}
 
 void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prologue,
                                const View& norm_w, float eps, const View& addend,
@@ -234,6 +369,13 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
   const Addend add{addend.data, addend.dtype, addend.data ? addend.strides[0] : 0,
                    addend.data ? addend.strides[1] : 0};
+  if (K > 0 && M <= kFusedMaxRows && is_quantized(w.dtype) &&
+      launch_quant_matvec(static_cast<const float*>(x.data), w, prologue, norm_w, eps, add,
+                          static_cast<float*>(out.data), static_cast<int>(M),
+                          static_cast<int>(sm_count_), stream_)) {
+    check_launch("fused_linear");
+    return;
+  }
   const size_t shared_bytes = static_cast<size_t>(M * K) * sizeof(float);
   if (K > 0 && M <= kFusedMaxRows && shared_bytes <= kFusedMaxSharedBytes) {
     FusedMatvecLauncher launch{x, w, prologue, norm_w, eps, add, out, shared_bytes, stream_};

@@ -1,11 +1,17 @@
 // Matrix products: batched strided matmul, and linear (x @ w^T) for plain and quantized w.
-// Both use one shared-memory tiled f32 kernel (64x64 output tile, 32-deep k steps, 4x4 outputs
-// per thread). linear with few rows (M <= kMatvecMaxRows, the decode case) instead gives each
-// output row of w to one warp, which reads that row once for all M rows of x. Quantized w is
-// dequantized eight elements at a time straight into registers or the shared tile, never into
-// a full f32 copy; every sum is f32.
+// With cuBLAS (blas.h) every matmul whose operands it can express, and every linear with more
+// than kMatvecMaxRows rows, is one cuBLAS GEMM: f32 as f32 (TF32 only when TL_CUDA_TF32=1),
+// f16/bf16 on the tensor cores with f32 sums; a linear's f16/bf16/quantized weight is first
+// converted to f32 in slices of rows (a bounded scratch), so the products keep f32 operands.
+// Without cuBLAS both use one shared-memory tiled f32 kernel (64x64 output tile, 32-deep k
+// steps, 4x4 outputs per thread), quantized w dequantized eight elements at a time into the tile.
+// linear with few rows (M <= kMatvecMaxRows, the decode case) gives each output row of w to one
+// warp (plain w) or a part of one (quantized w: matvec.cuh, the kernel in fused.cu), which reads
+// that row once for all M rows of x. Every sum is f32.
+#include "blas.h"
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
+#include "matvec.cuh"
 #include "quant_blocks.cuh"
 
 namespace tl {
@@ -18,6 +24,10 @@ constexpr int kTileK = 32;
 constexpr int kTileThreads = 256;  // 16 x 16 threads, each 4 x 4 outputs
 constexpr int kMatvecWarps = 4;
 constexpr int kMatvecMaxRows = 8;
+static_assert(kMatvecMaxRows == kMatvecRows, "matvec.cuh accumulates kMatvecRows rows");
+// The f32 copy of weight rows before a cuBLAS product: at most this many floats (32 MiB).
+constexpr size_t kWeightScratchFloats = size_t(8) << 20;
+constexpr int kConvertThreads = 256;
 
 // A 3-D operand [batch, rows, cols] read through strides.
 struct Strided3 {
@@ -193,6 +203,37 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
 }
 
+// rows [n0, n0 + rows) of a quantized or f16/bf16 [N, K] weight as f32 [rows, K] (for cuBLAS).
+// `wide`: w is aligned for dequant32 (kDequant32Align16); otherwise four 8-element chunks.
+template <DType WT>
+__global__ void convert_rows_kernel(const uint8_t* w, size_t w_row_bytes, int64_t n0, int64_t rows,
+                                    int64_t K, bool wide, float* out) {
+  if constexpr (quantized_dtype(WT)) {
+    const int64_t groups = K / 32, total = rows * groups;
+    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const int64_t r = t / groups, g = t - r * groups;
+      float v[32];
+      const uint8_t* row = w + (n0 + r) * w_row_bytes;
+      if (wide) {
+        dequant32<WT>(row, g, v);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) dequant_chunk8<WT>(row, g * 4 + c, v + 8 * c);
+      }
+      float4* o = reinterpret_cast<float4*>(out + r * K + g * 32);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+  } else {
+    const int64_t total = rows * K;
+    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      out[t] = load_float(w, WT, n0 * K + t);
+    }
+  }
+}
+
 template <DType WT>
 void launch_linear(const View& x, const View& w, const View& out, cudaStream_t stream) {
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
@@ -221,7 +262,81 @@ struct LinearLauncher {
   void operator()() { launch_linear<T>(x, w, out, stream); }
 };
 
+// Launches convert_rows_kernel<T> for the weight dtype chosen at run time.
+struct ConvertLauncher {
+  const uint8_t* w;
+  size_t w_row_bytes;
+  int64_t n0, rows, K;
+  float* out;
+  cudaStream_t stream;
+  template <DType T>
+  void operator()() {
+    bool wide = false;
+    if constexpr (quantized_dtype(T)) {
+      wide = reinterpret_cast<uintptr_t>(w) % (kDequant32Align16<T> ? 16 : 2) == 0;
+    }
+    const int64_t items = quantized_dtype(T) ? rows * (K / 32) : rows * K;
+    convert_rows_kernel<T><<<grid_for(items, kConvertThreads), kConvertThreads, 0, stream>>>(
+        w, w_row_bytes, n0, rows, K, wide, out);
+  }
+};
+
 }  // namespace
+
+CudaKernels::~CudaKernels() {
+  if (weight_scratch_ != nullptr) (void)cudaFree(weight_scratch_);
+}
+
+float* CudaKernels::weight_scratch(size_t floats) {
+  if (weight_scratch_floats_ >= floats) return weight_scratch_;
+  if (weight_scratch_ != nullptr) {
+    (void)cudaFree(weight_scratch_);  // waits for the device, so no queued kernel still reads it
+    weight_scratch_ = nullptr;
+    weight_scratch_floats_ = 0;
+  }
+  void* p = nullptr;
+  if (cudaMalloc(&p, floats * sizeof(float)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  weight_scratch_ = static_cast<float*>(p);
+  weight_scratch_floats_ = floats;
+  return weight_scratch_;
+}
+
+// linear through cuBLAS: out [M, N] = x [M, K] @ w^T. An f32 w is read in place (as w^T: unit
+// row stride); other weights are converted to f32 slices of rows first. False: not done.
+bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  const GemmOperand xa{x.data, DType::F32, 0, K, 1};
+  if (w.dtype == DType::F32) {
+    const GemmOperand wt{w.data, DType::F32, 0, 1, K};
+    return blas_->gemm(xa, wt, out.data, DType::F32, 1, M, N, K, N);
+  }
+  const int64_t rows_max = static_cast<int64_t>(kWeightScratchFloats) / K;
+  if (rows_max < 1) return false;
+  const int64_t slice = N < rows_max ? N : rows_max;
+  float* scratch = weight_scratch(static_cast<size_t>(slice * K));
+  if (scratch == nullptr) return false;
+  const size_t w_row_bytes = row_bytes(w.dtype, K);
+  for (int64_t n0 = 0; n0 < N; n0 += slice) {
+    const int64_t rows = N - n0 < slice ? N - n0 : slice;
+    ConvertLauncher convert{static_cast<const uint8_t*>(w.data), w_row_bytes, n0, rows, K, scratch,
+                            stream_};
+    switch (w.dtype) {
+      case DType::F16: convert.operator()<DType::F16>(); break;
+      case DType::BF16: convert.operator()<DType::BF16>(); break;
+      default:
+        if (!dispatch_quantized(w.dtype, convert)) return false;
+    }
+    check_launch("linear");
+    const GemmOperand st{scratch, DType::F32, 0, 1, K};
+    if (!blas_->gemm(xa, st, static_cast<float*>(out.data) + n0, DType::F32, 1, M, rows, K, N)) {
+      return false;  // only before the first slice: the shapes are the same for every slice
+    }
+  }
+  return true;
+}
 
 void CudaKernels::matmul(const View& a, const View& b, const View& out) {
   if (a.ndim != 3 || b.ndim != 3 || out.ndim != 3) {
@@ -236,6 +351,13 @@ void CudaKernels::matmul(const View& a, const View& b, const View& out) {
   if (batch == 0 || M == 0 || N == 0) return;
   if (K == 0) {
     fill(out, 0.0);
+    return;
+  }
+  if (blas_ != nullptr && blas_->available() &&
+      blas_->gemm(GemmOperand{a.data, a.dtype, a.strides[0], a.strides[1], a.strides[2]},
+                  GemmOperand{b.data, b.dtype, b.strides[0], b.strides[1], b.strides[2]},
+                  out.data, out.dtype, batch, M, N, K, N)) {
+    g_device_ops.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   const Strided3 sa{a.data, a.dtype, a.strides[0], a.strides[1], a.strides[2]};
@@ -261,6 +383,17 @@ void CudaKernels::linear(const View& x, const View& w, const View& out) {
   if (is_quantized(w.dtype) && K % block_elems(w.dtype) != 0) {
     throw KernelError(std::string("linear: ") + dtype_name(w.dtype) + " weight has " +
                       std::to_string(K) + " columns, not a multiple of its block size");
+  }
+  if (M > kMatvecMaxRows && blas_ != nullptr && blas_->available() && linear_blas(x, w, out)) {
+    g_device_ops.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (M <= kMatvecMaxRows && is_quantized(w.dtype) &&
+      launch_quant_matvec(static_cast<const float*>(x.data), w, LinearPrologue::None, View{}, 0.0f,
+                          Addend{nullptr, DType::F32, 0, 0}, static_cast<float*>(out.data),
+                          static_cast<int>(M), static_cast<int>(sm_count_), stream_)) {
+    check_launch("linear");
+    return;
   }
   LinearLauncher launch{x, w, out, stream_};
   switch (w.dtype) {

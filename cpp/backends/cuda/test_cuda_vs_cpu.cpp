@@ -3,7 +3,8 @@
 // input bytes; the outputs must agree within the per-op tolerance printed with each failure.
 // It also checks the CUDA Backend's own contract (ordering, errors, device-side id errors,
 // out-of-memory, teardown from a completion callback). Without a usable CUDA device it prints
-// "SKIP: <reason>" and exits 0. `--bench` instead times a SmolLM2-shaped decode step.
+// "SKIP: <reason>" and exits 0. `--bench` instead times a SmolLM2-shaped decode step,
+// `--bench-kernels` the matrix kernels against the bandwidth and FLOP rooflines.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -435,12 +436,20 @@ void test_linear() {
   std::vector<DType> types(std::begin(kFloats), std::end(kFloats));
   types.insert(types.end(), std::begin(kQuant), std::end(kQuant));
   for (DType wt : types) {
-    for (int64_t M : {1, 3, 8, 9, 70}) {
+    // M = 2 and 5: rows long enough for 32 lanes per column in the matrix-vector kernel
+    // (K >= 1024), the weight starting one block into its allocation (another 4-byte phase of
+    // the 2-byte-aligned formats); M = 70 and 200: cuBLAS where it is loaded.
+    for (int64_t M : {1, 2, 3, 5, 8, 9, 70, 200}) {
       const int64_t blk = block_elems(wt);
-      const int64_t K = is_quantized(wt) ? blk * rand_int(1, blk == 256 ? 3 : 20) : rand_int(1, 300);
+      const bool long_rows = M == 2 || M == 5;
+      const int64_t K = !is_quantized(wt) ? rand_int(1, long_rows ? 3000 : 300)
+                        : long_rows      ? blk * (blk == 256 ? rand_int(4, 10) : rand_int(32, 80))
+                                         : blk * rand_int(1, blk == 256 ? 3 : 20);
       const int64_t N = rand_int(1, 140);
+      const int64_t w_off = is_quantized(wt) && long_rows ? block_bytes(wt) : 0;
       auto x = contiguous(DType::F32, {M, K});
-      auto w = is_quantized(wt) ? make_dual(wt, {N, K}, {K, 1}, 0, static_cast<int64_t>(row_bytes(wt, K)) * N)
+      auto w = is_quantized(wt) ? make_dual(wt, {N, K}, {K, 1}, w_off,
+                                            static_cast<int64_t>(row_bytes(wt, K)) * N + w_off)
                                 : contiguous(wt, {N, K});
       auto o = contiguous(DType::F32, {M, N});
       const std::string what = std::string("linear w=") + dtype_name(wt) + " M=" + std::to_string(M) +
@@ -448,6 +457,21 @@ void test_linear() {
       if (run_both(what, [&](Kernels& k, int s) { k.linear(x->view(s), w->view(s), o->view(s)); }))
         compare(what, *o, 1e-4, 1e-6, 1e-5);
     }
+  }
+}
+
+// One row against a tall weight (N = 9,000 > 2 blocks of columns per multiprocessor): the
+// matrix-vector kernel then takes four columns per lane group (fused.cu).
+void test_linear_tall() {
+  for (DType wt : {DType::Q4_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t M = 1, N = 9000, K = block_elems(wt) == 256 ? 1280 : 1024;
+    auto x = contiguous(DType::F32, {M, K});
+    auto w = make_dual(wt, {N, K}, {K, 1}, 0, static_cast<int64_t>(row_bytes(wt, K)) * N);
+    auto o = contiguous(DType::F32, {M, N});
+    const std::string what = std::string("linear (tall) w=") + dtype_name(wt) + " K=" + std::to_string(K) +
+                             " N=" + std::to_string(N);
+    if (run_both(what, [&](Kernels& k, int s) { k.linear(x->view(s), w->view(s), o->view(s)); }))
+      compare(what, *o, 1e-4, 1e-6, 1e-5);
   }
 }
 
@@ -906,12 +930,136 @@ void bench_decode(Backend& gpu, int ctx) {
   for (auto& b : bufs) gpu.deallocate(b.p, b.n);
 }
 
+// Kernel microbenchmarks against the roofline (`--bench-kernels`): HBM bandwidth measured here by
+// a 1 GiB f32 copy (bytes read + written); quantized matrix-vector products (M = 1) on
+// 8192x2048 and 2048x8192 weights, rotating over enough copies (>= 256 MiB) that the 50 MB L2
+// cannot hold them, as achieved weight bytes per second and the share of that bandwidth; and
+// prompt-sized products in TFLOP/s. Times are per call from back-to-back calls in one command
+// buffer (launch gaps included: an upper bound on the kernel time), median of 3.
+void bench_kernels(Backend& gpu) {
+  struct Buf { void* p; size_t n; };
+  std::vector<Buf> bufs;
+  auto alloc = [&](size_t bytes, DType qt) {
+    void* p = gpu.allocate(bytes);
+    if (p == nullptr) { std::printf("BENCH out of device memory\n"); std::exit(1); }
+    std::vector<uint8_t> h(bytes);  // Bool: an output, left as zeros
+    uint64_t state = rng() | 1;
+    for (size_t i = 0; qt != DType::Bool && i + 8 <= bytes; i += 8) {  // xorshift: 256 MiB quickly
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      std::memcpy(&h[i], &state, 8);
+    }
+    if (is_quantized(qt)) {
+      const int64_t bb = block_bytes(qt);
+      for (size_t b = 0; b + bb <= bytes; b += bb)
+        for (int off : scale_offsets(qt)) { uint16_t v = cpu::f32_to_f16(0.01f); std::memcpy(&h[b + off], &v, 2); }
+    } else if (qt == DType::F32) {
+      for (size_t i = 0; i + 4 <= bytes; i += 4) { float f = rand_normal() * 0.1f; std::memcpy(&h[i], &f, 4); }
+    }
+    gpu.copy_to_device(p, h.data(), bytes);
+    bufs.push_back({p, bytes});
+    return p;
+  };
+  auto view = [](void* p, DType t, std::vector<int64_t> shape) {
+    View v;
+    v.data = p;
+    v.dtype = t;
+    v.ndim = static_cast<int>(shape.size());
+    auto st = contiguous_strides(shape);
+    for (int i = 0; i < v.ndim; ++i) { v.shape[i] = shape[i]; v.strides[i] = st[i]; }
+    return v;
+  };
+  // Seconds per call of `calls` (median of 3 runs after a warm-up run).
+  auto time_calls = [&](const std::vector<Command>& c) {
+    gpu.submit(c, [](const std::string&) {});
+    gpu.synchronize();
+    std::vector<double> t;
+    for (int r = 0; r < 3; ++r) {
+      const auto a = std::chrono::steady_clock::now();
+      gpu.submit(c, [](const std::string&) {});
+      gpu.synchronize();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count() / c.size());
+    }
+    std::sort(t.begin(), t.end());
+    return t[1];
+  };
+  double hbm = 0;
+  {
+    const int64_t n = int64_t(1) << 28;  // 1 GiB of f32
+    View a = view(alloc(n * 4, DType::Bool), DType::F32, {n}), b = view(alloc(n * 4, DType::Bool), DType::F32, {n});
+    std::vector<Command> c(20, [=](Kernels& k) { k.copy(a, b); });
+    const double s = time_calls(c);
+    hbm = 2.0 * n * 4 / s;
+    std::printf("BENCH copy 1 GiB f32: %.1f us, %.0f GB/s (read + write): the bandwidth roofline below\n", s * 1e6, hbm / 1e9);
+    for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
+    bufs.clear();
+  }
+  {  // the cost of one launch: a 1-element fill
+    View f = view(alloc(4, DType::Bool), DType::F32, {1});
+    std::vector<Command> c(200, [=](Kernels& k) { k.fill(f, 1.0); });
+    std::printf("BENCH launch (1-element fill): %.2f us/call\n", time_calls(c) * 1e6);
+  }
+  const DType types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  const int64_t shapes[][2] = {{8192, 2048}, {2048, 8192}};  // N (rows of w), K
+  for (DType t : types) {
+    for (const auto& sh : shapes) {
+      const int64_t N = sh[0], K = sh[1];
+      const size_t wbytes = row_bytes(t, K) * N;
+      const int copies = static_cast<int>((size_t(256) << 20) / wbytes + 1);
+      std::vector<View> ws;
+      for (int i = 0; i < copies; ++i) ws.push_back(view(alloc(wbytes, t), t, {N, K}));
+      View x = view(alloc(K * 4, DType::F32), DType::F32, {1, K});
+      View o = view(alloc(N * 4, DType::Bool), DType::F32, {1, N});
+      std::vector<Command> c;
+      for (int r = 0; r < 4; ++r)
+        for (const View& w : ws) c.push_back([=](Kernels& k) { k.linear(x, w, o); });
+      std::vector<Command> c1(c.size(), [=](Kernels& k) { k.linear(x, ws[0], o); });
+      const double s1 = time_calls(c1);  // one weight: from L2 once it fits there
+      const double s = time_calls(c);
+      std::printf("BENCH matvec %-5s N=%5lld K=%5lld: one weight (in L2) %6.2f us/call; rotating: %6.2f us/call, "
+                  "%6.0f GB/s of weights, %3.0f%% of the copy bandwidth\n",
+                  dtype_name(t), static_cast<long long>(N), static_cast<long long>(K), s1 * 1e6, s * 1e6,
+                  wbytes / s / 1e9, 100.0 * wbytes / s / hbm);
+      for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
+      bufs.clear();
+    }
+  }
+  // Prompt-sized products: 512 rows through a 1B-shaped FFN weight (Q4_K), and the f32 layer of
+  // the 4096-8192-4096 MLP at batch 1024.
+  {
+    const int64_t M = 512, K = 2048, N = 8192;
+    View w = view(alloc(row_bytes(DType::Q4_K, K) * N, DType::Q4_K), DType::Q4_K, {N, K});
+    View x = view(alloc(M * K * 4, DType::F32), DType::F32, {M, K});
+    View o = view(alloc(M * N * 4, DType::Bool), DType::F32, {M, N});
+    std::vector<Command> c(20, [=](Kernels& k) { k.linear(x, w, o); });
+    const double s = time_calls(c);
+    std::printf("BENCH linear q4_k M=%lld K=%lld N=%lld: %.1f us/call, %.1f TFLOP/s\n", static_cast<long long>(M),
+                static_cast<long long>(K), static_cast<long long>(N), s * 1e6, 2.0 * M * K * N / s / 1e12);
+    for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
+    bufs.clear();
+  }
+  {
+    const int64_t M = 1024, K = 4096, N = 8192;
+    View a = view(alloc(M * K * 4, DType::F32), DType::F32, {1, M, K});
+    View b = view(alloc(K * N * 4, DType::F32), DType::F32, {1, K, N});
+    View o = view(alloc(M * N * 4, DType::Bool), DType::F32, {1, M, N});
+    std::vector<Command> c(20, [=](Kernels& k) { k.matmul(a, b, o); });
+    const double s = time_calls(c);
+    std::printf("BENCH matmul f32 %lldx%lldx%lld: %.1f us/call, %.1f TFLOP/s\n", static_cast<long long>(M),
+                static_cast<long long>(K), static_cast<long long>(N), s * 1e6, 2.0 * M * K * N / s / 1e12);
+    for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
+    bufs.clear();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool bench = false;
+  bool bench = false, bench_k = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--bench") == 0) bench = true;
+    else if (std::strcmp(argv[i], "--bench-kernels") == 0) bench_k = true;
     else rng.seed(std::strtoull(argv[i], nullptr, 10));
   }
   std::unique_ptr<Backend> gpu;
@@ -919,6 +1067,10 @@ int main(int argc, char** argv) {
     gpu = make_cuda_backend();
   } catch (const std::exception& e) {
     std::printf("SKIP: %s\n", e.what());
+    return 0;
+  }
+  if (bench_k) {
+    bench_kernels(*gpu);
     return 0;
   }
   if (bench) {
@@ -934,6 +1086,7 @@ int main(int argc, char** argv) {
   test_reduce_softmax();
   test_matmul();
   test_linear();
+  test_linear_tall();
   test_gather();
   test_training();
   test_norm_rope_mask();

@@ -1,0 +1,132 @@
+#pragma once
+// The quantized matrix-vector product of linear's and fused_linear's decode case (M <= 8 rows):
+// one kernel (fused.cu) serves both, so they sum in the same order (fused_linear's results equal
+// rms_norm/swiglu + linear + add). Each block stages the M rows of x in shared memory, every
+// 32-element group padded to 36 floats so that the float4 reads of 8 consecutive groups hit
+// distinct banks; then LPR lanes (8, 16 or 32, inside one warp) share one output column n: lane
+// `sub` takes the groups g = sub, sub + LPR, ... of the weight row, reads each with wide loads as
+// integers and a scale and offset per 16 elements (quant32) and adds its dot with each row of x
+// to acc[m] (scale * sum(q x) + offset * sum(x), the sums of x staged with the rows); group_sum<LPR> adds the LPR
+// partial sums. Fewer lanes per column for short rows keep every lane busy (K = 576 has only 18
+// groups); blocks loop over columns, so x is staged once per block, not once per 4 columns. With
+// one row of x and a tall weight, each lane group takes four columns at once (matvec32_cols).
+#include "cuda_common.cuh"
+#include "quant_blocks.cuh"
+#include "runtime/kernels.h"
+
+namespace tl {
+namespace cuda {
+
+constexpr int kMatvecRows = 8;
+
+inline int matvec_lanes_per_row(int64_t K) {
+  const int64_t groups = K / 32;
+  return groups >= 32 ? 32 : groups >= 16 ? 16 : 8;
+}
+
+constexpr int kGroupStride = 36;  // floats per staged 32-element group
+
+// Floats of one staged row of K elements.
+__host__ __device__ inline int64_t staged_row_floats(int64_t K) { return K / 32 * kGroupStride; }
+
+// A residual (or any addend) added to out[m, n] before its store; data nullptr: none.
+struct Addend {
+  const void* data;
+  DType dtype;
+  int64_t s0, s1;
+};
+
+// Launches the kernel (fused.cu) for out [M, N] = prologue(x) @ w^T + addend, w quantized [N, K];
+// returns false, launching nothing, when w is not quantized, K is not a multiple of 32, w is not
+// aligned for dequant32 or the staged rows do not fit in shared memory.
+bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
+                         float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream);
+
+// xs: the staged rows (staged_row_floats(K) floats each; floats 32 and 33 of each group hold the
+// sums of its two 16-element halves). The weights come as integers and an affine map per half
+// (quant32), so each element costs a byte-to-float conversion and one FMA.
+// MAXM: the most rows the caller may pass (1 for the common decode case: fewer registers).
+template <DType WT, int LPR, int MAXM>
+__device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs, int M, int64_t K,
+                                             int sub, float (&acc)[MAXM]) {
+  const int64_t groups = K / 32, xrow = staged_row_floats(K);
+#pragma unroll 2
+  for (int64_t g = sub; g < groups; g += LPR) {
+    uint32_t q[8];
+    float a[2], b[2];
+    quant32<WT>(row, g, q, a, b);
+    float qf[32];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) qf[4 * i + k] = byte_to_float(q[i], k);
+    }
+#pragma unroll
+    for (int m = 0; m < MAXM; ++m) {
+      if (m < M) {
+        const float* xg = xs + m * xrow + g * kGroupStride;
+        const float4* xv = reinterpret_cast<const float4*>(xg);
+        float s[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float4 v = xv[i];
+          float& t = s[i >> 2];
+          t = fmaf(qf[4 * i], v.x, t);
+          t = fmaf(qf[4 * i + 1], v.y, t);
+          t = fmaf(qf[4 * i + 2], v.z, t);
+          t = fmaf(qf[4 * i + 3], v.w, t);
+        }
+        const float2 xsum = *reinterpret_cast<const float2*>(xg + 32);
+        acc[m] += (a[0] * s[0] + b[0] * xsum.x) + (a[1] * s[1] + b[1] * xsum.y);
+      }
+    }
+  }
+}
+
+// One row of x (M = 1) against COLS weight rows at once: the COLS rows' loads are in flight
+// together (the kernel is latency-bound otherwise) and each float4 of x is read once for all of
+// them. Per column the same operations in the same order as matvec32_row, so the same sums.
+template <DType WT, int LPR, int COLS>
+__device__ __forceinline__ void matvec32_cols(const uint8_t* const (&rows)[COLS], const float* xs,
+                                              int64_t K, int sub, float (&acc)[COLS]) {
+  const int64_t groups = K / 32;
+  for (int64_t g = sub; g < groups; g += LPR) {
+    uint32_t q[COLS][8];
+    float a[COLS][2], b[COLS][2];
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) quant32<WT>(rows[c], g, q[c], a[c], b[c]);
+    const float* xg = xs + g * kGroupStride;
+    const float4* xv = reinterpret_cast<const float4*>(xg);
+    float s[COLS][2];
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) s[c][0] = s[c][1] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 v = xv[i];
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        float& t = s[c][i >> 2];
+        t = fmaf(byte_to_float(q[c][i], 0), v.x, t);
+        t = fmaf(byte_to_float(q[c][i], 1), v.y, t);
+        t = fmaf(byte_to_float(q[c][i], 2), v.z, t);
+        t = fmaf(byte_to_float(q[c][i], 3), v.w, t);
+      }
+    }
+    const float2 xsum = *reinterpret_cast<const float2*>(xg + 32);
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) {
+      acc[c] += (a[c][0] * s[c][0] + b[c][0] * xsum.x) + (a[c][1] * s[c][1] + b[c][1] * xsum.y);
+    }
+  }
+}
+
+// Sum over the LPR consecutive lanes of a column group; every lane of the warp must call it.
+template <int LPR>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+}  // namespace cuda
+}  // namespace tl
