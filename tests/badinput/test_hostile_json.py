@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
 
 
-def tl(*args, stdin="", timeout=300):
+def tl(*args, stdin="", timeout=300, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "tensorlogic", *args], capture_output=True, text=True,
-                          input=stdin, env=ENV, timeout=timeout, cwd=ROOT)
+                          input=stdin, env=ENV, timeout=timeout, cwd=cwd)
 
 
 def _deep_safetensors(path: Path, depth: int = 200_000) -> Path:
-    header = b"[" * depth + b"]" * depth
+    header = b'{"w": ' + b"[" * depth + b"]" * depth + b"}"  # an object, so the depth is what fails
     path.write_bytes(struct.pack("<Q", len(header)) + header)
     return path
 
@@ -50,10 +50,10 @@ def test_bounded_loads_measures_depth_outside_strings_and_refuses_deep_or_large_
 def test_tl_run_on_a_safetensors_file_with_a_deep_header_is_an_error_not_a_segfault(tmp_path):
     f = _deep_safetensors(tmp_path / "deep.safetensors")
     prog = tmp_path / "p.tl"
-    prog.write_text(f'main {{ let m = load("{f}")\nprint(m) }}\n')
-    r = tl("run", str(prog))
+    prog.write_text(f'main {{ let m = load("{f.name}")\nprint(m) }}\n')  # short: the message is not elided
+    r = tl("run", "p.tl", cwd=tmp_path)
     assert r.returncode == 1, (r.returncode, r.stderr[-300:])
-    assert "is not a valid safetensors file" in r.stderr and "nests 200000 levels deep" in r.stderr
+    assert "is not a valid .safetensors file" in r.stderr and "nests 200001 levels deep" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 3  # the error, its line, ^
 
 
