@@ -4,7 +4,7 @@
 // which the completion handler reports as the command buffer's error (rule R3).
 #include "tl_common.h"
 
-// CPU twin: Kernels::gather_rows (cpp/backends/cpu/kernels_quant.cpp).
+// CPU twin: Kernels::gather_rows (cpp/backends/cpu/kernels_gather_rows.cpp).
 kernel void tl_gather_rows(constant TLRowsParams& p [[buffer(0)]],
                            device const uchar* table [[buffer(1)]],
                            device const uchar* ids [[buffer(2)]],

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+import tensorlogic
 from tensorlogic.models import bounded_json
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+# the package under test (the installed one in CI, whose _core the source tree lacks)
+ENV = dict(os.environ, PYTHONPATH=str(Path(tensorlogic.__file__).resolve().parent.parent))
 
 
 def tl(*args, stdin="", timeout=300, cwd=ROOT):

@@ -268,7 +268,7 @@ def test_under_the_debug_environment_variables():
     # the three programs use distinct global names, so they run as one
     source += "\n".join(programs).replace("let a = ones", "let a0 = ones").replace("a[0] = 9.0", "a0[0] = 9.0") \
         .replace("ident(a)", "ident(a0)")
-    base = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "TL_DEBUG_POISON": "1",
+    base = {**os.environ, "PYTHONPATH": str(Path(core.__file__).resolve().parent.parent), "TL_DEBUG_POISON": "1",
             "TL_DEBUG_DELAY_US": "200", "TL_NO_CACHE": "1"}
     for compile_flag in ("1", "0"):
         proc = subprocess.run([sys.executable, "-m", "tensorlogic", "run", "-"], input=source, text=True,

@@ -1,4 +1,4 @@
-"""Every `_core` op and every builtin is in autograd/optable.py's table, and does what the table says
+"""Every `_core` op and every builtin is in builtins/autograd/optable.py's table, and does what the table says
 with a gradient: a differentiable one has a case here checked against float64 finite differences of a
 NumPy reference, a refusing one stops with an error naming it, a no-gradient one never hands back a
 float tensor that silently lost a learnable input's gradient. So a new op cannot cut the graph
