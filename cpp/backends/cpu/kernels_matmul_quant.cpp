@@ -842,7 +842,7 @@ void CpuKernels::expert_linear(const View& x, const View& w, const View& ids, in
   if (pairs == 0 || N == 0) return;
   const size_t wrow = row_bytes(w.dtype, K);
   // The pairs (token, slot) of each expert, in order: expert e's rows of x go through one linear.
-  thread_local std::vector<int64_t> order, start;
+  thread_local std::vector<int64_t> order, start, next;
   order.resize(static_cast<size_t>(pairs));
   start.assign(static_cast<size_t>(experts + 1), 0);
   auto id_at = [&](int64_t p) -> int64_t {
@@ -856,10 +856,8 @@ void CpuKernels::expert_linear(const View& x, const View& w, const View& ids, in
     ++start[static_cast<size_t>(e + 1)];
   }
   for (int64_t e = 0; e < experts; ++e) start[static_cast<size_t>(e + 1)] += start[static_cast<size_t>(e)];
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t p = 0; p < pairs; ++p) order[static_cast<size_t>(fill[static_cast<size_t>(id_at(p))]++)] = p;
-  }
+  next.assign(start.begin(), start.end() - 1);
+  for (int64_t p = 0; p < pairs; ++p) order[static_cast<size_t>(next[static_cast<size_t>(id_at(p))]++)] = p;
   const float* xd = static_cast<const float*>(x.data);
   float* od = static_cast<float*>(out.data);
   auto x_row = [&](int64_t p) { return xd + ((p / k) * X + (X == 1 ? 0 : p % k)) * K; };
