@@ -99,6 +99,9 @@ import "std/decoder.tl"
 fn route(p) {
     moe_top_k(p, 3)  // k is a constant of the model, as n_experts_used in the decode step
 }
+fn route_both(p) {
+    [moe_top_k_ranks(p, 3), moe_top_k_rounds(p, 3), moe_top_k(p, 3)]
+}
 @compile
 fn experts(x, w, ids) {
     expert_linear(x, w, ids, 5)
@@ -138,4 +141,19 @@ def test_device_top_k_equals_numpy_order_and_replays():
         np.testing.assert_array_equal(vals.numpy(), np.take_along_axis(p, order, 1))
     cf = interp.functions["route"].impl
     assert cf.records == 1 and cf.replays == 7  # the routing is data of the replay, not a constant
+    interp.close()
+
+
+@pytest.mark.parametrize("rows", [5, 200000])
+def test_both_top_k_ways_agree_with_numpy(rows):
+    """Ranks (few rows) and rounds of argmax (many: 200000 x 6 x 6 is past moe_top_k's switch) give
+    NumPy's stable order, ties included; moe_top_k takes the one its size calls for."""
+    interp = _interp()
+    p = RNG.random((rows, 6)).astype(np.float32)
+    p[:, 2] = p[:, 4]  # a tie in every row
+    p[0] = 0.25
+    order = np.argsort(-p, axis=1, kind="stable")[:, :3]
+    for ids, vals in interp.call_value(interp.functions["route_both"], [core.from_numpy(p)]):
+        np.testing.assert_array_equal(ids.numpy(), order)
+        np.testing.assert_array_equal(vals.numpy(), np.take_along_axis(p, order, 1))
     interp.close()
