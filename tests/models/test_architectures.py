@@ -272,3 +272,44 @@ def test_moe_compiled_decode_equals_eager_bitwise(arch):
         assert ids == want["greedy_ids"][:12]
         for c in caches:
             c.release()
+
+
+def test_q8_0_expert_weights_stay_quantized_and_match_the_f32_file(tmp_path):
+    """The expert tensors as most MoE files ship them (quantized, uploaded as [experts * rows, cols]
+    blocks): the same logits as the f32 file up to Q8_0's rounding, and the same greedy ids."""
+    import gguf
+    from gguf.quants import quantize
+
+    src = FIXTURES / "qwen2moe.gguf"
+    r = gguf.GGUFReader(str(src))
+    dst = tmp_path / "q8.gguf"
+    w = gguf.GGUFWriter(str(dst), "qwen2moe")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1])
+        else:
+            w.add_key_value(f.name, f.contents(), vt)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        if "_exps." in t.name:
+            raw = quantize(np.ascontiguousarray(data, dtype=np.float32), q8)
+            w.add_tensor(t.name, raw, raw_shape=raw.shape, raw_dtype=q8)
+        else:
+            w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    want = _expected("qwen2moe")
+    with LlmSession(dst, context=128) as session:
+        exps = session.model.get_tensor("blk.0.ffn_gate_exps.weight")
+        assert exps.dtype == "q8_0" and list(exps.shape) == [4 * 32, 64]
+        r8 = session.generate(want["prompt_ids"], 5, stop_at_eog=False, keep_logits=True)
+    got = np.asarray(r8.prompt_logits, dtype=np.float64).reshape(-1)
+    err = np.abs(got - np.asarray(want["last_logits"])).max()
+    assert 1e-6 < err < 3e-2  # quantized (not the f32 weights), and close
+    assert r8.ids == want["greedy_ids"][:5]
