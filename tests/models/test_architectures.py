@@ -313,3 +313,38 @@ def test_q8_0_expert_weights_stay_quantized_and_match_the_f32_file(tmp_path):
     err = np.abs(got - np.asarray(want["last_logits"])).max()
     assert 1e-6 < err < 3e-2  # quantized (not the f32 weights), and close
     assert r8.ids == want["greedy_ids"][:5]
+
+
+def test_a_shared_expert_gate_stored_as_a_vector_gives_the_same_logits(tmp_path):
+    """Qwen2-MoE's shared-expert gate is a [1, d] matrix; a file may store it as a vector [d]."""
+    import gguf
+
+    src = FIXTURES / "qwen2moe.gguf"
+    r = gguf.GGUFReader(str(src))
+    dst = tmp_path / "vec.gguf"
+    w = gguf.GGUFWriter(str(dst), "qwen2moe")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1])
+        else:
+            w.add_key_value(f.name, f.contents(), vt)
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        if "ffn_gate_inp_shexp" in t.name:
+            data = data.reshape(-1)
+        w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with GGUFFile(dst) as g:
+        assert g.tensors["blk.0.ffn_gate_inp_shexp.weight"].shape == (64,)
+    want = _expected("qwen2moe")
+    with LlmSession(dst, context=128) as session:
+        r2 = session.generate(want["prompt_ids"], 3, stop_at_eog=False, keep_logits=True)
+    np.testing.assert_allclose(np.asarray(r2.prompt_logits, dtype=np.float64).reshape(-1),
+                               np.asarray(want["last_logits"]), atol=1e-3, rtol=0)
+    assert r2.ids == want["greedy_ids"][:3]

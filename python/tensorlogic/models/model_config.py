@@ -71,7 +71,8 @@ class ModelConfig:
             info = g.tensors.get(name)
             if info is None:
                 raise ModelError(f"{g.path}: missing tensor {name}")
-            if info.shape != shape:
+            # a [1, d] matrix may be stored as a vector [d] (Qwen2-MoE's shared-expert gate)
+            if info.shape != shape and not (len(shape) == 2 and shape[0] == 1 and info.shape == shape[1:]):
                 raise ModelError(f"{g.path}: tensor {name} has shape {list(info.shape)}, "
                                  f"expected {list(shape)} from the metadata")
             if len(shape) == 1 and info.is_quantized:
