@@ -141,6 +141,12 @@ def test_experts_on_a_family_without_them_are_refused_in_one_line(tmp_path):
     assert "missing tensor" not in msg
 
 
+def test_an_early_mixtral_conversion_with_one_tensor_per_expert_is_refused(tmp_path):
+    rename = {"blk.0.ffn_gate_exps.weight": "blk.0.ffn_gate.0.weight"}
+    msg = _load_error(_rewrite(FIXTURES / "mixtral.gguf", tmp_path / "old.gguf", rename=rename))
+    assert "one tensor per expert" in msg and "not supported" in msg
+
+
 def test_an_unknown_architecture_with_experts_is_refused_as_mixture_of_experts(tmp_path):
     import gguf
 

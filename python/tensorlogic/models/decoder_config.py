@@ -183,6 +183,9 @@ def expert_settings(g: GGUFFile, arch: str, r: _Reader) -> dict:
                          "Mixtral as llama, qwen2moe, qwen3moe)")
     if experts <= 0:
         raise ModelError(f"{label}: expert tensors without metadata {arch}.expert_count")
+    if "blk.0.ffn_gate.0.weight" in g.tensors:
+        raise ModelError(f"{label}: one tensor per expert (blk.0.ffn_gate.0.weight, an early Mixtral "
+                         "conversion) is not supported; the experts must be stacked (ffn_gate_exps)")
     used = r.positive("expert_used_count")
     if used > experts:
         raise ModelError(f"{label}: metadata {arch}.expert_used_count = {used} exceeds expert_count = {experts}")
