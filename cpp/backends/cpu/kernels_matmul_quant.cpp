@@ -841,10 +841,9 @@ void CpuKernels::expert_linear(const View& x, const View& w, const View& ids, in
   const int64_t N = w.shape[0] / experts, pairs = T * k;
   if (pairs == 0 || N == 0) return;
   const size_t wrow = row_bytes(w.dtype, K);
-  // The pairs (token, slot) of each expert, in order: expert e's rows of x go through one linear.
-  thread_local std::vector<int64_t> order, start, next;
-  order.resize(static_cast<size_t>(pairs));
-  start.assign(static_cast<size_t>(experts + 1), 0);
+  const float* xd = static_cast<const float*>(x.data);
+  float* od = static_cast<float*>(out.data);
+  auto x_row = [&](int64_t p) { return xd + ((p / k) * X + (X == 1 ? 0 : p % k)) * K; };
   auto id_at = [&](int64_t p) -> int64_t {
     return ids.dtype == DType::I32 ? static_cast<const int32_t*>(ids.data)[p] : static_cast<const int64_t*>(ids.data)[p];
   };
@@ -853,14 +852,41 @@ void CpuKernels::expert_linear(const View& x, const View& w, const View& ids, in
     if (e < 0 || e >= experts)
       kernel_fail("expert_linear: expert id " + std::to_string(e) + " is out of range for " +
                   std::to_string(experts) + " experts");
-    ++start[static_cast<size_t>(e + 1)];
   }
+  if (T == 1) {
+    // One token (decode): the rows of all k experts in one parallel loop (one dispatch, not k),
+    // each row's dot product exactly as linear's matrix-vector path computes it.
+    const WeightKernels wk = weight_kernels(w.dtype);
+    const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
+    const int64_t nb = (K + 31) / 32;
+    thread_local std::vector<float> xsum;
+    xsum.assign(static_cast<size_t>(X * nb), 0.0f);
+    for (int64_t r = 0; r < X; ++r)
+      for (int64_t b = 0; b < K / 32; ++b) {
+        float acc = 0.0f;
+        for (int j = 0; j < 32; ++j) acc += xd[r * K + b * 32 + j];
+        xsum[static_cast<size_t>(r * nb + b)] = acc;
+      }
+    const int64_t groups = (N + 3) / 4;
+    const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(4 * wrow, 1)));
+    pool().parallel_for(k * groups, grain, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t p = g / groups, n0 = (g % groups) * 4, n1 = std::min(N, n0 + 4);
+        const uint8_t* base = wdata + static_cast<size_t>(id_at(p) * N) * wrow;
+        const float* xs = xsum.data() + (X == 1 ? 0 : p) * nb;
+        for (int64_t n = n0; n < n1; ++n) od[p * N + n] = wk.dot(base + static_cast<size_t>(n) * wrow, x_row(p), xs, K);
+      }
+    });
+    return;
+  }
+  // The pairs (token, slot) of each expert, in order: expert e's rows of x go through one linear.
+  thread_local std::vector<int64_t> order, start, next;
+  order.resize(static_cast<size_t>(pairs));
+  start.assign(static_cast<size_t>(experts + 1), 0);
+  for (int64_t p = 0; p < pairs; ++p) ++start[static_cast<size_t>(id_at(p) + 1)];
   for (int64_t e = 0; e < experts; ++e) start[static_cast<size_t>(e + 1)] += start[static_cast<size_t>(e)];
   next.assign(start.begin(), start.end() - 1);
   for (int64_t p = 0; p < pairs; ++p) order[static_cast<size_t>(next[static_cast<size_t>(id_at(p))]++)] = p;
-  const float* xd = static_cast<const float*>(x.data);
-  float* od = static_cast<float*>(out.data);
-  auto x_row = [&](int64_t p) { return xd + ((p / k) * X + (X == 1 ? 0 : p % k)) * K; };
   thread_local std::vector<float> xs, ys;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t b = start[static_cast<size_t>(e)], m = start[static_cast<size_t>(e + 1)] - b;
@@ -877,7 +903,7 @@ void CpuKernels::expert_linear(const View& x, const View& w, const View& ids, in
     xv.strides[0] = K;
     ov.strides[0] = N;
     xv.strides[1] = ov.strides[1] = 1;
-    if (m == 1) {  // the decode case: read x's row and write out's row in place
+    if (m == 1) {  // read x's row and write out's row in place
       const int64_t p = order[static_cast<size_t>(b)];
       xv.data = const_cast<float*>(x_row(p));
       ov.data = od + p * N;
