@@ -1,10 +1,13 @@
 """CPU decode speed of a Qwen2-shaped model against the same model declared Llama (issue: the new
 architectures stay within 10 % of Llama's decode). Both files hold the same random weights (written
 by tensorlogic.models.testing); the Qwen2 copy adds the Q/K/V biases and runs through decoder.tl,
-the original through llama.tl. Rounds alternate the two, the first is a warm-up; decode tok/s is
-(time of prompt + N tokens - time of prompt + 1 token) / (N - 1).
+the original through llama.tl. With --experts E a third file is the Llama model with Mixtral's
+feed-forward: E experts of the dense FFN's shape (random Q8_0), --used of them per token, so each
+token computes --used dense FFNs plus the router. Rounds alternate the files, the first is a
+warm-up; decode tok/s is (time of prompt + N tokens - time of prompt + 1 token) / (N - 1).
 
     PYTHONPATH=python python bench/arch_decode.py [--layers 12] [--d-model 576] [--tokens 129] [--rounds 4]
+        [--experts 8 --used 2]
 """
 from __future__ import annotations
 
@@ -44,12 +47,54 @@ def _as_qwen2(src: Path, dst: Path, seed: int = 0) -> None:
     w.close()
 
 
+def _as_mixtral(src: Path, dst: Path, experts: int, used: int, seed: int = 1) -> None:
+    """The llama file with each layer's FFN replaced by `experts` random Q8_0 experts of its shape."""
+    import gguf
+    from gguf.quants import quantize
+
+    r = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(dst), "llama")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1])
+        else:
+            w.add_key_value(f.name, f.contents(), vt)
+    w.add_uint32("llama.expert_count", experts)
+    w.add_uint32("llama.expert_used_count", used)
+    rng = np.random.default_rng(seed)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for t in r.tensors:
+        part = next((p for p in ("ffn_gate", "ffn_up", "ffn_down") if t.name.endswith(p + ".weight")), None)
+        if part is None:
+            data = np.asarray(t.data)
+            w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
+            continue
+        cols, rows = (int(v) for v in t.shape)  # ggml order
+        vals = (rng.standard_normal((experts, rows, cols)) / np.sqrt(cols)).astype(np.float32)
+        raw = quantize(vals, q8)
+        w.add_tensor(t.name.replace(".weight", "_exps.weight"), raw,
+                     raw_shape=raw.shape, raw_dtype=q8)
+        if part == "ffn_gate":
+            d = cols
+            w.add_tensor(t.name.replace("ffn_gate", "ffn_gate_inp"),
+                         (rng.standard_normal((experts, d)) / np.sqrt(d)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--d-model", type=int, default=576)
     ap.add_argument("--tokens", type=int, default=129)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--experts", type=int, default=0, help="also a Mixtral-shaped file with this many experts")
+    ap.add_argument("--used", type=int, default=2, help="experts used per token (with --experts)")
     a = ap.parse_args()
     from tensorlogic.apps.llm_session import LlmSession
     from tensorlogic.models.testing import write_tiny_llama
@@ -60,6 +105,10 @@ def main() -> None:
         qwen = Path(tmp) / "qwen2.gguf"
         _as_qwen2(llama, qwen)
         sessions = {"llama": LlmSession(llama, context=256), "qwen2": LlmSession(qwen, context=256)}
+        if a.experts:
+            moe = Path(tmp) / "mixtral.gguf"
+            _as_mixtral(llama, moe, a.experts, a.used)
+            sessions[f"mixtral {a.used} of {a.experts}"] = LlmSession(moe, context=256)
         rates: dict[str, list[float]] = {k: [] for k in sessions}
         prompt = list(range(5, 21))
         for rnd in range(a.rounds):
@@ -77,7 +126,9 @@ def main() -> None:
             s.close()
     for name, v in rates.items():
         print(f"{name}: decode {np.median(v):.1f} tok/s (rounds {', '.join(f'{x:.1f}' for x in v)})")
-    print(f"qwen2 / llama: {np.median(rates['qwen2']) / np.median(rates['llama']):.3f}")
+    for name in rates:
+        if name != "llama":
+            print(f"{name} / llama: {np.median(rates[name]) / np.median(rates['llama']):.3f}")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ void finish_command_buffer(PendingCommandBuffer& pending, id<MTLCommandBuffer> d
           // Same wording as the CPU twin (cpp/backends/cpu/kernels_matmul_quant.cpp).
           error = "embedding: id " + std::to_string(record.value) +
                   " is out of range for a table of " + std::to_string(record.limit) + " rows";
+        } else if (record.code == TL_ERROR_EXPERT_ID_OUT_OF_RANGE) {
+          error = "expert_linear: expert id " + std::to_string(record.value) + " is out of range for " +
+                  std::to_string(record.limit) + " experts";
         } else if (record.code == TL_ERROR_SCATTER_ID_OUT_OF_RANGE) {
           error = "scatter_add_rows: id " + std::to_string(record.value) + " is out of range for [" +
                   std::to_string(record.limit) + ", D] rows";

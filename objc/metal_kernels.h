@@ -42,6 +42,8 @@ class MetalKernels : public Kernels {
   void softmax(const View& in, int64_t outer, int64_t n, int64_t inner, const View& out) override;
   void matmul(const View& a, const View& b, const View& out) override;
   void linear(const View& x, const View& w, const View& out) override;
+  void expert_linear(const View& x, const View& w, const View& ids, int64_t experts,
+                     const View& out) override;
   void gather_rows(const View& table, const View& ids, const View& out) override;
   void scatter_add_rows(const View& ids, const View& src, const View& out) override;
   void optimizer_update(const OptimizerStep& s, const View& param, const View& grad, const View& m,

@@ -462,6 +462,50 @@ void MetalKernels::linear(const View& x, const View& w, const View& out) {
   encode(pso, &p, sizeof p, bindings, 3, grid);
 }
 
+void MetalKernels::expert_linear(const View& x, const View& w, const View& ids, int64_t experts,
+                                 const View& out) {
+  require_ndim(x, 3, "expert_linear", "x");
+  require_ndim(w, 2, "expert_linear", "w");
+  require_ndim(ids, 2, "expert_linear", "ids");
+  require_ndim(out, 3, "expert_linear", "out");
+  require_dtype(x, DType::F32, "expert_linear", "x");
+  require_dtype(out, DType::F32, "expert_linear", "out");
+  require_contiguous(x, "expert_linear", "x");
+  require_contiguous(ids, "expert_linear", "ids");
+  require_contiguous(out, "expert_linear", "out");
+  if (!is_quantized(w.dtype)) require_contiguous(w, "expert_linear", "w");
+  if (ids.dtype != DType::I32 && ids.dtype != DType::I64) {
+    fail("expert_linear", std::string("ids must be i32 or i64, got ") + dtype_name(ids.dtype));
+  }
+  if (experts <= 0 || w.shape[0] % experts != 0) fail("expert_linear", "w's rows are not experts * N");
+  TLExpertParams p;
+  std::memset(&p, 0, sizeof p);
+  p.topk = ids.shape[1];
+  p.pairs = ids.shape[0] * p.topk;
+  p.k = x.shape[2];
+  p.x_rows = x.shape[1];
+  p.experts = experts;
+  p.n = w.shape[0] / experts;
+  if (w.shape[1] != p.k) fail("expert_linear", "x and w disagree on K");
+  if (p.k % block_elems(w.dtype) != 0) {
+    fail("expert_linear", "K = " + std::to_string(p.k) + " is not a multiple of the " +
+                              dtype_name(w.dtype) + " block size");
+  }
+  p.row_bytes = static_cast<int64_t>(row_bytes(w.dtype, p.k));
+  p.w_dtype = dtype_code(w.dtype);
+  p.ids_dtype = dtype_code(ids.dtype);
+  if (p.pairs * p.n == 0) return;
+  Binding bindings[] = {bind(x, 1, "expert_linear"), bind(w, 2, "expert_linear"),
+                        bind(ids, 3, "expert_linear"), bind(out, 4, "expert_linear"), Binding{}};
+  bindings[4].slice = error_record();
+  bindings[4].index = 5;
+  PipelineRef pso = pipeline("tl_expert_linear", TL_LINEAR_THREADS);
+  Grid grid;
+  grid.threads = MTLSizeMake(TL_LINEAR_THREADS, 1, 1);
+  grid.groups = MTLSizeMake(clamp_groups(p.n), clamp_groups(p.pairs), 1);
+  encode(pso, &p, sizeof p, bindings, 5, grid);
+}
+
 void MetalKernels::gather_rows(const View& table, const View& ids, const View& out) {
   require_ndim(table, 2, "gather_rows", "table");
   require_ndim(out, 2, "gather_rows", "out");

@@ -40,6 +40,62 @@ kernel void tl_linear(constant TLRowsParams& p [[buffer(0)]],
   }
 }
 
+// CPU twin: Kernels::expert_linear (cpp/backends/cpu/kernels_matmul_quant.cpp). As tl_linear, one
+// threadgroup per output: pair q (a token's chosen expert) and column n take row n of expert
+// ids[q]'s matrix (rows ids[q] * n.. of w) dotted with the pair's row of x. The id is read here, on
+// the GPU, so a replayed command follows new routing; an id outside [0, experts) gives zeros and
+// the first one is recorded in the error record.
+kernel void tl_expert_linear(constant TLExpertParams& p [[buffer(0)]],
+                             device const float* x [[buffer(1)]],
+                             device const uchar* w [[buffer(2)]],
+                             device const uchar* ids [[buffer(3)]],
+                             device float* out [[buffer(4)]],
+                             device TLErrorRecord* error [[buffer(5)]],
+                             uint2 first_group [[threadgroup_position_in_grid]],
+                             uint2 group_count [[threadgroups_per_grid]],
+                             uint2 local [[thread_position_in_threadgroup]]) {
+  threadgroup float scratch[TL_LINEAR_THREADS];
+  uint tid = local.x;
+  for (long q = first_group.y; q < p.pairs; q += group_count.y) {
+    long e = tl_load_i(ids, q, p.ids_dtype);
+    bool valid = e >= 0 && e < p.experts;  // the same for the whole threadgroup: barriers stay uniform
+    if (!valid && tid == 0 && first_group.x == 0) {
+      int expected = TL_ERROR_NONE;
+      bool won = false;
+      while (!won && expected == TL_ERROR_NONE) {
+        won = atomic_compare_exchange_weak_explicit((device atomic_int*)&error->code, &expected,
+                                                    TL_ERROR_EXPERT_ID_OUT_OF_RANGE,
+                                                    memory_order_relaxed, memory_order_relaxed);
+      }
+      if (won) {
+        error->value = e;
+        error->limit = p.experts;
+      }
+    }
+    device const float* x_row = x + ((q / p.topk) * p.x_rows + (p.x_rows == 1 ? 0 : q % p.topk)) * p.k;
+    for (long n = first_group.x; n < p.n; n += group_count.x) {
+      float partial = 0.0f;
+      if (valid) {
+        device const uchar* w_row = w + (e * p.n + n) * p.row_bytes;
+        if (p.w_dtype >= TL_Q4_0) {
+          int elems = tl_block_elems(p.w_dtype);
+          int bytes = tl_block_bytes(p.w_dtype);
+          long blocks = p.k / elems;
+          for (long blk = tid; blk < blocks; blk += TL_LINEAR_THREADS) {
+            partial += tl_block_dot(w_row + blk * bytes, p.w_dtype, x_row + blk * elems);
+          }
+        } else {
+          for (long kk = tid; kk < p.k; kk += TL_LINEAR_THREADS) {
+            partial += tl_load_f(w_row, kk, p.w_dtype) * x_row[kk];
+          }
+        }
+      }
+      float total = tl_threadgroup_sum(scratch, partial, tid, TL_LINEAR_THREADS);
+      if (tid == 0) out[q * p.n + n] = total;
+    }
+  }
+}
+
 // CPU twin: Kernels::fused_linear (cpp/backends/cpu/kernels_fused.cpp). Phase 0 (only with a
 // prologue) writes the prepared rows to scratch, one threadgroup per row: RMS-normalised rows of
 // x, or swiglu of x's [gate | up] halves; phase 1 computes each output as tl_linear does, from

@@ -112,6 +112,19 @@ struct TLRowsParams {
   int pad0;
 };
 
+// expert_linear: x contiguous [T, x_rows, k] f32, w [experts * n, k], ids [T, topk], out [T, topk, n].
+struct TLExpertParams {
+  tl_i64 pairs;      // T * topk
+  tl_i64 n;          // output columns: rows of one expert's matrix
+  tl_i64 k;          // K
+  tl_i64 row_bytes;  // bytes of one row of w
+  tl_i64 experts;
+  tl_i64 topk;       // ids per token
+  tl_i64 x_rows;     // 1 (each token's row feeds all its experts) or topk
+  int w_dtype;
+  int ids_dtype;
+};
+
 // rms_norm, layer_norm: x, out contiguous [rows, d].
 struct TLNormParams {
   tl_i64 rows;
@@ -224,10 +237,11 @@ struct TLDelayParams {
 };
 
 // Layout of the per-command-buffer error record that kernels which can detect bad data at run
-// time (gather_rows, scatter_add_rows) write; the completion handler turns it into the command buffer's error.
+// time (gather_rows, scatter_add_rows, expert_linear) write; the completion handler turns it into the command buffer's error.
 #define TL_ERROR_NONE 0
 #define TL_ERROR_GATHER_ID_OUT_OF_RANGE 1
 #define TL_ERROR_SCATTER_ID_OUT_OF_RANGE 2
+#define TL_ERROR_EXPERT_ID_OUT_OF_RANGE 3
 struct TLErrorRecord {
   int code;       // written with an atomic compare-exchange from TL_ERROR_NONE: first error wins
   int pad0;

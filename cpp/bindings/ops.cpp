@@ -244,6 +244,11 @@ void bind_ops(py::module_& m) {
           return linear(as_tensor(x, "linear"), w, opt_tensor(bias, "linear"));
         }, py::arg("x"), py::arg("w"), py::arg("bias") = py::none(),
         "x @ w.T (+ bias); w is [out, in] of any dtype including quantized.");
+  m.def("expert_linear", [](py::handle x, const Tensor& w, py::handle ids, int64_t experts) {
+          return expert_linear(as_tensor(x, "expert_linear"), w, as_tensor(ids, "expert_linear"), experts);
+        }, py::arg("x"), py::arg("w"), py::arg("ids"), py::arg("experts") = 0,
+        "Mixture-of-experts products: x [T, in] or [T, 1 or k, in], w [experts * out, in] (any weight "
+        "dtype) or [experts, out, in], ids [T, k] -> [T, k, out], row (t, j) = x[t] @ W_ids[t, j].T.");
   m.def("embedding", [](const Tensor& table, py::handle ids) { return embedding(table, as_tensor(ids, "embedding")); },
         py::arg("table"), py::arg("ids"), "Rows of `table` (may be quantized) for integer `ids`: ids.shape + [D].");
   m.def("index_select", [](py::handle x, int64_t dim, py::handle ids) {

@@ -171,6 +171,15 @@ class Kernels {
   // for matrix-vector products (M == 1) while the device's q8_activations switch is on
   // (TL_Q8_ACTIVATIONS, `tl generate --fast`).
   virtual void linear_q8_activations(const View& x, const View& w, const View& out) { linear(x, w, out); }
+  // The expert products of a mixture-of-experts layer (ggml's mul_mat_id): for each token t and
+  // each of its k chosen experts j, out[t, j, :] = x[t, X == 1 ? 0 : j, :] @ W_e^T with
+  // e = ids[t, j] and W_e rows e*N .. e*N+N-1 of w. w contiguous [experts * N, K] of any dtype
+  // linear takes (the experts' matrices stacked, as GGUF stores them); x contiguous [T, X, K] f32
+  // with X == 1 (each token's one row feeds all its experts) or X == k; ids contiguous I32/I64
+  // [T, k], read on the device (so a recorded step replays with new routing); out contiguous
+  // [T, k, N] f32. An id outside [0, experts) is bad data (KernelError / the device error slot).
+  virtual void expert_linear(const View& x, const View& w, const View& ids, int64_t experts,
+                             const View& out) = 0;
   // out[i, :] = table[ids[i], :]: table contiguous [V, D] of any dtype incl. quantized, ids
   // contiguous I32/I64 [n], out contiguous [n, D] (f32/f16). Throws KernelError if an id is
   // outside [0, V).

@@ -102,6 +102,7 @@ constexpr unsigned kOpNone = 0;
   X("log_softmax", Reduce, 1, kOpNone)                                                            \
   X("matmul", Linalg, 2, kOpNone)                                                                 \
   X("linear", Linalg, 3, kOpNone)                                                                 \
+  X("expert_linear", Linalg, 3, kOpNone)                                                          \
   X("embedding", Nn, 2, kOpNone)                                                                  \
   X("index_select", Nn, 2, kOpNone)                                                               \
   X("rms_norm", Nn, 2, kOpNone)                                                              \
@@ -194,6 +195,7 @@ inline const char* op_kind_name(OpKind k) {
   X(matmul, "matmul")                                                                             \
   X(linear, "matmul")                                                                             \
   X(linear_q8_activations, "matmul")                                                              \
+  X(expert_linear, "matmul")                                                                      \
   X(gather_rows, "gather_rows")                                                                        \
   X(scatter_add_rows, "training")                                                                 \
   X(optimizer_update, "training")                                                                 \

@@ -57,6 +57,10 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // Linear algebra and nn.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias);
+// The expert products of a mixture-of-experts layer (Kernels::expert_linear): x [T, K] or
+// [T, X, K] (X 1 or k), w [experts * N, K] of any weight dtype (experts > 0) or a plain [E, N, K]
+// (experts 0 or E), ids [T, k] i32/i64 -> [T, k, N] f32 with out[t, j] = x[t, j or 0] @ W_ids[t,j]^T.
+Tensor expert_linear(const Tensor& x, const Tensor& w, const Tensor& ids, int64_t experts);
 Tensor embedding(const Tensor& table, const Tensor& ids);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& ids);
 Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& w, double eps);

@@ -152,6 +152,52 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const std::optional<Tensor>& b
   return out;
 }
 
+Tensor expert_linear(const Tensor& x0, const Tensor& w0, const Tensor& ids0, int64_t experts) {
+  auto dev = op_device({&x0, &w0, &ids0}, "expert_linear");
+  require_plain(x0, "expert_linear");
+  if (!is_integer(ids0.dtype) || ids0.ndim() != 2)
+    throw DTypeError("expert_linear: ids must be a 2-D i32/i64 tensor [tokens, k], got " + describe(ids0));
+  Tensor w = w0;
+  if (w0.ndim() == 3) {
+    if (experts != 0 && experts != w0.shape[0])
+      throw ShapeError("expert_linear: experts=" + std::to_string(experts) + " but the weight " +
+                       shape_str(w0.shape) + " holds " + std::to_string(w0.shape[0]));
+    experts = w0.shape[0];
+    w = reshape(contiguous(w0), {w0.shape[0] * w0.shape[1], w0.shape[2]});
+  } else if (w0.ndim() == 2) {
+    if (experts <= 0 || w0.shape[0] % experts != 0)
+      throw ShapeError("expert_linear: a 2-D weight [experts * out, in] needs experts > 0 dividing its " +
+                       std::to_string(w0.shape[0]) + " rows, got experts=" + std::to_string(experts));
+  } else {
+    throw ShapeError("expert_linear: the weight must be [experts * out, in] or [experts, out, in], got " +
+                     describe(w0));
+  }
+  const int64_t T = ids0.shape[0], k = ids0.shape[1], K = w.shape[1], N = w.shape[0] / experts;
+  int64_t X = 1;
+  if (x0.ndim() == 3 && (x0.shape[1] == 1 || x0.shape[1] == k)) X = x0.shape[1];
+  else if (x0.ndim() != 2) X = -1;
+  if (X < 0 || x0.shape[0] != T || x0.shape.back() != K)
+    throw ShapeError("expert_linear: input " + shape_str(x0.shape) + " does not match ids " +
+                     shape_str(ids0.shape) + " and weight rows of " + std::to_string(K) +
+                     " (expected [tokens, in] or [tokens, 1 or k, in])");
+  if (is_quantized(w.dtype) && K % block_elems(w.dtype) != 0)
+    throw ShapeError(std::string("expert_linear: ") + dtype_name(w.dtype) + " rows of " +
+                     std::to_string(K) + " are not whole blocks");
+  Tensor x = reshape(contiguous(astype(x0, DType::F32)), {T, X, K});
+  Tensor ids = contiguous(ids0);
+  w = contiguous(w);
+  Tensor out = new_tensor(*dev, {T, k, N}, DType::F32, "expert_linear");
+  if (out.numel() > 0) {
+    View xv = x.view(), wv = w.view(), iv = ids.view(), ov = out.view();
+    if (K == 0)
+      encode(*dev, [ov](Kernels& kn) { kn.fill(ov, 0.0); }, {}, {&out});
+    else
+      encode(*dev, [xv, wv, iv, experts, ov](Kernels& kn) { kn.expert_linear(xv, wv, iv, experts, ov); },
+             {&x, &w, &ids}, {&out});
+  }
+  return out;
+}
+
 Tensor embedding(const Tensor& table, const Tensor& ids0) {
   auto dev = op_device({&table, &ids0}, "embedding");
   if (table.ndim() != 2)

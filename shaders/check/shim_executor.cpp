@@ -166,6 +166,7 @@ extern "C" size_t tl_shim_sizeof(const char* type) {
   if (t == "TLReduceParams") return sizeof(TLReduceParams);
   if (t == "TLMatmulParams") return sizeof(TLMatmulParams);
   if (t == "TLRowsParams") return sizeof(TLRowsParams);
+  if (t == "TLExpertParams") return sizeof(TLExpertParams);
   if (t == "TLNormParams") return sizeof(TLNormParams);
   if (t == "TLAttentionParams") return sizeof(TLAttentionParams);
   if (t == "TLRopeParams") return sizeof(TLRopeParams);
@@ -181,7 +182,7 @@ extern "C" size_t tl_shim_sizeof(const char* type) {
 extern "C" int tl_shim_has_kernel(const char* kernel) {
   static const char* const names[] = {
       "tl_binary", "tl_binary_scalar", "tl_where", "tl_unary", "tl_copy", "tl_fill", "tl_arange",
-      "tl_reduce", "tl_softmax", "tl_reduce_columns", "tl_softmax_columns", "tl_matmul", "tl_linear", "tl_gather_rows", "tl_rms_norm",
+      "tl_reduce", "tl_softmax", "tl_reduce_columns", "tl_softmax_columns", "tl_matmul", "tl_linear", "tl_expert_linear", "tl_gather_rows", "tl_rms_norm",
       "tl_layer_norm", "tl_rope", "tl_causal_mask", "tl_attention", "tl_delay", "tl_fused_linear",
       "tl_swiglu", "tl_rope_kv_write", "tl_scatter_add_rows", "tl_optimizer_update"};
   for (const char* name : names) {
@@ -268,6 +269,12 @@ extern "C" int tl_shim_dispatch(const char* kernel, void* params, void** buffers
     run_grid(groups, threads, true, [&](const Position& q) {
       tl_linear(p, buffer<const float>(b, 1), buffer<const uchar>(b, 2), buffer<float>(b, 3),
                 xy(q.group), xy(q.groups), xy(q.local));
+    });
+  } else if (name == "tl_expert_linear") {
+    auto& p = *static_cast<TLExpertParams*>(params);
+    run_grid(groups, threads, true, [&](const Position& q) {
+      tl_expert_linear(p, buffer<const float>(b, 1), buffer<const uchar>(b, 2), buffer<const uchar>(b, 3),
+                       buffer<float>(b, 4), buffer<TLErrorRecord>(b, 5), xy(q.group), xy(q.groups), xy(q.local));
     });
   } else if (name == "tl_gather_rows") {
     auto& p = *static_cast<TLRowsParams*>(params);

@@ -316,7 +316,8 @@ def test_refusing_core_ops_name_themselves(name):
     w = learnable(2, 3)
     args = {"copy_": (raw_core.zeros([2, 3], "f32"), w),
             "rope_kv_write": (w, w, w, raw_core.zeros([4, 2, 3], "f32"), raw_core.zeros([4, 2, 3], "f32"), 0,
-                              10000.0, False)}[name]
+                              10000.0, False),
+            "expert_linear": (w, raw_core.zeros([2, 4, 3], "f32"), raw_core.zeros([2, 1], "i64"))}[name]
     with pytest.raises(tape.AutogradError, match=rf"^{name} has no gradient"):
         getattr(core, name)(*args)
 
@@ -332,6 +333,7 @@ REFUSING_PROGRAMS = {
     "cache_attention": "let q = learnable(ones([1, 2, 4]))\ncache_attention(q, KVCache::new_f32(1), 0, 0)",
     "rope_kv_write": "let q = learnable(ones([1, 2, 4]))\nrope_kv_write(KVCache::new_f32(1), 0, 0, q, q, q)",
     "one_hot": "let w = learnable([0.0, 1.0])\none_hot(w, 3)",
+    "expert_linear": "let w = learnable(ones([2, 3]))\nexpert_linear(w, zeros([2, 4, 3]), zeros([2, 1]) as i64)",
 }
 
 

@@ -4,7 +4,8 @@ logits and 20 greedy ids stored beside them (tests/models/fixtures/, regenerated
 fixtures/make_fixtures.py; CI needs neither torch nor the converter). Each runs through `tl`'s own
 generation path (stdlib/generate.tl, the compiled decode step) and must give logits within 1e-3 and
 the same 20 greedy ids; prompts are longer than any sliding window. Files of what is still not
-supported are refused in one line naming it."""
+supported are refused in one line naming it. The mixture-of-experts fixtures (qwen2moe, qwen3moe,
+mixtral) route each token to 2 of 4 experts; their compiled decode steps equal eager ones bitwise."""
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ def _expected(arch: str) -> dict:
 
 def test_every_fixture_is_small_and_has_its_reference():
     assert {"qwen2", "qwen3", "mistral", "phi3", "phi4mini", "gemma2", "olmo2", "granite", "smollm3",
-            "stablelm"} <= set(ARCHS)
+            "stablelm", "qwen2moe", "qwen3moe", "mixtral"} <= set(ARCHS)
     for arch in ARCHS:
         assert (FIXTURES / f"{arch}.gguf").stat().st_size < 1 << 20
         assert len(_expected(arch)["greedy_ids"]) == 20
@@ -73,6 +74,10 @@ SETTINGS_THAT_MATTER = [
     ("olmo2", "qk_norm", "none"), ("granite", "residual_scale", 1.0), ("granite", "attn_scale", 0.25),
     ("smollm3", "no_rope_step", 0), ("stablelm", "qkv_bias", False), ("gemma2", "attn_softcap", 0.0),
     ("gemma2", "sliding_window", 1000), ("gemma2", "final_logit_softcap", 0.0),
+    # mixture of experts: the shared expert, the renormalisation of the top-k weights, k itself
+    ("qwen2moe", "d_ff_shared", 0), ("qwen2moe", "expert_weights_norm", True),
+    ("qwen3moe", "expert_weights_norm", False), ("mixtral", "expert_weights_norm", False),
+    ("mixtral", "n_experts_used", 1), ("qwen3moe", "n_experts_used", 3),
 ]
 
 
@@ -125,17 +130,67 @@ def _load_error(path: Path) -> str:
     return msg
 
 
-def test_a_mixtral_shaped_llama_file_is_refused_as_mixture_of_experts(tmp_path):
+def test_experts_on_a_family_without_them_are_refused_in_one_line(tmp_path):
     import gguf
 
-    # Mixtral as llama.cpp converts it: declared llama, expert_count set, the FFN in expert tensors
-    rename = {f"blk.{i}.ffn_{p}.weight": f"blk.{i}.ffn_{p}_exps.weight" for i in range(2) for p in ("gate", "up", "down")}
-    path = _rewrite(FIXTURES / "mistral.gguf", tmp_path / "mixtral.gguf", rename=rename,
-                    extra={"llama.expert_count": (8, gguf.GGUFValueType.UINT32),
-                           "llama.expert_used_count": (2, gguf.GGUFValueType.UINT32)})
+    # olmo2 has no mixture-of-experts forward pass: its expert metadata is named, not a missing tensor
+    path = _rewrite(FIXTURES / "olmo2.gguf", tmp_path / "olmoe.gguf",
+                    extra={"olmo2.expert_count": (8, gguf.GGUFValueType.UINT32)})
     msg = _load_error(path)
-    assert "mixture-of-experts" in msg and "not supported" in msg and "8 experts" in msg
+    assert "mixture-of-experts (8 experts per layer) is not supported on olmo2" in msg
     assert "missing tensor" not in msg
+
+
+def test_an_early_mixtral_conversion_with_one_tensor_per_expert_is_refused(tmp_path):
+    rename = {"blk.0.ffn_gate_exps.weight": "blk.0.ffn_gate.0.weight"}
+    msg = _load_error(_rewrite(FIXTURES / "mixtral.gguf", tmp_path / "old.gguf", rename=rename))
+    assert "one tensor per expert" in msg and "not supported" in msg
+
+
+def test_an_unknown_architecture_with_experts_is_refused_as_mixture_of_experts(tmp_path):
+    import gguf
+
+    path = _rewrite(FIXTURES / "qwen2moe.gguf", tmp_path / "ds.gguf", arch="deepseek2",
+                    extra={"deepseek2.expert_count": (4, gguf.GGUFValueType.UINT32)})
+    assert "mixture-of-experts (4 experts per layer) is not supported on deepseek2" in _load_error(path)
+
+
+@pytest.mark.parametrize("key, value, vtype, words", [
+    ("expert_gating_func", 2, "UINT32", "expert gating function 2"),
+    ("expert_weights_scale", 2.5, "FLOAT32", "scaled expert weights"),
+    ("expert_used_count", 5, "UINT32", "expert_used_count = 5 exceeds expert_count = 4"),
+])
+def test_routing_this_forward_pass_does_not_compute_is_refused(tmp_path, key, value, vtype, words):
+    import gguf
+
+    path = tmp_path / "moe.gguf"
+    _rewrite(FIXTURES / "qwen3moe.gguf", path, extra={f"qwen3moe.{key}": (value, getattr(gguf.GGUFValueType, vtype))}
+             ) if key != "expert_used_count" else _rewrite_value(FIXTURES / "qwen3moe.gguf", path, f"qwen3moe.{key}", value)
+    assert words in _load_error(path)
+
+
+def _rewrite_value(src: Path, dst: Path, key: str, value) -> Path:
+    """A copy of a GGUF file with one existing integer metadata value changed."""
+    import gguf
+
+    r = gguf.GGUFReader(str(src))
+    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+    w = gguf.GGUFWriter(str(dst), arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vtype = f.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(f.name, f.contents(), vtype, sub_type=f.types[-1])
+        else:
+            w.add_key_value(f.name, value if f.name == key else f.contents(), vtype)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
 
 
 def test_an_unknown_architecture_is_refused_naming_the_supported_ones(tmp_path):
@@ -143,21 +198,15 @@ def test_an_unknown_architecture_is_refused_naming_the_supported_ones(tmp_path):
     assert "'mamba' is not supported" in msg and "qwen2" in msg and "llama" in msg
 
 
-def test_a_qwen2moe_file_is_refused_as_mixture_of_experts(tmp_path):
-    import gguf
-
-    path = _rewrite(FIXTURES / "qwen2.gguf", tmp_path / "moe.gguf", arch="qwen2moe",
-                    extra={"qwen2moe.expert_count": (4, gguf.GGUFValueType.UINT32)})
-    msg = _load_error(path)
-    assert "mixture-of-experts (4 experts per layer) is not supported" in msg
-
-
 @pytest.mark.parametrize("arch, words", [
     ("qwen2", "Q/K/V bias"), ("qwen3", "q/k RMSNorm per head"), ("mistral", "sliding window 8 on every layer"),
     ("phi4mini", "partial RoPE (12 of 16 dims), LongRoPE factors"), ("olmo2", "norms after attention and FFN"),
     ("granite", "embedding x3, residual x0.5, logits /2.5, attention scale 0.2"),
     ("smollm3", "no RoPE on every 4th layer"), ("stablelm", "LayerNorm with bias"),
-    ("gemma2", "attention soft-capping 1")])
+    ("gemma2", "attention soft-capping 1"),
+    ("qwen2moe", "mixture of 4 experts, 2 used per token (expert FFN 32, shared expert 64)"),
+    ("qwen3moe", "mixture of 4 experts, 2 used per token (expert FFN 32, weights renormalised)"),
+    ("mixtral", "mixture of 4 experts, 2 used per token (expert FFN 64, weights renormalised)")])
 def test_model_info_shows_the_distinctive_settings(arch, words):
     from tensorlogic.models.info import format_info, model_info
 
@@ -201,3 +250,107 @@ def test_prefill_in_pieces_equals_one_prefill(arch):
             assert part.prefilled == len(ids) - cut
             np.testing.assert_allclose(part.prompt_logits, full.prompt_logits, atol=1e-4, rtol=1e-4)
             assert part.ids == full.ids
+
+
+@pytest.mark.parametrize("arch", ["qwen2moe", "qwen3moe", "mixtral"])
+def test_moe_compiled_decode_equals_eager_bitwise(arch):
+    """The compiled decode step reads each token's routing on the device: replayed with new tokens,
+    it gives the eager step's logits bit for bit (two caches from one prefill)."""
+    from tensorlogic.builtins.kvcache import KVCache
+
+    want = _expected(arch)
+    with LlmSession(FIXTURES / f"{arch}.gguf", context=128) as s:
+        cfg, fns, call = s.config, s.interp.functions, s.interp.call_value
+        caches = [KVCache(cfg.n_layers, 128, cfg.n_kv_heads, cfg.head_dim, "f32") for _ in range(2)]
+        prompt = want["prompt_ids"]
+        logits = [call(fns["model_last_logits"], [s.model, call(fns["model_forward"], [s.model, c, prompt, 0])])
+                  for c in caches]
+        pos, ids = len(prompt), []
+        for _ in range(12):
+            tok = int(np.argmax(logits[0].numpy().reshape(-1)))
+            ids.append(tok)
+            logits = [call(fns["model_decode_step"], [s.model, caches[0], tok, pos]),
+                      call(fns["model_last_logits"], [s.model, call(fns["model_forward"], [s.model, caches[1], [tok], pos])])]
+            assert logits[0].numpy().tobytes() == logits[1].numpy().tobytes()
+            pos += 1
+        cf = fns["model_decode_step"].impl
+        assert cf.records == 1 and cf.replays == 11
+        assert ids == want["greedy_ids"][:12]
+        for c in caches:
+            c.release()
+
+
+def test_q8_0_expert_weights_stay_quantized_and_match_the_f32_file(tmp_path):
+    """The expert tensors as most MoE files ship them (quantized, uploaded as [experts * rows, cols]
+    blocks): the same logits as the f32 file up to Q8_0's rounding, and the same greedy ids."""
+    import gguf
+    from gguf.quants import quantize
+
+    src = FIXTURES / "qwen2moe.gguf"
+    r = gguf.GGUFReader(str(src))
+    dst = tmp_path / "q8.gguf"
+    w = gguf.GGUFWriter(str(dst), "qwen2moe")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1])
+        else:
+            w.add_key_value(f.name, f.contents(), vt)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        if "_exps." in t.name:
+            raw = quantize(np.ascontiguousarray(data, dtype=np.float32), q8)
+            w.add_tensor(t.name, raw, raw_shape=raw.shape, raw_dtype=q8)
+        else:
+            w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    want = _expected("qwen2moe")
+    with LlmSession(dst, context=128) as session:
+        exps = session.model.get_tensor("blk.0.ffn_gate_exps.weight")
+        assert exps.dtype == "q8_0" and list(exps.shape) == [4 * 32, 64]
+        r8 = session.generate(want["prompt_ids"], 5, stop_at_eog=False, keep_logits=True)
+    got = np.asarray(r8.prompt_logits, dtype=np.float64).reshape(-1)
+    err = np.abs(got - np.asarray(want["last_logits"])).max()
+    assert 1e-6 < err < 3e-2  # quantized (not the f32 weights), and close
+    assert r8.ids == want["greedy_ids"][:5]
+
+
+def test_a_shared_expert_gate_stored_as_a_vector_gives_the_same_logits(tmp_path):
+    """Qwen2-MoE's shared-expert gate is a [1, d] matrix; a file may store it as a vector [d]."""
+    import gguf
+
+    src = FIXTURES / "qwen2moe.gguf"
+    r = gguf.GGUFReader(str(src))
+    dst = tmp_path / "vec.gguf"
+    w = gguf.GGUFWriter(str(dst), "qwen2moe")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1])
+        else:
+            w.add_key_value(f.name, f.contents(), vt)
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        if "ffn_gate_inp_shexp" in t.name:
+            data = data.reshape(-1)
+        w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with GGUFFile(dst) as g:
+        assert g.tensors["blk.0.ffn_gate_inp_shexp.weight"].shape == (64,)
+    want = _expected("qwen2moe")
+    with LlmSession(dst, context=128) as session:
+        r2 = session.generate(want["prompt_ids"], 3, stop_at_eog=False, keep_logits=True)
+    np.testing.assert_allclose(np.asarray(r2.prompt_logits, dtype=np.float64).reshape(-1),
+                               np.asarray(want["last_logits"]), atol=1e-3, rtol=0)
+    assert r2.ids == want["greedy_ids"][:3]

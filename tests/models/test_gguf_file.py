@@ -202,7 +202,7 @@ def test_missing_required_metadata(tmp_path):
     assert "should be a string" in _error(_write(tmp_path, build_gguf(kvs=[wrong_type])))
     other = ("general.architecture", T.STRING, _str("mamba"))
     assert ("architecture 'mamba' is not supported (supported: gemma2, gemma3, granite, llama, olmo2, phi3, "
-            "qwen2, qwen3, smollm3, stablelm)") in _error(_write(tmp_path, build_gguf(kvs=[other])))
+            "qwen2, qwen2moe, qwen3, qwen3moe, smollm3, stablelm)") in _error(_write(tmp_path, build_gguf(kvs=[other])))
 
 
 def test_missing_or_misshapen_tensor(tmp_path):

@@ -340,6 +340,32 @@ def cases_linear_all_weight_types_decode_and_prompt_shapes():
     return cases, {}
 
 
+def cases_expert_linear_all_weight_types_decode_prefill_and_bad_ids():
+    """The mixture-of-experts products: every weight type, one token (decode) and many with repeated
+    experts (prefill), x shared by a token's experts or one row each, i32/i64 ids, a bad id."""
+    cases = []
+    for wt in ["f32", "f16", "bf16"] + list(QUANT):
+        be = QUANT[wt][1] if wt in QUANT else 1
+        K = be * (2 if be == 256 else 6) if wt in QUANT else 70
+        E, N = 5, int(RNG.integers(1, 60))
+        if wt in QUANT:
+            raw = random_quantized(wt, E * N, K)
+            mk = lambda raw=raw, wt=wt, N=N, K=K, E=E: _core.from_quantized(raw, wt, [E * N, K])
+        else:
+            w = randn(E * N, K)
+            mk = lambda w=w, wt=wt: T(w, wt)
+        for tokens, k, rows in ((1, 2, 1), (9, 2, 1), (6, 3, 3)):
+            x = randn(tokens, rows, K)
+            ids = np.stack([RNG.choice(E, k, replace=False) for _ in range(tokens)])
+            dt = "i32" if tokens == 9 else None
+            cases.append((f"expert_linear {wt} T={tokens} k={k} x rows {rows}",
+                          lambda x=x, mk=mk, ids=ids, dt=dt, E=E: _core.expert_linear(T(x), mk(), T(ids, dt), E)))
+        bad = np.array([[0, E + 2]])
+        cases.append((f"expert_linear {wt} id out of range",
+                      lambda mk=mk, bad=bad, K=K, E=E: _core.expert_linear(T(randn(1, K)), mk(), T(bad), E)))
+    return cases, {}
+
+
 def cases_embedding_from_every_table_type_and_bad_ids():
     cases = []
     for wt in ["f32", "f16", "bf16"] + list(QUANT):

@@ -305,6 +305,12 @@ class RowsParams(ctypes.Structure):
                 ("pad0", c_int32)]
 
 
+class ExpertParams(ctypes.Structure):
+    _fields_ = [("pairs", c_int64), ("n", c_int64), ("k", c_int64), ("row_bytes", c_int64),
+                ("experts", c_int64), ("topk", c_int64), ("x_rows", c_int64), ("w_dtype", c_int32),
+                ("ids_dtype", c_int32)]
+
+
 class NormParams(ctypes.Structure):
     _fields_ = [("rows", c_int64), ("d", c_int64), ("eps", c_float), ("x_dtype", c_int32),
                 ("out_dtype", c_int32), ("w_dtype", c_int32), ("b_dtype", c_int32),
@@ -354,7 +360,7 @@ class ErrorRecord(ctypes.Structure):
 
 PARAM_TYPES = {"TLViewDesc": ViewDesc, "TLElementwiseParams": ElementwiseParams,
                "TLCopyParams": CopyParams, "TLReduceParams": ReduceParams,
-               "TLMatmulParams": MatmulParams, "TLRowsParams": RowsParams,
+               "TLMatmulParams": MatmulParams, "TLRowsParams": RowsParams, "TLExpertParams": ExpertParams,
                "TLNormParams": NormParams, "TLAttentionParams": AttentionParams,
                "TLDelayParams": DelayParams, "TLErrorRecord": ErrorRecord,
                "TLRopeParams": RopeParams, "TLFusedLinearParams": FusedLinearParams,
@@ -673,6 +679,30 @@ def test_linear_kernel_with_plain_f16_weights(shim):
     p = RowsParams(m=1, n=7, k=40, row_bytes=80, w_dtype=F16, out_dtype=F32)
     dispatch(shim, "tl_linear", p, {1: x, 2: w, 3: out}, groups=[7, 1], threads=[32])
     np.testing.assert_allclose(out, x @ w.astype(np.float32).T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("qtype, x_rows", [("q4_0", 1), ("q8_0", 2), ("q4_k", 1), ("q6_k", 2)])
+def test_expert_linear_kernel_routes_each_pair_through_its_expert(shim, qtype, x_rows):
+    pytest.importorskip("gguf")
+    rng = np.random.default_rng(11)
+    experts, n, k, tokens, topk = 4, 5, 256, 3, 2
+    w = random_quantized_rows(qtype, experts * n, k, rng)
+    x = rng.standard_normal((tokens, x_rows, k)).astype(np.float32)
+    ids = np.array([[2, 0], [3, 2], [1, 2]], np.int64)
+    out = np.zeros((tokens, topk, n), np.float32)
+    record = ErrorRecord()
+    p = ExpertParams(pairs=tokens * topk, n=n, k=k, row_bytes=w.shape[1], experts=experts, topk=topk,
+                     x_rows=x_rows, w_dtype=QTYPES[qtype], ids_dtype=I64)
+    dispatch(shim, "tl_expert_linear", p, {1: x, 2: w, 3: ids, 4: out, 5: record}, groups=[2, 4], threads=[32])
+    deq = dequantize(qtype, w).reshape(experts, n, k)
+    expected = np.stack([np.stack([deq[ids[t, j]] @ x[t, 0 if x_rows == 1 else j].astype(np.float64)
+                                   for j in range(topk)]) for t in range(tokens)])
+    np.testing.assert_allclose(out, expected, rtol=2e-4, atol=2e-4 * np.abs(expected).max())
+    assert record.code == 0
+    ids[1, 1] = 9
+    dispatch(shim, "tl_expert_linear", p, {1: x, 2: w, 3: ids, 4: out, 5: record}, groups=[2, 4], threads=[32])
+    assert (record.code, record.value, record.limit) == (3, 9, experts)
+    assert not out[1, 1].any()
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q5_1", "q4_k", "q6_k"])

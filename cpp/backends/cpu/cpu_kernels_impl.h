@@ -32,6 +32,8 @@ class CpuKernels final : public Kernels {
   void matmul(const View& a, const View& b, const View& out) override;
   void linear(const View& x, const View& w, const View& out) override;
   void linear_q8_activations(const View& x, const View& w, const View& out) override;
+  void expert_linear(const View& x, const View& w, const View& ids, int64_t experts,
+                     const View& out) override;
   void gather_rows(const View& table, const View& ids, const View& out) override;
   void scatter_add_rows(const View& ids, const View& src, const View& out) override;
   void optimizer_update(const OptimizerStep& s, const View& param, const View& grad, const View& m,

@@ -7,7 +7,9 @@
 // dequantizers for the rest); M > 1 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
 // and multiplies every row of x against it, so each weight block is decoded once per call.
 // Activations and accumulation stay f32 (no activation quantization); the opt-in 8-bit
-// activation path (linear_q8_activations) lives in kernels_matmul_q8.cpp.
+// activation path (linear_q8_activations) lives in kernels_matmul_q8.cpp. expert_linear (the
+// expert products of a mixture-of-experts layer) runs linear once per chosen expert on the rows
+// routed to it, so it has the same kernels, threading and numbers as linear.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -825,6 +827,99 @@ void CpuKernels::linear(const View& x, const View& w, const View& out) {
       gemm_nt(xd, K, M, tile.data(), K, nr, K, od + n0, N);
     }
   });
+}
+
+void CpuKernels::expert_linear(const View& x, const View& w, const View& ids, int64_t experts,
+                               const View& out) {
+  if (x.dtype != DType::F32 || out.dtype != DType::F32) kernel_fail("expert_linear: x and out must be f32");
+  if (x.ndim != 3 || w.ndim != 2 || ids.ndim != 2 || out.ndim != 3) kernel_fail("expert_linear: bad ranks");
+  if (ids.dtype != DType::I32 && ids.dtype != DType::I64) kernel_fail("expert_linear: ids must be i32 or i64");
+  const int64_t T = ids.shape[0], k = ids.shape[1], X = x.shape[1], K = x.shape[2];
+  if (experts <= 0 || w.shape[0] % experts != 0 || w.shape[1] != K || x.shape[0] != T ||
+      (X != 1 && X != k) || out.shape[0] != T || out.shape[1] != k || out.shape[2] != w.shape[0] / experts)
+    kernel_fail("expert_linear: shape mismatch");
+  const int64_t N = w.shape[0] / experts, pairs = T * k;
+  if (pairs == 0 || N == 0) return;
+  const size_t wrow = row_bytes(w.dtype, K);
+  const float* xd = static_cast<const float*>(x.data);
+  float* od = static_cast<float*>(out.data);
+  auto x_row = [&](int64_t p) { return xd + ((p / k) * X + (X == 1 ? 0 : p % k)) * K; };
+  auto id_at = [&](int64_t p) -> int64_t {
+    return ids.dtype == DType::I32 ? static_cast<const int32_t*>(ids.data)[p] : static_cast<const int64_t*>(ids.data)[p];
+  };
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t e = id_at(p);
+    if (e < 0 || e >= experts)
+      kernel_fail("expert_linear: expert id " + std::to_string(e) + " is out of range for " +
+                  std::to_string(experts) + " experts");
+  }
+  if (T == 1) {
+    // One token (decode): the rows of all k experts in one parallel loop (one dispatch, not k),
+    // each row's dot product exactly as linear's matrix-vector path computes it.
+    const WeightKernels wk = weight_kernels(w.dtype);
+    const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
+    const int64_t nb = (K + 31) / 32;
+    thread_local std::vector<float> xsum;
+    xsum.assign(static_cast<size_t>(X * nb), 0.0f);
+    for (int64_t r = 0; r < X; ++r)
+      for (int64_t b = 0; b < K / 32; ++b) {
+        float acc = 0.0f;
+        for (int j = 0; j < 32; ++j) acc += xd[r * K + b * 32 + j];
+        xsum[static_cast<size_t>(r * nb + b)] = acc;
+      }
+    const int64_t groups = (N + 3) / 4;
+    const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(4 * wrow, 1)));
+    pool().parallel_for(k * groups, grain, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t p = g / groups, n0 = (g % groups) * 4, n1 = std::min(N, n0 + 4);
+        const uint8_t* base = wdata + static_cast<size_t>(id_at(p) * N) * wrow;
+        const float* xs = xsum.data() + (X == 1 ? 0 : p) * nb;
+        for (int64_t n = n0; n < n1; ++n) od[p * N + n] = wk.dot(base + static_cast<size_t>(n) * wrow, x_row(p), xs, K);
+      }
+    });
+    return;
+  }
+  // The pairs (token, slot) of each expert, in order: expert e's rows of x go through one linear.
+  thread_local std::vector<int64_t> order, start, next;
+  order.resize(static_cast<size_t>(pairs));
+  start.assign(static_cast<size_t>(experts + 1), 0);
+  for (int64_t p = 0; p < pairs; ++p) ++start[static_cast<size_t>(id_at(p) + 1)];
+  for (int64_t e = 0; e < experts; ++e) start[static_cast<size_t>(e + 1)] += start[static_cast<size_t>(e)];
+  next.assign(start.begin(), start.end() - 1);
+  for (int64_t p = 0; p < pairs; ++p) order[static_cast<size_t>(next[static_cast<size_t>(id_at(p))]++)] = p;
+  thread_local std::vector<float> xs, ys;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t b = start[static_cast<size_t>(e)], m = start[static_cast<size_t>(e + 1)] - b;
+    if (m == 0) continue;
+    View we = w;
+    we.data = static_cast<uint8_t*>(w.data) + static_cast<size_t>(e * N) * wrow;
+    we.shape[0] = N;
+    View xv{}, ov{};
+    xv.dtype = ov.dtype = DType::F32;
+    xv.ndim = ov.ndim = 2;
+    xv.shape[0] = ov.shape[0] = m;
+    xv.shape[1] = K;
+    ov.shape[1] = N;
+    xv.strides[0] = K;
+    ov.strides[0] = N;
+    xv.strides[1] = ov.strides[1] = 1;
+    if (m == 1) {  // read x's row and write out's row in place
+      const int64_t p = order[static_cast<size_t>(b)];
+      xv.data = const_cast<float*>(x_row(p));
+      ov.data = od + p * N;
+      linear(xv, we, ov);
+      continue;
+    }
+    xs.resize(static_cast<size_t>(m * K));
+    ys.resize(static_cast<size_t>(m * N));
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(x_row(order[static_cast<size_t>(b + i)]), K, xs.data() + i * K);
+    xv.data = xs.data();
+    ov.data = ys.data();
+    linear(xv, we, ov);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(ys.data() + i * N, N, od + order[static_cast<size_t>(b + i)] * N);
+  }
 }
 
 }  // namespace tl::cpu

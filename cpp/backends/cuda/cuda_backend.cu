@@ -187,6 +187,10 @@ struct CompletionState {
           error = "embedding: id " + std::to_string(h->value) +
                   " is out of range for a table of " + std::to_string(h->limit) + " rows";
         }
+        if (error.empty() && h->code == kErrorExpertIdOutOfRange) {
+          error = "expert_linear: expert id " + std::to_string(h->value) + " is out of range for " +
+                  std::to_string(h->limit) + " experts";
+        }
         if (error.empty() && h->code == kErrorScatterIdOutOfRange) {
           error = "scatter_add_rows: id " + std::to_string(h->value) + " is out of range for [" +
                   std::to_string(h->limit) + ", D] rows";

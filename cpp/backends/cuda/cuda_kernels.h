@@ -18,7 +18,7 @@ class Blas;
 
 // Written by a kernel that finds bad data; the first writer (code 0 -> nonzero) wins.
 struct DeviceErrorSlot {
-  int32_t code;    // 0: no error; kErrorIdOutOfRange or kErrorScatterIdOutOfRange
+  int32_t code;    // 0: no error; kErrorIdOutOfRange, kErrorScatterIdOutOfRange or kErrorExpertIdOutOfRange
   int32_t unused;
   int64_t value;   // the offending id
   int64_t limit;   // the exclusive bound it broke
@@ -26,6 +26,7 @@ struct DeviceErrorSlot {
 
 constexpr int32_t kErrorIdOutOfRange = 1;         // gather_rows (embedding)
 constexpr int32_t kErrorScatterIdOutOfRange = 2;  // scatter_add_rows
+constexpr int32_t kErrorExpertIdOutOfRange = 3;   // expert_linear
 
 class CudaKernels final : public Kernels {
  public:
@@ -50,6 +51,8 @@ class CudaKernels final : public Kernels {
 
   void matmul(const View& a, const View& b, const View& out) override;
   void linear(const View& x, const View& w, const View& out) override;
+  void expert_linear(const View& x, const View& w, const View& ids, int64_t experts,
+                     const View& out) override;
   void gather_rows(const View& table, const View& ids, const View& out) override;
 
   void scatter_add_rows(const View& ids, const View& src, const View& out) override;

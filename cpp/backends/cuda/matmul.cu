@@ -7,7 +7,9 @@
 // steps, 4x4 outputs per thread), quantized w dequantized eight elements at a time into the tile.
 // linear with few rows (M <= kMatvecMaxRows, the decode case) gives each output row of w to one
 // warp (plain w) or a part of one (quantized w: matvec.cuh, the kernel in fused.cu), which reads
-// that row once for all M rows of x. Every sum is f32.
+// that row once for all M rows of x. Every sum is f32. expert_linear (a mixture-of-experts layer's
+// expert products) gives each (token, slot) pair's output row to one warp, which reads the pair's
+// expert id on the device, so a replayed step follows new routing without the host.
 #include "blas.h"
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -202,6 +204,69 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     }
   }
 }
+
+// expert_linear: warp (threadIdx.x / 32) of block (bx, by) computes out[p, n] for n = bx *
+// kMatvecWarps + warp and the pairs p = by, by + gridDim.y, ...: row n of expert ids[p]'s matrix
+// (rows ids[p] * N + n of w) dotted with the pair's row of x. An id outside [0, experts) writes 0
+// and goes to the command buffer's error slot.
+template <DType WT>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    expert_linear_kernel(const float* x, const uint8_t* w, size_t w_row_bytes, const void* ids,
+                         DType ids_dtype, int64_t experts, int64_t k, int64_t X, float* out,
+                         int64_t pairs, int64_t N, int64_t K, DeviceErrorSlot* slot) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5);
+  if (n >= N) return;
+  for (int64_t p = blockIdx.y; p < pairs; p += gridDim.y) {
+    const int64_t e = load_int(ids, ids_dtype, p);
+    if (e < 0 || e >= experts) {
+      if (lane == 0) {
+        if (slot != nullptr && atomicCAS(&slot->code, 0, kErrorExpertIdOutOfRange) == 0) {
+          slot->value = e;
+          slot->limit = experts;
+        }
+        out[p * N + n] = 0.0f;
+      }
+      continue;
+    }
+    const uint8_t* row = w + (e * N + n) * w_row_bytes;
+    const float* xr = x + ((p / k) * X + (X == 1 ? 0 : p % k)) * K;
+    float acc = 0.0f;
+    if constexpr (quantized_dtype(WT)) {
+      for (int64_t c = lane; c < K / 8; c += 32) {
+        float vals[8];
+        dequant_chunk8<WT>(row, c, vals);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc = fmaf(vals[i], xr[c * 8 + i], acc);
+      }
+    } else {
+      for (int64_t kk = lane; kk < K; kk += 32) acc = fmaf(load_float(row, WT, kk), xr[kk], acc);
+    }
+    const float sum = warp_sum(acc);
+    if (lane == 0) out[p * N + n] = sum;
+  }
+}
+
+// Launches expert_linear_kernel<T> for the weight dtype chosen at run time.
+struct ExpertLauncher {
+  const View& x;
+  const View& w;
+  const View& ids;
+  const View& out;
+  int64_t experts;
+  DeviceErrorSlot* slot;
+  cudaStream_t stream;
+  template <DType T>
+  void operator()() {
+    const int64_t T_ = ids.shape[0], k = ids.shape[1], X = x.shape[1], K = x.shape[2];
+    const int64_t N = w.shape[0] / experts, pairs = T_ * k;
+    const dim3 grid(static_cast<unsigned>((N + kMatvecWarps - 1) / kMatvecWarps),
+                    static_cast<unsigned>(pairs < 65535 ? pairs : 65535));
+    expert_linear_kernel<T><<<grid, kMatvecWarps * 32, 0, stream>>>(
+        static_cast<const float*>(x.data), static_cast<const uint8_t*>(w.data), row_bytes(T, K), ids.data,
+        ids.dtype, experts, k, X, static_cast<float*>(out.data), pairs, N, K, slot);
+  }
+};
 
 // rows [n0, n0 + rows) of a quantized or f16/bf16 [N, K] weight as f32 [rows, K] (for cuBLAS).
 // `wide`: w is aligned for dequant32 (kDequant32Align16); otherwise four 8-element chunks.
@@ -406,6 +471,42 @@ void CudaKernels::linear(const View& x, const View& w, const View& out) {
       }
   }
   check_launch("linear");
+}
+
+void CudaKernels::expert_linear(const View& x, const View& w, const View& ids, int64_t experts,
+                                const View& out) {
+  if (x.dtype != DType::F32 || out.dtype != DType::F32) {
+    throw KernelError(std::string("expert_linear: cuda kernel expects f32 x and out, got ") +
+                      dtype_name(x.dtype) + " and " + dtype_name(out.dtype));
+  }
+  if (ids.dtype != DType::I32 && ids.dtype != DType::I64) {
+    throw KernelError(std::string("expert_linear: ids must be i32 or i64, got ") + dtype_name(ids.dtype));
+  }
+  if (x.ndim != 3 || w.ndim != 2 || ids.ndim != 2 || experts <= 0 || w.shape[0] % experts != 0) {
+    throw KernelError("expert_linear: bad operand shapes");
+  }
+  const int64_t K = x.shape[2], N = w.shape[0] / experts, pairs = ids.shape[0] * ids.shape[1];
+  if (pairs == 0 || N == 0) return;
+  if (K == 0) {
+    fill(out, 0.0);
+    return;
+  }
+  if (is_quantized(w.dtype) && K % block_elems(w.dtype) != 0) {
+    throw KernelError(std::string("expert_linear: ") + dtype_name(w.dtype) + " weight has " +
+                      std::to_string(K) + " columns, not a multiple of its block size");
+  }
+  DeviceErrorSlot* slot = error_slot_ ? error_slot_() : nullptr;
+  ExpertLauncher launch{x, w, ids, out, experts, slot, stream_};
+  switch (w.dtype) {
+    case DType::F32: launch.operator()<DType::F32>(); break;
+    case DType::F16: launch.operator()<DType::F16>(); break;
+    case DType::BF16: launch.operator()<DType::BF16>(); break;
+    default:
+      if (!dispatch_quantized(w.dtype, launch)) {
+        throw KernelError(std::string("expert_linear: unsupported weight dtype ") + dtype_name(w.dtype));
+      }
+  }
+  check_launch("expert_linear");
 }
 
 }  // namespace cuda

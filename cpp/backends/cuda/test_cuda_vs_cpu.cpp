@@ -475,6 +475,41 @@ void test_linear_tall() {
   }
 }
 
+// expert_linear: every weight type, decode (T = 1) and prompt shapes, x shared by a token's
+// experts (X = 1) or one row per expert (X = k); ids read on the device; a bad id is an error.
+void test_expert_linear() {
+  std::vector<DType> types(std::begin(kFloats), std::end(kFloats));
+  types.insert(types.end(), std::begin(kQuant), std::end(kQuant));
+  for (DType wt : types) {
+    const int64_t E = rand_int(2, 6), k = rand_int(1, E), T = coin() ? 1 : rand_int(2, 12);
+    const int64_t K = is_quantized(wt) ? block_elems(wt) * rand_int(1, 3) : rand_int(1, 100);
+    const int64_t N = rand_int(1, 70), X = coin() ? 1 : k;
+    auto x = contiguous(DType::F32, {T, X, K});
+    auto w = make_dual(wt, {E * N, K}, {K, 1}, 0, static_cast<int64_t>(row_bytes(wt, K)) * E * N);
+    DType tid = coin() ? DType::I32 : DType::I64;
+    auto ids = contiguous(tid, {T, k});
+    std::vector<uint8_t> h(T * k * block_bytes(tid));
+    for (int64_t i = 0; i < T * k; ++i) {
+      int64_t v = rand_int(0, E - 1);
+      if (tid == DType::I32) { int32_t v32 = static_cast<int32_t>(v); std::memcpy(&h[i * 4], &v32, 4); }
+      else std::memcpy(&h[i * 8], &v, 8);
+    }
+    for (int s = 0; s < 2; ++s) g_backends[s]->copy_to_device(ids->ptr[s], h.data(), h.size());
+    auto o = contiguous(DType::F32, {T, k, N});
+    const std::string what = std::string("expert_linear w=") + dtype_name(wt) + " E=" + std::to_string(E) +
+                             " k=" + std::to_string(k) + " T=" + std::to_string(T) + " K=" + std::to_string(K) +
+                             " N=" + std::to_string(N) + " X=" + std::to_string(X);
+    if (run_both(what, [&](Kernels& kn, int s) { kn.expert_linear(x->view(s), w->view(s), ids->view(s), E, o->view(s)); }))
+      compare(what, *o, 1e-4, 1e-6, 1e-5);
+    int64_t badv = E + rand_int(0, 5);
+    if (tid == DType::I32) { int32_t v32 = static_cast<int32_t>(badv); std::memcpy(&h[0], &v32, 4); }
+    else std::memcpy(&h[0], &badv, 8);
+    for (int s = 0; s < 2; ++s) g_backends[s]->copy_to_device(ids->ptr[s], h.data(), h.size());
+    run_both(what + " (id out of range)",
+             [&](Kernels& kn, int s) { kn.expert_linear(x->view(s), w->view(s), ids->view(s), E, o->view(s)); }, true);
+  }
+}
+
 void test_gather() {
   std::vector<DType> types(std::begin(kFloats), std::end(kFloats));
   types.insert(types.end(), std::begin(kQuant), std::end(kQuant));
@@ -1087,6 +1122,7 @@ int main(int argc, char** argv) {
   test_matmul();
   test_linear();
   test_linear_tall();
+  test_expert_linear();
   test_gather();
   test_training();
   test_norm_rope_mask();

@@ -335,6 +335,20 @@ std::vector<Case> every_kernel_case() {
     c.tolerance = 1e-4;
     cases.push_back(c);
   }
+  for (DType t : {DType::F16, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    // expert_linear: 3 tokens, 2 of 4 experts each (expert 2 twice), x shared by a token's experts
+    const int64_t experts = 4, n = 5, kk = 256;
+    std::vector<int64_t> ids = {2, 0, 3, 2, 1, 2};
+    Operand w = t == DType::F16 ? input(random_halves(experts * n * kk), t) : input(random_blocks(t, experts * n, kk), t);
+    Case c{std::string("expert_linear ") + tl::dtype_name(t),
+           {input(random_floats(3 * kk), DType::F32), w, input(ids, DType::I64), output(3 * 2 * n * 4, DType::F32)}, {}};
+    c.call = [t](Kernels& k, P p) {
+      k.expert_linear(make_view(p[0], DType::F32, {3, 1, 256}), make_view(p[1], t, {4 * 5, 256}),
+                      make_view(p[2], DType::I64, {3, 2}), 4, make_view(p[3], DType::F32, {3, 2, 5}));
+    };
+    c.tolerance = 1e-4;
+    cases.push_back(c);
+  }
   for (DType t : {DType::F16, DType::Q4_K, DType::Q8_0}) {
     std::vector<int64_t> ids = {3, 0, 5, 5};
     Operand table = t == DType::F16 ? input(random_halves(6 * 256), t) : input(random_blocks(t, 6, 256), t);

@@ -64,6 +64,14 @@ def layer_norm(x, w=None, b=None, eps=1e-5):
     return core.layer_norm(x, wt, bt, to_float(eps, "eps"))
 
 
+@builtin("expert_linear", "expert_linear(x, W, ids, [experts])",
+         "a mixture-of-experts layer's expert products: x [T, in] (or [T, k, in]), ids [T, k] -> [T, k, out] "
+         "with row (t, j) = x[t] @ W_e^T, e = ids[t, j]; W is [experts, out, in] or, given experts, "
+         "[experts * out, in] (may be quantized)", min_args=3, max_args=4, category=C)
+def expert_linear(x, w, ids, experts=0):
+    return core.expert_linear(to_tensor(x, "x"), to_tensor(w, "W"), to_tensor(ids, "ids"), to_int(experts, "experts"))
+
+
 @builtin("embedding", "embedding(table, ids)", "rows of table for integer ids (ids.shape + [D])",
          min_args=2, max_args=2, category=C)
 def embedding(table, ids):

@@ -131,6 +131,14 @@ def _decoder_settings(cfg: dict) -> str:
         out.append(f"final logit soft-capping {cfg['final_logit_softcap']:g}")
     if cfg.get("sliding_window") and "sliding_window_pattern" not in cfg:
         out.append(f"sliding window {cfg['sliding_window']} on every layer")
+    if cfg.get("n_experts"):
+        detail = [f"expert FFN {cfg['d_ff_expert']}"]
+        if cfg["d_ff_shared"]:
+            detail.append(f"shared expert {cfg['d_ff_shared']}")
+        if cfg["expert_weights_norm"]:
+            detail.append("weights renormalised")
+        out.append(f"mixture of {cfg['n_experts']} experts, {cfg['n_experts_used']} used per token "
+                   f"({', '.join(detail)})")
     if "rope_neox" not in cfg:
         return ", ".join(out)
     out.append("RoPE on halves (neox)" if cfg["rope_neox"] else "RoPE on adjacent pairs")

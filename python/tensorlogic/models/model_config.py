@@ -71,7 +71,8 @@ class ModelConfig:
             info = g.tensors.get(name)
             if info is None:
                 raise ModelError(f"{g.path}: missing tensor {name}")
-            if info.shape != shape:
+            # a [1, d] matrix may be stored as a vector [d] (Qwen2-MoE's shared-expert gate)
+            if info.shape != shape and not (len(shape) == 2 and shape[0] == 1 and info.shape == shape[1:]):
                 raise ModelError(f"{g.path}: tensor {name} has shape {list(info.shape)}, "
                                  f"expected {list(shape)} from the metadata")
             if len(shape) == 1 and info.is_quantized:
@@ -135,6 +136,19 @@ class LlamaConfig(ModelConfig):
     rope_scaling: str  # "none", "linear" (positions / rope_scale) or "freqs" (rope_freqs.weight)
     rope_scale: float
     sliding_window: int = 0  # > 0 (Mistral files that carry one): each query sees the last `window` positions
+    # mixture of experts (Mixtral; decoder_config.expert_settings): 0 experts is a dense FFN
+    n_experts: int = 0
+    n_experts_used: int = 0
+    d_ff_expert: int = 0
+    d_ff_shared: int = 0
+    expert_weights_norm: bool = False
+
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        from .decoder_config import expert_shapes
+
+        shapes = super().expected_shapes()
+        expert_shapes(self, shapes)
+        return shapes
 
     @staticmethod
     def from_gguf(g: GGUFFile) -> "LlamaConfig":
@@ -143,9 +157,9 @@ class LlamaConfig(ModelConfig):
             return _unsupported(g, arch, "llama")
         r = _Reader(g, arch)
         label = r.label
-        from .decoder_config import _refuse_experts
+        from .decoder_config import expert_settings
 
-        _refuse_experts(g, arch, label)  # Mixtral files are declared llama
+        experts = expert_settings(g, arch, r)  # Mixtral files are declared llama
         d_model, n_heads = r.positive("embedding_length"), r.positive("attention.head_count")
         if d_model % n_heads:
             raise ModelError(f"{label}: {n_heads} heads do not divide the model width {d_model}")
@@ -172,7 +186,8 @@ class LlamaConfig(ModelConfig):
         window = int(g.optional(f"{arch}.attention.sliding_window", int, 0) or 0)
         if window < 0:
             raise ModelError(f"{label}: metadata {arch}.attention.sliding_window must not be negative")
-        cfg = LlamaConfig(**shared, rope_scaling=rope_scaling, rope_scale=rope_scale, sliding_window=window)
+        cfg = LlamaConfig(**shared, rope_scaling=rope_scaling, rope_scale=rope_scale, sliding_window=window,
+                          **experts)
         cfg.check_tensors(g)
         return cfg
 
@@ -269,13 +284,13 @@ def model_config(g: GGUFFile) -> ModelConfig:
     arch = _architecture(g)
     cls = CONFIG_CLASSES.get(arch)
     if cls is None:
-        _refuse_experts(g, arch, str(g.path))  # qwen2moe, qwen3moe, ...: say what is missing
+        expert_settings(g, arch, _Reader(g, arch))  # deepseek2, ...: an expert file says so
         _unsupported(g, arch)
     return cls.from_gguf(g)
 
 
 # The decoder families (decoder_config.py) build on the names above, so they register last.
-from .decoder_config import FAMILIES as _DECODER_FAMILIES, DecoderConfig, _refuse_experts  # noqa: E402
+from .decoder_config import FAMILIES as _DECODER_FAMILIES, DecoderConfig, expert_settings  # noqa: E402
 
 from .gemma2_config import Gemma2Config  # noqa: E402
 

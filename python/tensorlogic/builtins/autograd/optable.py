@@ -35,6 +35,7 @@ _CORE_PIECES = "split chunk"
 _CORE_REFUSES = {
     "rope_kv_write": "writes k and v into a KV cache, for generation only",
     "copy_": "writes src into another tensor in place; compute a new tensor instead",
+    "expert_linear": "mixture-of-experts inference: it has no backward rule",
 }
 _CORE_NO_GRADIENT = {
     "integer or bool result": "argmax argmin eq ne lt le gt ge logical_and logical_not logical_or",
@@ -86,6 +87,7 @@ _BUILTIN_DIFFERENTIABLE = {
 }
 _BUILTIN_REFUSES = {
     "rope_kv_write": "writes k and v into a KV cache, for generation only",
+    "expert_linear": "mixture-of-experts inference: it has no backward rule",
     "cache_attention": "attends over a KV cache, for generation only",
     "copy_": "writes src into dst in place; compute a new tensor instead",
     "one_hot": "its ids are indices",
