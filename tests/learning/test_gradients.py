@@ -240,13 +240,15 @@ def test_rope_matches_the_fused_kernel_and_differentiates(neox):
     check(lambda t: core.rope(t, 2, 10000.0, neox), lambda a: _rope_ref(a, 2, 10000.0, neox), [x])
 
 
-def _attention_ref(q, k, v, mask=None, causal=False):
+def _attention_ref(q, k, v, mask=None, causal=False, softcap=0.0):
     sq, hq, d = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
     out = np.zeros((sq, hq, v.shape[2]))
     for h in range(hq):
         s = q[:, h, :] @ k[:, h // g, :].T / math.sqrt(d)
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
         if mask is not None:
             s = s + mask
         if causal:
@@ -262,6 +264,8 @@ def test_attention_grouped_query_with_mask_and_causal():
     check(lambda a, b, c: core.attention(a, b, c, m), lambda a, b, c: _attention_ref(a, b, c, mask), [q, k, v])
     check(lambda a, b, c: core.attention(a, b, c, None, None, True, 0),
           lambda a, b, c: _attention_ref(a, b, c, causal=True), [q, k, v])
+    check(lambda a, b, c: core.attention(a, b, c, None, None, True, 0, 0.8),
+          lambda a, b, c: _attention_ref(a, b, c, causal=True, softcap=0.8), [q, k, v])
 
 
 # ---------------------------------------------------------------- Tensor operators (what `a + b` in TL runs)

@@ -135,7 +135,7 @@ def _rope(x, pos_offset=0, base=10000.0, neox=False):
     return core.reshape(core.stack([ra, rb], -1), list(x.shape))
 
 
-def _attention(q, k, v, mask=None, scale=None, causal=False, pos_offset=0):
+def _attention(q, k, v, mask=None, scale=None, causal=False, pos_offset=0, softcap=0.0):
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     group = hq // hkv
@@ -146,6 +146,8 @@ def _attention(q, k, v, mask=None, scale=None, causal=False, pos_offset=0):
         vh = core.reshape(core.expand(core.unsqueeze(vh, 1), [hkv, group, sk, v.shape[2]]), [hq, sk, v.shape[2]])
     s = float(scale) if scale is not None else 1.0 / math.sqrt(dh)
     scores = core.mul(core.matmul(qh, core.transpose(kh, -2, -1)), s)
+    if softcap:  # as the kernel: cap * tanh(scores / cap) before the mask
+        scores = core.mul(core.tanh(core.mul(scores, 1.0 / float(softcap))), float(softcap))
     if mask is not None:
         scores = core.add(scores, mask)
     if causal:
