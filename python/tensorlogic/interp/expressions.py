@@ -64,7 +64,7 @@ class ExpressionCompiler:
 
         def ev_global(f):
             v = g.get(name, UNSET)
-            trace = symbolic.CURRENT
+            trace = symbolic.current()
             if trace is not None and v is not UNSET:
                 trace.global_reads[name] = v  # a compiled function's replay checks it is still v
             if v is UNSET:
@@ -193,6 +193,9 @@ class ExpressionCompiler:
         if op in ("+", "-", "*", "⊙", "<", "<=", ">", ">=", "==", "!=", "**", "%"):
             # Python's own operator is right for numbers, strings and tensors; lists (numeric arrays
             # act as tensors) and failures (str + int, shape errors) take the slow path.
+            taped = operators.TAPED_BINARY.get(op)
+            if taped is not None:
+                return self._taped_binop(e, left, right, pyop, fail, taped)
             if isinstance(e.right, (ast.IntLit, ast.FloatLit)):
                 const = e.right.value
 
@@ -222,6 +225,42 @@ class ExpressionCompiler:
             b = right(f)
             return fail(a, b, None)
         return ev_binop_slow
+
+    @staticmethod
+    def _taped_binop(e, left, right, pyop, fail, taped: str):
+        """The fast path of an arithmetic operator: Python's operator, then a tensor result is handed
+        to the run's tape (operators.note: taped when an operand is tracked)."""
+        tensor_cls = operators.Tensor
+        note = operators.note
+        if isinstance(e.right, (ast.IntLit, ast.FloatLit)):
+            const = e.right.value
+
+            def ev_binop_const(f):
+                a = left(f)
+                if a.__class__ is list:
+                    return fail(a, const, None)
+                try:
+                    out = pyop(a, const)
+                except Exception as exc:
+                    return fail(a, const, exc)
+                if out.__class__ is tensor_cls:
+                    note(taped, (a, const), out)
+                return out
+            return ev_binop_const
+
+        def ev_binop(f):
+            a = left(f)
+            b = right(f)
+            if a.__class__ is list or b.__class__ is list:
+                return fail(a, b, None)
+            try:
+                out = pyop(a, b)
+            except Exception as exc:
+                return fail(a, b, exc)
+            if out.__class__ is tensor_cls:
+                note(taped, (a, b), out)
+            return out
+        return ev_binop
 
     def expr_UnaryOp(self, e: ast.UnaryOp, scope: Scope):
         operand = self.compile_expr(e.operand, scope)
@@ -276,7 +315,7 @@ class ExpressionCompiler:
                     return o.fields[name]
                 except KeyError:
                     raise self.error(f"struct {o.type.name} has no field '{name}'", e) from None
-            if symbolic.CURRENT is not None and name in getattr(o, "tl_volatile_fields", ()):
+            if symbolic.current() is not None and name in getattr(o, "tl_volatile_fields", ()):
                 symbolic.abandon(f"it reads {type_name(o)}.{name}, which changes between calls")
             try:
                 return operators.get_field(o, name)
