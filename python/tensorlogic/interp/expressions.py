@@ -62,9 +62,12 @@ class ExpressionCompiler:
         if fallback is None and name not in interp.global_names:
             interp.unresolved_names.append((name, self.span(e)))
 
+        run_state = operators.run_state.get
+
         def ev_global(f):
             v = g.get(name, UNSET)
-            trace = symbolic.current()
+            st = run_state(None)  # symbolic.current(), inlined: every global read passes here
+            trace = st.trace if st is not None else None
             if trace is not None and v is not UNSET:
                 trace.global_reads[name] = v  # a compiled function's replay checks it is still v
             if v is UNSET:
@@ -231,7 +234,7 @@ class ExpressionCompiler:
         """The fast path of an arithmetic operator: Python's operator, then a tensor result is handed
         to the run's tape (operators.note: taped when an operand is tracked)."""
         tensor_cls = operators.Tensor
-        note = operators.note
+        run_state = operators.run_state.get  # inlined operators.note: this is every tensor `a op b`
         if isinstance(e.right, (ast.IntLit, ast.FloatLit)):
             const = e.right.value
 
@@ -244,7 +247,9 @@ class ExpressionCompiler:
                 except Exception as exc:
                     return fail(a, const, exc)
                 if out.__class__ is tensor_cls:
-                    note(taped, (a, const), out)
+                    st = run_state(None)
+                    if st is not None and st.tape is not None:
+                        st.tape.note(taped, (a, const), {}, out)
                 return out
             return ev_binop_const
 
@@ -258,7 +263,9 @@ class ExpressionCompiler:
             except Exception as exc:
                 return fail(a, b, exc)
             if out.__class__ is tensor_cls:
-                note(taped, (a, b), out)
+                st = run_state(None)
+                if st is not None and st.tape is not None:
+                    st.tape.note(taped, (a, b), {}, out)
             return out
         return ev_binop
 
