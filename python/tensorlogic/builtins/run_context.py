@@ -14,8 +14,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from . import run_state
 from .core import synchronize
-from .run_state import RunState, entered
 
 
 class RunContext:
@@ -29,16 +29,16 @@ class RunContext:
         self.rng = np.random.default_rng(seed)
         self.base_dir = os.getcwd()
         self.args: list[str] = []  # `tl run FILE ARGS...`: what args() returns
-        self.state = RunState()
+        self.state = run_state.RunState()
 
     def run(self, fn, *args) -> Any:
         """fn(*args) with this run's state current (see the module docstring)."""
-        with entered(self.state):
+        with run_state.entered(self.state):
             return fn(*args)
 
-    def entered(self) -> entered:
+    def entered(self) -> run_state.entered:
         """`with ctx.entered():` this run's state is current (Python code driving a run's tape)."""
-        return entered(self.state)
+        return run_state.entered(self.state)
 
     @property
     def logic_engine(self):
