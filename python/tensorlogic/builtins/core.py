@@ -38,22 +38,13 @@ def _fixed_params(raw) -> list[str] | None:
     return names
 
 
-def _taped(name: str, raw):
+def _taped(name: str, raw, factories: dict):
     """raw, taped with rules.py's rule `name` when an input is tracked."""
     names = _fixed_params(raw)
     if names is not None:
         # The same wrapper with raw's own parameters: no *args/**kwargs packing, which is most of
         # a wrapper's cost (about 150 of 190 ns per call), paid by every run, learning or not.
-        params = ", ".join(names)
-        source = (f"def op({params}):\n"
-                  f"    out = raw({params})\n"
-                  f"    s = state(None)\n"
-                  f"    if s is not None and s.tape is not None:\n"
-                  f"        s.tape.note(name, ({params},), {{}}, out)\n"
-                  f"    return out\n")
-        scope = {"raw": raw, "state": _state, "name": name}
-        exec(source, scope)  # noqa: S102 - a fixed template over identifiers checked above
-        return _named(scope["op"], raw)
+        return _named(_fixed_factory(tuple(names), factories)(raw, _state, name), raw)
 
     def op(*args, **kw):
         out = raw(*args, **kw)
@@ -62,6 +53,26 @@ def _taped(name: str, raw):
             s.tape.note(name, args, kw, out)
         return out
     return _named(op, raw)
+
+
+def _fixed_factory(names: tuple, factories: dict):
+    """A function making `op(<names>)` for (raw, state, name): one compiled template per parameter list
+    (a handful, kept in `factories` while `core` is built), shared by the ops that have it."""
+    factory = factories.get(names)
+    if factory is None:
+        params = ", ".join(names)
+        source = (f"def make(raw, state, name):\n"
+                  f"    def op({params}):\n"
+                  f"        out = raw({params})\n"
+                  f"        s = state(None)\n"
+                  f"        if s is not None and s.tape is not None:\n"
+                  f"            s.tape.note(name, ({params},), {{}}, out)\n"
+                  f"        return out\n"
+                  f"    return op\n")
+        scope: dict = {}
+        exec(source, scope)  # noqa: S102 - a fixed template over identifiers checked by _fixed_params
+        factory = factories[names] = scope["make"]
+    return factory
 
 
 def _composite(name: str, raw):
@@ -111,11 +122,12 @@ _REFUSAL_FIRST = {"copy_": 1}
 def _build_core() -> types.ModuleType:
     ns = types.ModuleType("tensorlogic.builtins.core.core")
     ns.__dict__.update({k: v for k, v in vars(runtime).items() if not k.startswith("__")})
+    factories: dict = {}
     for name, (kind, how) in optable.CORE_OPS.items():
         raw = getattr(runtime, name)
         if kind == optable.DIFFERENTIABLE:
             if how in ("rule", "zero"):
-                setattr(ns, name, _taped(name, raw))
+                setattr(ns, name, _taped(name, raw, factories))
             elif how == "composite":
                 setattr(ns, name, _composite(name, raw))
             elif how == "pieces":
