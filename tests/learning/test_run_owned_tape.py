@@ -196,3 +196,19 @@ print(grad(b))
     gb = -a.sum(0) - bv / 2.0
     got = _numbers(result.output)
     np.testing.assert_allclose(got, np.concatenate([ga.ravel(), gb]), rtol=1e-6)
+
+
+def test_a_cast_keeps_the_gradient():
+    """`x as f16` and back (builtins/operators.py's cast) is taped as astype: the gradient reaches W."""
+    result = tensorlogic.run("""
+let W = learnable([1.0, -2.0, 3.0])
+backward(sum(((W * W) as f16 as f32) * 3.0))
+print(grad(W))
+""", filename="<test>")
+    assert result.error is None, result.error_text
+    np.testing.assert_allclose(_numbers(result.output), [6.0, -12.0, 18.0])
+    # einsum's diagonal of an f16 operand casts it to f32 first
+    result = tensorlogic.run('let W = learnable([[1.0, 2.0], [3.0, 4.0]])\n'
+                             'backward(einsum("ii->", W as f16) * 2.0)\nprint(grad(W))', filename="<test>")
+    assert result.error is None, result.error_text
+    np.testing.assert_allclose(_numbers(result.output), [2.0, 0.0, 0.0, 2.0])

@@ -344,9 +344,9 @@ def cast(v, tname: str):
         return format_value(v)
     dtype = dtypes.dtype_of(tname)
     if isinstance(v, Tensor):
-        return v.astype(dtype)
+        return core.astype(v, dtype)
     if v.__class__ is list:
-        return tensor_from_list(v).astype(dtype)
+        return core.astype(tensor_from_list(v), dtype)
     kind = dtypes.KIND[dtype]
     if kind == "int":
         if isinstance(v, str):
