@@ -14,7 +14,7 @@ import math
 import operator
 from typing import Any, Callable
 
-from . import dtypes, run_state  # noqa: F401 - run_state: the interpreter's fast paths read the run's tape
+from . import dtypes
 from .convert import BuiltinArgError, Tensor, core, is_numeric_list, list_to_numpy, to_bool, to_int
 from .core import getitem, note, setitem
 from .convert import MAP_FALSE, MAP_TRUE, type_name

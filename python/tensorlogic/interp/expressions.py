@@ -62,12 +62,11 @@ class ExpressionCompiler:
         if fallback is None and name not in interp.global_names:
             interp.unresolved_names.append((name, self.span(e)))
 
-        run_state = operators.run_state.get
+        state = interp.ctx.state  # the run's state (run_state.py): this code runs only in its run
 
         def ev_global(f):
             v = g.get(name, UNSET)
-            st = run_state(None)  # symbolic.current(), inlined: every global read passes here
-            trace = st.trace if st is not None else None
+            trace = state.trace  # symbolic.current(), read directly: every global read passes here
             if trace is not None and v is not UNSET:
                 trace.global_reads[name] = v  # a compiled function's replay checks it is still v
             if v is UNSET:
@@ -229,12 +228,11 @@ class ExpressionCompiler:
             return fail(a, b, None)
         return ev_binop_slow
 
-    @staticmethod
-    def _taped_binop(e, left, right, pyop, fail, taped: str):
+    def _taped_binop(self, e, left, right, pyop, fail, taped: str):
         """The fast path of an arithmetic operator: Python's operator, then a tensor result is handed
-        to the run's tape (operators.note: taped when an operand is tracked)."""
+        to the run's tape (operators.note, inlined: taped when an operand is tracked)."""
         tensor_cls = operators.Tensor
-        run_state = operators.run_state.get  # inlined operators.note: this is every tensor `a op b`
+        state = self.interp.ctx.state  # the run's state: this code runs only in its run
         if isinstance(e.right, (ast.IntLit, ast.FloatLit)):
             const = e.right.value
 
@@ -247,9 +245,9 @@ class ExpressionCompiler:
                 except Exception as exc:
                     return fail(a, const, exc)
                 if out.__class__ is tensor_cls:
-                    st = run_state(None)
-                    if st is not None and st.tape is not None:
-                        st.tape.note(taped, (a, const), {}, out)
+                    tape = state.tape
+                    if tape is not None:
+                        tape.note(taped, (a, const), {}, out)
                 return out
             return ev_binop_const
 
@@ -263,9 +261,9 @@ class ExpressionCompiler:
             except Exception as exc:
                 return fail(a, b, exc)
             if out.__class__ is tensor_cls:
-                st = run_state(None)
-                if st is not None and st.tape is not None:
-                    st.tape.note(taped, (a, b), {}, out)
+                tape = state.tape
+                if tape is not None:
+                    tape.note(taped, (a, b), {}, out)
             return out
         return ev_binop
 
