@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from tensorlogic.builtins.autograd import tape
-from tensorlogic.builtins.autograd.traced_core import core, enable, raw_core
+from tensorlogic.builtins.autograd.traced_core import core, raw_core
 
-enable()
 RNG = np.random.default_rng(7)
 
 

@@ -48,6 +48,12 @@ def _load(source: str) -> Interpreter:
     return interp
 
 
+def _grad(interp: Interpreter, name: str) -> np.ndarray:
+    """The gradient of the learnable global `name`, read from that run's tape."""
+    with interp.ctx.entered():
+        return tape.grad_of(interp.globals[name]).numpy()
+
+
 def _bits(t) -> np.ndarray:
     return t.numpy().view(np.uint32).copy()
 
@@ -64,7 +70,7 @@ def _train(compiled: bool, make_opt, steps: int, clip=None, scheduler=None, batc
     interp = _load(MLP if compiled else MLP.replace("@compile\n", ""))
     sess = learn_session.LearnSession(make_opt(), steps, clip, scheduler)
     losses = []
-    with learn_session.running(sess):
+    with interp.ctx.entered(), learn_session.running(sess):
         for epoch in range(steps):
             sess.begin_epoch(epoch)
             x, y = _data(batches[epoch % len(batches)], epoch % 3)
@@ -123,7 +129,7 @@ def test_a_new_learn_block_records_again():
     x, y = _data(8)
     for _ in range(2):
         sess = learn_session.LearnSession(Adam(0.01), 3, None, None)
-        with learn_session.running(sess):
+        with interp.ctx.entered(), learn_session.running(sess):
             for _ in range(3):
                 interp.call_value(fn, [x, y])
         assert sess.steps == 3 and sess.optimizer.steps == 3
@@ -145,13 +151,11 @@ def test_backward_outside_a_learn_block_is_refused_and_still_correct():
         it.call_value(it.functions["step"], [x, y])
     assert "kept outside" in _reason(interp)  # the gradients outlive the call
     for n in ("W1", "b2"):
-        g = tape.grad_of(interp.globals[n]).numpy()
-        assert np.array_equal(g, tape.grad_of(eager.globals[n]).numpy())
+        assert np.array_equal(_grad(interp, n), _grad(eager, n))
     # a second call adds to gradients made before it: runs eagerly, accumulating like eager
     interp.call_value(interp.functions["step"], [x, y])
     eager.call_value(eager.functions["step"], [x, y])
-    assert np.array_equal(tape.grad_of(interp.globals["W1"]).numpy(), tape.grad_of(eager.globals["W1"]).numpy())
-    tape.zero_grad()
+    assert np.array_equal(_grad(interp, "W1"), _grad(eager, "W1"))
     interp.close()
     eager.close()
 
@@ -166,7 +170,7 @@ fn pending(x, y) {
     x, y = _data(8)
     interp.call_value(interp.functions["pending"], [x, y])
     sess = learn_session.LearnSession(Adam(0.01), 3, None, None)
-    with learn_session.running(sess):
+    with interp.ctx.entered(), learn_session.running(sess):
         interp.call_value(interp.functions["step"], [x, y])
     assert "accumulated before the call" in _reason(interp)
     interp.close()
@@ -183,7 +187,7 @@ fn step(w, x) {
 }
 """)
     sess = learn_session.LearnSession(SGD(0.1), 2, None, None)
-    with learn_session.running(sess):
+    with interp.ctx.entered(), learn_session.running(sess):
         interp.call_value(interp.functions["step"], [interp.globals["W"], core.ones([3, 4], "f32")])
     assert "passed as an argument" in _reason(interp)
     np.testing.assert_allclose(interp.globals["W"].numpy(), np.full((4, 2), 1.0 - 0.1 * 3.0), rtol=1e-6)
@@ -240,7 +244,7 @@ def test_an_embedding_step_compiles_with_its_scatter_add_gradient_and_equals_eag
     for source in (EMBED, EMBED.replace("@compile\n", "")):
         interp = _load(source)
         sess = learn_session.LearnSession(AdamW(0.05, weight_decay=0.01), 12, None, None)
-        with learn_session.running(sess):
+        with interp.ctx.entered(), learn_session.running(sess):
             losses = [_bits(interp.call_value(interp.functions["step"], list(batches[i % 4]))) for i in range(12)]
         results.append((losses, _bits(interp.globals["E"]), _bits(interp.globals["W"]),
                         interp.functions["step"].impl))

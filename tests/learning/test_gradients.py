@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from gradcheck import RNG, check, rand
+from tensorlogic.builtins import operators
 from tensorlogic.builtins.autograd import tape
 from tensorlogic.builtins.autograd.traced_core import core, raw_core
 
@@ -175,9 +176,11 @@ def test_shape_ops():
 def test_slicing_views():
     check(lambda t: core.slice(t, 1, 1, 5, 2), lambda x: x[:, 1:5:2], [rand(3, 6)])
     check(lambda t: core.select(t, 0, 1), lambda x: x[1], [rand(3, 4)])
-    check(lambda t: t[1:, ::2], lambda x: x[1:, ::2], [rand(3, 5)])
-    check(lambda t: t[-1], lambda x: x[-1], [rand(3, 5)])
-    check(lambda t: t[:, 2], lambda x: x[:, 2], [rand(3, 5)])
+    # TL's `t[...]` (builtins/operators.py)
+    check(lambda t: operators.get_item(t, (slice(1, None), slice(None, None, 2))), lambda x: x[1:, ::2],
+          [rand(3, 5)])
+    check(lambda t: operators.get_item(t, (-1,)), lambda x: x[-1], [rand(3, 5)])
+    check(lambda t: operators.get_item(t, (slice(None), 2)), lambda x: x[:, 2], [rand(3, 5)])
 
 
 def test_concat_stack_split_chunk():
@@ -240,13 +243,15 @@ def test_rope_matches_the_fused_kernel_and_differentiates(neox):
     check(lambda t: core.rope(t, 2, 10000.0, neox), lambda a: _rope_ref(a, 2, 10000.0, neox), [x])
 
 
-def _attention_ref(q, k, v, mask=None, causal=False):
+def _attention_ref(q, k, v, mask=None, causal=False, softcap=0.0):
     sq, hq, d = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
     out = np.zeros((sq, hq, v.shape[2]))
     for h in range(hq):
         s = q[:, h, :] @ k[:, h // g, :].T / math.sqrt(d)
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
         if mask is not None:
             s = s + mask
         if causal:
@@ -262,18 +267,25 @@ def test_attention_grouped_query_with_mask_and_causal():
     check(lambda a, b, c: core.attention(a, b, c, m), lambda a, b, c: _attention_ref(a, b, c, mask), [q, k, v])
     check(lambda a, b, c: core.attention(a, b, c, None, None, True, 0),
           lambda a, b, c: _attention_ref(a, b, c, causal=True), [q, k, v])
+    check(lambda a, b, c: core.attention(a, b, c, None, None, True, 0, 0.8),
+          lambda a, b, c: _attention_ref(a, b, c, causal=True, softcap=0.8), [q, k, v])
 
 
-# ---------------------------------------------------------------- Tensor operators (what `a + b` in TL runs)
+# ---------------------------------------------------------------- TL's operators (what `a + b` in TL runs)
 
-def test_tensor_operators_are_taped():
-    check(lambda a, b: a * b + 2.0 - b / a, lambda a, b: a * b + 2.0 - b / a,
+def test_tl_operators_are_taped():
+    """builtins/operators.py's binary, negate and get_item tape their tensor results (`Tensor`'s own
+    Python operators tape nothing: nothing patches them)."""
+    op = operators.binary
+    check(lambda a, b: op("-", op("+", op("*", a, b), 2.0), op("/", b, a)), lambda a, b: a * b + 2.0 - b / a,
           [rand(2, 3, away_from_zero=True), rand(2, 3)])
-    check(lambda a: 1.0 - a ** 2, lambda a: 1.0 - a ** 2, [rand(2, 3)])
-    check(lambda a, b: -(a @ b), lambda a, b: -(a @ b), [rand(2, 3), rand(3, 2)])
-    check(lambda a: a.sum(1) + a.mean(), lambda a: a.sum(1) + a.mean(), [rand(2, 3)])
-    check(lambda a: a.reshape([3, 2]).transpose(0, 1), lambda a: a.reshape(3, 2).T, [rand(2, 3)])
-    check(lambda a: a.permute([1, 0]).softmax(0), lambda a: _softmax(a.T, 0), [rand(2, 3)])
+    check(lambda a: op("-", 1.0, op("**", a, 2)), lambda a: 1.0 - a ** 2, [rand(2, 3)])
+    check(lambda a: op("⊙", 2.0, op("**", 2.0, a)), lambda a: 2.0 * 2.0 ** a, [rand(2, 3)])
+    check(lambda a, b: operators.negate(op("@", a, b)), lambda a, b: -(a @ b), [rand(2, 3), rand(3, 2)])
+    check(lambda a: op("%", a, 0.7), lambda a: np.mod(a, 0.7), [rand(2, 3)])
+    check(lambda a: core.add(core.sum(a, 1), core.mean(a)), lambda a: a.sum(1) + a.mean(), [rand(2, 3)])
+    check(lambda a: core.transpose(core.reshape(a, [3, 2]), 0, 1), lambda a: a.reshape(3, 2).T, [rand(2, 3)])
+    check(lambda a: core.softmax(core.permute(a, [1, 0]), 0), lambda a: _softmax(a.T, 0), [rand(2, 3)])
 
 
 def _add_at(src, ids, rows):

@@ -1,11 +1,13 @@
 """`learn` blocks, learnable tensors and the gradient builtins, end to end through the interpreter."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
 import tensorlogic
-from tensorlogic.builtins.autograd import tape
+from tensorlogic.interp.interpreter import Interpreter
 
 
 def run(source: str, **kw):
@@ -163,7 +165,8 @@ def test_bad_learning_programs_get_one_line_errors(source, message):
 
 
 def test_training_state_does_not_grow_over_2000_steps():
-    out = ok("""
+    interp = Interpreter(out=io.StringIO(), seed=1)
+    interp.run_top_level(interp.load_source("""
     let X = randn([32, 8])
     let Y = randn([32, 2])
     let W = learnable(randn([8, 2]))
@@ -181,11 +184,13 @@ def test_training_state_does_not_grow_over_2000_steps():
             }
         }
     }
-    """, seed=1)
+    """, "<test>"))
+    out = interp.ctx.out.getvalue()
     (live_a, alloc_a, tensors_a), (live_b, alloc_b, tensors_b) = (
         [int(v) for v in line.split()] for line in out.strip().split("\n"))
     assert live_a == live_b and tensors_a == tensors_b
     # the pool serves the steps: new allocations only while the in-flight window first deepens (a
     # few hundred at most), never one per step (1,800 steps make ~40,000 temporaries)
     assert alloc_b - alloc_a < 1000
-    assert len(tape.TRACKED) < 10  # the graphs of finished steps are gone
+    assert len(interp.ctx.state.tape.tracked) < 10  # the graphs of finished steps are gone (the run's tape)
+    interp.close()

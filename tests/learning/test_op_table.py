@@ -5,6 +5,7 @@ float tensor that silently lost a learnable input's gradient. So a new op cannot
 unnoticed: adding it without a table entry (and, if differentiable, a gradcheck case) fails here."""
 from __future__ import annotations
 
+import io
 import math
 import re
 from pathlib import Path
@@ -18,6 +19,8 @@ from tensorlogic.builtins import convert
 from tensorlogic.builtins.autograd import optable, tape
 from tensorlogic.builtins.autograd.traced_core import core, raw_core
 from tensorlogic.builtins.registry import BUILTINS
+from tensorlogic.interp.interpreter import Interpreter
+from tensorlogic.lang.errors import TLError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,15 +94,16 @@ def dropout_case():
         @property
         def rng(self):
             return np.random.default_rng(11)
-    saved = tape.STATE.training
-    tape.STATE.training = True
+    run_tape = tape.ensure()
+    saved = run_tape.training
+    run_tape.training = True
     try:
         with tape.no_recording():
             keep = raw_core.ne(b("dropout")(Ctx(), raw_core.from_numpy(np.ones((3, 4), np.float32)), 0.5), 0.0)
         mask = keep.numpy().astype(np.float64) * 2.0
         check(lambda x: b("dropout")(Ctx(), x, 0.5), lambda x: x * mask, [rand(3, 4)])
     finally:
-        tape.STATE.training = saved
+        run_tape.training = saved
 
 
 def _unary(name, ref, **kw):
@@ -495,10 +499,13 @@ def test_backward_of_a_loss_with_no_learnable_is_an_error():
 def test_a_gradient_of_grad_is_an_error_and_detach_makes_it_a_constant():
     text = run_error("let W = learnable([1.0, 2.0])\nbackward(sum(W * W))\nbackward(sum(grad(W) * grad(W)))")
     assert "second-order gradients" in text and "grad(" in text
-    out = tensorlogic.run("let W = learnable([1.0, 2.0])\nbackward(sum(W * W))\nlet g = grad(W)\n"
-                          "backward(sum(W * W) + sum(g * g))", filename="<test>")
-    assert out.error is not None and "second-order" in out.error_text
-    np.testing.assert_allclose(tape.grad_of(out.env["W"]).numpy(), [2.0, 4.0])  # nothing half-added
+    interp = Interpreter(out=io.StringIO())
+    with pytest.raises(TLError, match="second-order"):
+        interp.run_top_level(interp.load_source("let W = learnable([1.0, 2.0])\nbackward(sum(W * W))\n"
+                                                "let g = grad(W)\nbackward(sum(W * W) + sum(g * g))", "<test>"))
+    with interp.ctx.entered():  # the run's tape
+        np.testing.assert_allclose(tape.grad_of(interp.globals["W"]).numpy(), [2.0, 4.0])  # nothing half-added
+    interp.close()
     out = run_ok("let W = learnable([1.0, 2.0])\nbackward(sum(W * W))\nlet g = detach(grad(W))\nzero_grad()\n"
                  "backward(sum(W * g))\nprint(grad(W))")
     np.testing.assert_allclose(values(out), [2.0, 4.0])

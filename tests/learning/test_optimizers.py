@@ -9,9 +9,8 @@ import pytest
 
 from tensorlogic.builtins.autograd import tape
 from tensorlogic.builtins.autograd.optimizers import SGD, Adam, AdamW, LRScheduler, clip_grad_norm
-from tensorlogic.builtins.autograd.traced_core import core, enable, raw_core
+from tensorlogic.builtins.autograd.traced_core import core, raw_core
 
-enable()
 A = np.array([[1.0, 0.5, 2.0], [0.2, 3.0, 1.0]])
 C = np.array([[0.3, -1.0, 0.5], [1.0, 0.0, -2.0]])
 W0 = np.array([[0.5, -0.3, 0.8], [1.2, -0.7, 0.1]])

@@ -54,12 +54,13 @@ def test_kernel_ops_are_the_enum_rows():
 def test_the_autograd_names_only_ops_of_the_table():
     """What an op does with a gradient is the autograd's table; the ops it tapes, composes or splits
     must be rows here, and a tensor op's row must not be host-effect."""
-    from tensorlogic.builtins.autograd import traced_core
+    from tensorlogic.builtins.autograd import optable, traced_core
     from tensorlogic.builtins.autograd.rules import RULES
 
-    taped = set(traced_core.DIFFERENTIABLE) | set(traced_core.COMPOSITES) | {"split", "chunk"}
+    with_rule = set(optable.core_ops("rule")) | set(optable.core_ops("zero"))
+    taped = with_rule | set(traced_core.COMPOSITES) | set(optable.core_ops("pieces"))
     assert taped <= set(BY_NAME), sorted(taped - set(BY_NAME))
-    assert set(traced_core.DIFFERENTIABLE) <= set(RULES)
+    assert with_rule <= set(RULES)
     for name in taped:
         assert not BY_NAME[name]["host_effect"] and BY_NAME[name]["kind"] not in ("runtime", "info"), name
 

@@ -174,7 +174,7 @@ def tensor_of_dtype(values: Any, dt: str, what: str = "array") -> Any:
             for x in (lo, hi):
                 check_int_range(float(x) if arr.dtype.kind == "f" else int(x), dt, f"{what} element")
         return core.from_numpy(arr, dt)
-    return to_tensor(values, what).astype(dt)
+    return core.astype(to_tensor(values, what), dt)
 
 
 def to_tensor(v: Any, what: str = "argument", *, float_default: bool = True) -> Any:

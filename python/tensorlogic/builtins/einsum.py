@@ -101,7 +101,7 @@ def _diagonal(t, letters: str):
         mask_shape[j] = n
         eye = core.from_numpy(np.eye(n, dtype=np.float32).reshape(mask_shape))
         if t.dtype != "f32":
-            t = t.astype("f32")
+            t = core.astype(t, "f32")
         t = core.sum(core.mul(t, eye), j, False)
         letters = letters[:j] + letters[j + 1:]
     return t, letters

@@ -103,7 +103,7 @@ def dropout(ctx, x, p):
     if not 0 <= rate < 1:
         raise BuiltinArgError(f"p must be in [0, 1), got {rate}")
     t = to_tensor(x, "x")
-    if not tape.STATE.training or rate == 0:
+    if not tape.training() or rate == 0:
         return t
     seed = int(ctx.rng.integers(0, 2 ** 62))  # the run's generator: `tl run --seed N` repeats the masks
     keep = core.astype(core.ge(core.rand(list(t.shape), seed), rate), t.dtype)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from . import dtypes
 from .convert import BuiltinArgError, Tensor, core, is_numeric_list, list_to_numpy, to_bool, to_int
+from .core import getitem, note, setitem
 from .convert import MAP_FALSE, MAP_TRUE, type_name
 from .convert import MapBool, key_value, map_keys  # noqa: F401  (the map key helpers live in convert)
 from .formatting import format_value
@@ -61,8 +62,12 @@ def binary(op: str, a, b):
         b = _list_operand(b)
     if op == "+" and (a.__class__ is str or b.__class__ is str):
         return (a if a.__class__ is str else format_value(a)) + (b if b.__class__ is str else format_value(b))
-    fn = PY_BINARY[op]
-    return fn(a, b)
+    out = PY_BINARY[op](a, b)
+    if out.__class__ is Tensor:
+        name = TAPED_BINARY.get(op)
+        if name is not None:
+            note(name, (a, b), out)
+    return out
 
 
 def _list_operand(v):
@@ -129,13 +134,21 @@ PY_BINARY: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+# The operators whose tensor result carries a gradient: the runtime op (and rules.py rule) each is.
+# A tensor result of `a op b` is handed to `note` (builtins/core.py), which tapes it when the run
+# has a tape and an operand is tracked; `Tensor`'s own operators tape nothing.
+TAPED_BINARY: dict[str, str] = {"+": "add", "-": "sub", "*": "mul", "⊙": "mul", "/": "div", "%": "mod",
+                                "@": "matmul", "**": "pow"}
+
+
 def negate(v):
     """`-v`; TypeError for values that have no negation (the caller names the type)."""
     if v.__class__ is list:
         v = _list_operand(v)
     if isinstance(v, (str, bool)):
         raise TypeError
-    return -v
+    out = -v
+    return note("neg", (v,), out) if out.__class__ is Tensor else out
 
 
 def is_elementwise_not(v) -> bool:
@@ -176,7 +189,7 @@ def get_item(o, keys: tuple):
     if isinstance(o, Tensor):
         k = tuple(index_key(x) for x in keys)
         try:
-            return o[k[0]] if len(k) == 1 else o[k]
+            return getitem(o, k[0] if len(k) == 1 else k)
         except IndexError as e:  # an index out of range is the program's mistake, not a bug
             raise BuiltinArgError(str(e)) from None
     if isinstance(o, (list, str, range, tuple)):
@@ -234,12 +247,12 @@ def set_item(container, key: list, v) -> None:
         if isinstance(v, list):
             v = tensor_from_list(v)
         elif v.__class__ is Symbolic:  # a compiled function's scalar: a recorded fill
-            core.fill_(container[k if len(k) != 1 else k[0]], v)
+            core.fill_(getitem(container, k if len(k) != 1 else k[0]), v)
             return
         elif not isinstance(v, (Tensor, int, float)):
             raise BuiltinArgError(f"cannot store {type_name(v)} into a tensor")
         try:
-            container[k if len(k) != 1 else k[0]] = v
+            setitem(container, k if len(k) != 1 else k[0], v)
         except IndexError as e:
             raise BuiltinArgError(str(e)) from None
         return
@@ -308,7 +321,7 @@ def iterate(v):
     if isinstance(v, Tensor):
         if v.ndim == 0:
             raise BuiltinArgError("cannot iterate over a 0-d tensor")
-        return (v[i] for i in range(v.shape[0]))
+        return (getitem(v, i) for i in range(v.shape[0]))
     if isinstance(v, dict):
         return map_keys(v)  # a map's keys, in insertion order
     it = getattr(v, "tl_iter", None)
@@ -331,9 +344,9 @@ def cast(v, tname: str):
         return format_value(v)
     dtype = dtypes.dtype_of(tname)
     if isinstance(v, Tensor):
-        return v.astype(dtype)
+        return core.astype(v, dtype)
     if v.__class__ is list:
-        return tensor_from_list(v).astype(dtype)
+        return core.astype(tensor_from_list(v), dtype)
     kind = dtypes.KIND[dtype]
     if kind == "int":
         if isinstance(v, str):

@@ -34,7 +34,7 @@ def tensor_key(t: Any) -> tuple:
 
 def argument_problem(tensors: list) -> str | None:
     """Why these tensor arguments cannot be recorded (None if they can)."""
-    if tape.STATE.enabled and any(tape.is_tracked(t) for t in tensors):
+    if any(tape.is_tracked(t) for t in tensors):
         return ("a learnable tensor, or one computed from one, is passed as an argument (its gradient "
                 "would not flow through the recording's copy): read learnables as globals")
     return None
@@ -42,13 +42,11 @@ def argument_problem(tensors: list) -> str | None:
 
 def detach_results(outs: list) -> None:
     """Forget the tape entries of a recorded call's results (see the module docstring)."""
-    if tape.STATE.enabled:
-        for t in outs:
-            tape.forget(t)
+    for t in outs:
+        tape.forget(t)
 
 
 def note_gradients(trace) -> None:
     """Remember which gradients exist before a recording starts: a recorded backward adding to one of
     them abandons the recording (a replay would not see the host's gradient of that later call)."""
-    trace.outside_grads = ({id(p.grad) for p in tape.live_params() if p.grad is not None}
-                           if tape.STATE.enabled else set())
+    trace.outside_grads = {id(p.grad) for p in tape.live_params() if p.grad is not None}

@@ -45,7 +45,7 @@ def _effect_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     from . import symbolic
 
     def guarded(*args):
-        if symbolic.CURRENT is not None:
+        if symbolic.current() is not None:
             symbolic.abandon(f"it calls {name}, which acts outside tensors")
         return fn(*args)
 

@@ -6,6 +6,7 @@ call plus an affine form over the call's scalar inputs (slot i = the i-th scalar
 subtracting and multiplying by numbers keeps the form, and the dynamic-aware runtime ops (rope and
 attention positions, slices with a dynamic bound, `fill_`, tensor-scalar arithmetic) record it, so a
 replay recomputes them from the new arguments.
+The trace in progress belongs to the run (run_state.py), never to this module.
 Invariant: any other use of a Symbolic as a number (int(), a comparison, `if`, printing, a shape, a
 list index) abandons the trace and yields the plain value: the call goes on eagerly and correctly,
 and that signature is never replayed. Outside an active trace a Symbolic is just its value.
@@ -13,6 +14,8 @@ and that signature is never replayed. Outside an active trace a Symbolic is just
 from __future__ import annotations
 
 from typing import Any, Callable
+
+from . import run_state
 
 
 class Trace:
@@ -113,18 +116,33 @@ class _Paused:
         self.recording.resume()
 
 
-CURRENT: Trace | None = None  # the trace recording now (compiled functions do not nest)
+# The trace recording now is the run's (run_state.py: `trace`); compiled functions do not nest.
+
+def current() -> Trace | None:
+    """The trace of the run executing here, abandoned or not, or None."""
+    s = run_state.get(None)
+    return s.trace if s is not None else None
+
+
+def begin(trace: Trace) -> None:
+    """`trace` records from now on, for the run executing here."""
+    run_state.current().trace = trace
+
+
+def end() -> None:
+    """The run's recording is over (finished, abandoned or failed)."""
+    run_state.current().trace = None
 
 
 def active() -> Trace | None:
     """The trace that is recording and not abandoned, or None."""
-    t = CURRENT
+    t = current()
     return t if t is not None and t.reason is None else None
 
 
 def abandon(reason: str) -> None:
     """Called by builtins and the interpreter for what a recording cannot express."""
-    t = CURRENT
+    t = current()
     if t is not None:
         t.abandon(reason)
 
@@ -133,7 +151,7 @@ def note_mutation(container: Any, what: str) -> Any:
     """The body changes `container` in place: a recording abandons if it existed before the call.
     Returns `(caller's container, plain)` when `container` is the body's copy of an argument: the
     caller makes the same change there (with `plain(value)`), or None."""
-    t = CURRENT
+    t = current()
     if t is None:
         return None
     if t.reason is None and t.is_host_container(container):
@@ -183,7 +201,7 @@ class Symbolic:
     @property
     def live(self) -> bool:
         t = self.trace
-        return t is CURRENT and t.reason is None
+        return t.reason is None and t is current()
 
     @property
     def _tl_affine(self):

@@ -111,7 +111,7 @@ def dtype(t):
 
 @builtin("astype", "astype(t, dtype)", "t converted to dtype", min_args=2, max_args=2, category=C)
 def astype(t, dt):
-    return to_tensor(t, "t").astype(dtype_of(dt))
+    return core.astype(to_tensor(t, "t"), dtype_of(dt))
 
 
 @builtin("reshape", "reshape(t, shape)", "t with a new shape (-1 infers one dim); a view when contiguous",

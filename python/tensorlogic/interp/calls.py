@@ -262,7 +262,7 @@ class CallCompiler:
                 return self._invoke(m, argv, e, caller)
             call_method = getattr(r, "tl_call_method", None)
             if call_method is not None:
-                if symbolic.CURRENT is not None and name not in getattr(r, "tl_recordable_methods", ()):
+                if symbolic.current() is not None and name not in getattr(r, "tl_recordable_methods", ()):
                     symbolic.abandon(f"it calls {type_name(r)}.{name}, which a recording cannot replay")
                 try:
                     return call_method(name, argv)

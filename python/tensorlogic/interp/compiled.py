@@ -264,7 +264,7 @@ class CompiledFunction:
         self.entries.clear()
 
     def __call__(self, argv: list) -> Any:
-        if symbolic.CURRENT is not None or not ENABLED:  # inside another recording: inlined
+        if symbolic.current() is not None or not ENABLED:  # inside another recording: inlined
             return self.impl(argv)
         key: list = []
         tensors: list = []
@@ -339,11 +339,11 @@ class CompiledFunction:
             return self.impl(argv)
         rec = recording.new_recording(len(scalars))
         trace = Trace(rec, self.name)
-        symbolic.CURRENT = trace
+        symbolic.begin(trace)
         try:
             rec.begin()
         except BaseException:
-            symbolic.CURRENT = None
+            symbolic.end()
             raise
         recording.note_gradients(trace)
         try:
@@ -364,9 +364,9 @@ class CompiledFunction:
             trace.slots = []  # the escape check in finish() counts the handles left on the slots
         except BaseException:
             rec.cancel()
-            symbolic.CURRENT = None
+            symbolic.end()
             raise
-        symbolic.CURRENT = None
+        symbolic.end()
         recording.detach_results(outs)
         fresh = rec.finish(outs)
         del outs

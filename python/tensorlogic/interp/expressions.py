@@ -62,9 +62,11 @@ class ExpressionCompiler:
         if fallback is None and name not in interp.global_names:
             interp.unresolved_names.append((name, self.span(e)))
 
+        state = interp.ctx.state  # the run's state (run_state.py): this code runs only in its run
+
         def ev_global(f):
             v = g.get(name, UNSET)
-            trace = symbolic.CURRENT
+            trace = state.trace  # symbolic.current(), read directly: every global read passes here
             if trace is not None and v is not UNSET:
                 trace.global_reads[name] = v  # a compiled function's replay checks it is still v
             if v is UNSET:
@@ -193,6 +195,9 @@ class ExpressionCompiler:
         if op in ("+", "-", "*", "⊙", "<", "<=", ">", ">=", "==", "!=", "**", "%"):
             # Python's own operator is right for numbers, strings and tensors; lists (numeric arrays
             # act as tensors) and failures (str + int, shape errors) take the slow path.
+            taped = operators.TAPED_BINARY.get(op)
+            if taped is not None:
+                return self._taped_binop(e, left, right, pyop, fail, taped)
             if isinstance(e.right, (ast.IntLit, ast.FloatLit)):
                 const = e.right.value
 
@@ -222,6 +227,45 @@ class ExpressionCompiler:
             b = right(f)
             return fail(a, b, None)
         return ev_binop_slow
+
+    def _taped_binop(self, e, left, right, pyop, fail, taped: str):
+        """The fast path of an arithmetic operator: Python's operator, then a tensor result is handed
+        to the run's tape (operators.note, inlined: taped when an operand is tracked)."""
+        tensor_cls = operators.Tensor
+        state = self.interp.ctx.state  # the run's state: this code runs only in its run
+        if isinstance(e.right, (ast.IntLit, ast.FloatLit)):
+            const = e.right.value
+
+            def ev_binop_const(f):
+                a = left(f)
+                if a.__class__ is list:
+                    return fail(a, const, None)
+                try:
+                    out = pyop(a, const)
+                except Exception as exc:
+                    return fail(a, const, exc)
+                if out.__class__ is tensor_cls:
+                    tape = state.tape
+                    if tape is not None:
+                        tape.note(taped, (a, const), {}, out)
+                return out
+            return ev_binop_const
+
+        def ev_binop(f):
+            a = left(f)
+            b = right(f)
+            if a.__class__ is list or b.__class__ is list:
+                return fail(a, b, None)
+            try:
+                out = pyop(a, b)
+            except Exception as exc:
+                return fail(a, b, exc)
+            if out.__class__ is tensor_cls:
+                tape = state.tape
+                if tape is not None:
+                    tape.note(taped, (a, b), {}, out)
+            return out
+        return ev_binop
 
     def expr_UnaryOp(self, e: ast.UnaryOp, scope: Scope):
         operand = self.compile_expr(e.operand, scope)
@@ -276,7 +320,7 @@ class ExpressionCompiler:
                     return o.fields[name]
                 except KeyError:
                     raise self.error(f"struct {o.type.name} has no field '{name}'", e) from None
-            if symbolic.CURRENT is not None and name in getattr(o, "tl_volatile_fields", ()):
+            if symbolic.current() is not None and name in getattr(o, "tl_volatile_fields", ()):
                 symbolic.abandon(f"it reads {type_name(o)}.{name}, which changes between calls")
             try:
                 return operators.get_field(o, name)

@@ -78,7 +78,7 @@ class Interpreter(ProgramLogic):
     # ------------------------------------------------------------ loading
 
     def load_source(self, source: str, filename: str = "<input>") -> LoadedProgram:
-        return run_deep(self._load_source, source, filename)
+        return run_deep(self.ctx.run, self._load_source, source, filename)
 
     def _load_source(self, source: str, filename: str) -> LoadedProgram:
         program = parse(source, filename)
@@ -88,7 +88,7 @@ class Interpreter(ProgramLogic):
         """Load the program at `path`; `source` is its text when the caller already read it (a pipe
         can be read only once). A `<name>` path (`<stdin>`) has no directory: imports are relative
         to the working directory."""
-        return run_deep(self._load_file, path, source)
+        return run_deep(self.ctx.run, self._load_file, path, source)
 
     def _load_file(self, path: str, source: str | None) -> LoadedProgram:
         if source is None:
@@ -100,7 +100,7 @@ class Interpreter(ProgramLogic):
 
     def load(self, program: ast.Program) -> LoadedProgram:
         """Resolve imports, declare, compile. Raises TLError (syntax, import, compile) before running."""
-        return run_deep(self._load_checked, program)
+        return run_deep(self.ctx.run, self._load_checked, program)
 
     def _load_checked(self, program: ast.Program) -> LoadedProgram:
         try:
@@ -243,7 +243,7 @@ class Interpreter(ProgramLogic):
     # ------------------------------------------------------------ running
 
     def run_top_level(self, loaded: LoadedProgram) -> None:
-        return run_deep(self._run_top_level, loaded)
+        return run_deep(self.ctx.run, self._run_top_level, loaded)
 
     def _run_top_level(self, loaded: LoadedProgram) -> None:
         self._run_logic_decls()
@@ -254,7 +254,7 @@ class Interpreter(ProgramLogic):
                 break
 
     def run_main(self, loaded: LoadedProgram) -> None:
-        return run_deep(self._run_main, loaded)
+        return run_deep(self.ctx.run, self._run_main, loaded)
 
     def _run_main(self, loaded: LoadedProgram) -> None:
         if loaded.main is None:
@@ -266,7 +266,7 @@ class Interpreter(ProgramLogic):
             frame.clear()
 
     def run_tests(self, loaded: LoadedProgram, report: Callable[[TestOutcome], None] | None = None) -> list[TestOutcome]:
-        return run_deep(self._run_tests, loaded, report)
+        return run_deep(self.ctx.run, self._run_tests, loaded, report)
 
     def _run_tests(self, loaded: LoadedProgram, report: Callable[[TestOutcome], None] | None) -> list[TestOutcome]:
         outcomes = []
@@ -287,7 +287,7 @@ class Interpreter(ProgramLogic):
         return outcomes
 
     def run_benches(self, loaded: LoadedProgram, report: Callable[[str, int, float, float], None]) -> None:
-        return run_deep(self._run_benches, loaded, report)
+        return run_deep(self.ctx.run, self._run_benches, loaded, report)
 
     def _run_benches(self, loaded: LoadedProgram, report: Callable[[str, int, float, float], None]) -> None:
         """Runs each bench block once to warm up, then until 0.5 s or 20 runs; reports mean and min."""
@@ -311,7 +311,7 @@ class Interpreter(ProgramLogic):
     def call_value(self, fn, argv: list):
         """Call a TL function value from outside the program's code (builtins, tensor equations, the
         LLM session): the compiled calls' own path, so the depth limit and error trace apply."""
-        return run_deep(self._call_value, fn, argv)
+        return run_deep(self.ctx.run, self._call_value, fn, argv)
 
     def _call_value(self, fn, argv: list):
         if self._callback_compiler is None:

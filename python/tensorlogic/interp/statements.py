@@ -222,7 +222,7 @@ class StatementCompiler:
                 key = [k(f) for k in keys]
                 v = value(f)
                 mirror = None
-                if symbolic.CURRENT is not None and not operators.is_tensor(container):
+                if symbolic.current() is not None and not operators.is_tensor(container):
                     symbolic.abandon("it assigns into an array (host state a replay would not update)")
                     mirror = symbolic.note_mutation(container, "an array")
                 try:
@@ -239,13 +239,13 @@ class StatementCompiler:
             def ex_setfield(f):
                 o = obj(f)
                 v = value(f)
-                if symbolic.CURRENT is not None:
+                if symbolic.current() is not None:
                     symbolic.abandon(f"it assigns the field '{name}' (host state a replay would not update)")
                 if o.__class__ is StructValue:
                     if name not in o.fields:
                         raise self.error(f"struct {o.type.name} has no field '{name}'", target)
                     o.fields[name] = v
-                    mirror = symbolic.note_mutation(o, "a struct") if symbolic.CURRENT is not None else None
+                    mirror = symbolic.note_mutation(o, "a struct") if symbolic.current() is not None else None
                     if mirror is not None:  # the body's copy of an argument: the caller's changes too
                         mirror[0].fields[name] = mirror[1](v)
                     return None

@@ -1,9 +1,10 @@
 """A running `learn` block: its optimizer, schedule, clipping and the step `backward(loss)` takes.
 
-Invariants: at most one learn block runs at a time (`ACTIVE`); while it runs `STATE.training` is on
-(dropout is active) and every `backward(loss)` is one full step: gradients of every live learnable,
-optional clipping, one optimizer update in place, gradients cleared. When the block ends, however it
-ends, the optimizer's state is dropped and training is off again, so nothing of it outlives the block.
+Invariants: at most one learn block runs at a time in a run (the run's state holds it: run_state.py
+`learn`); while it runs the run's tape trains (dropout is active) and every `backward(loss)` is one
+full step: gradients of every live learnable, optional clipping, one optimizer update in place,
+gradients cleared. When the block ends, however it ends, the optimizer's state is dropped and
+training is off again, so nothing of it outlives the block.
 A step taken while a compiled function records (a compiled training step) adds a guard (a replay
 runs only inside this same block) and a replay hook doing the step's host bookkeeping; the
 optimizer adds its per-step scalars itself (optimizers.py).
@@ -11,9 +12,9 @@ optimizer adds its per-step scalars itself (optimizers.py).
 from __future__ import annotations
 
 from . import tape
-from .. import symbolic
+from .. import run_state, symbolic
 from .optimizers import LRScheduler, Optimizer, clip_grad_norm
-from .tape import STATE, AutogradError
+from .tape import AutogradError
 
 
 class LearnSession:
@@ -55,28 +56,28 @@ class LearnSession:
         self.steps += 1
 
 
-ACTIVE: list[LearnSession] = []
-
-
 def current() -> LearnSession | None:
-    return ACTIVE[-1] if ACTIVE else None
+    """The learn block running in the run executing here, or None."""
+    return run_state.current().learn
 
 
 class running:
-    """`with running(session):` — the block's extent."""
+    """`with running(session):` — the block's extent, in the run executing here."""
 
     def __init__(self, session: LearnSession):
         self.session = session
 
     def __enter__(self):
-        if ACTIVE:
+        state = run_state.current()
+        if state.learn is not None:
             raise AutogradError("learn blocks do not nest")
-        ACTIVE.append(self.session)
-        STATE.training = True
+        self.state = state
+        state.learn = self.session
+        tape.ensure().training = True
         return self.session
 
     def __exit__(self, *exc):
-        ACTIVE.pop()
-        STATE.training = False
+        self.state.learn = None
+        self.state.tape.training = False
         self.session.optimizer.release()
         tape.zero_grad()
