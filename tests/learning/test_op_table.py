@@ -204,6 +204,17 @@ BUILTIN_CASES = {
                                       [rand(3, 2, 4), rand(3, 1, 4), rand(3, 1, 4)]),
     "apply_attention_mask": lambda: check(b("apply_attention_mask"), np.add, [rand(2, 3, 3), rand(3, 3)]),
     "dropout": dropout_case,
+    "softplus": lambda: check(b("softplus"), lambda x: np.log1p(np.exp(x)), [rand(2, 3)]),
+    "leaky_relu": lambda: check(b("leaky_relu"), lambda x: np.where(x > 0, x, 0.01 * x), [rand(2, 3, away_from_zero=True)]),
+    "logsumexp": lambda: check(lambda x: b("logsumexp")(x, 1), lambda x: np.log(np.exp(x).sum(1)), [rand(2, 3)]),
+    "mse_loss": lambda: check(b("mse_loss"), lambda x, y: ((x - y) ** 2).mean(), [rand(2, 3), rand(2, 3)]),
+    "l1_loss": lambda: check(b("l1_loss"), lambda x, y: np.abs(x - y).mean(), [rand(2, 3), rand(2, 3) + 3.0]),
+    "binary_cross_entropy_with_logits": lambda: check(
+        b("binary_cross_entropy_with_logits"), lambda x, y: (np.log1p(np.exp(-x)) + (1 - y) * x).mean(),
+        [rand(2, 3), rand(2, 3, low=0.0, high=1.0)]),
+    "nll_loss": lambda: check(lambda x: b("nll_loss")(x, [2, 0]), lambda x: -(x[0, 2] + x[1, 0]) / 2, [rand(2, 3)]),
+    "cross_entropy": lambda: check(lambda x: b("cross_entropy")(x, [2, 0]),
+                                   lambda x: -np.log(softmax_np(x))[[0, 1], [2, 0]].mean(), [rand(2, 3)]),
 }
 
 

@@ -83,6 +83,8 @@ _BUILTIN_DIFFERENTIABLE = {
                           "repeat tile tril triu sort topk",
     "neural networks": "rms_norm rms_norm_linear layer_norm swiglu swiglu_linear embedding scatter_add_rows rope "
                        "attention causal_attention apply_attention_mask dropout",
+    "losses and activations (PyTorch's definitions)": "softplus leaky_relu logsumexp mse_loss l1_loss "
+                                                      "binary_cross_entropy_with_logits nll_loss cross_entropy",
 }
 _BUILTIN_REFUSES = {
     "rope_kv_write": "writes k and v into a KV cache, for generation only",
@@ -106,7 +108,7 @@ _BUILTIN_NO_GRADIENT = {
                                         "relation_tensor infer entities env clock args input",
     "containers (hold values as they are)": "append push pop reverse keys values has_key remove",
     "gradients and training (the tape's own bookkeeping)": "learnable backward grad zero_grad detach sgd adam "
-                                                           "adamw set_lr get_lr clip_grad_norm step_lr "
+                                                           "adamw set_lr get_lr clip_grad_norm clip_grad_value step_lr "
                                                            "exponential_lr cosine_lr",
     "memory and device": "buffer_reserve buffer_reserve_learnable buffer_stats memory_stats clear_cache "
                          "reset_peak_memory synchronize",

@@ -247,3 +247,11 @@ def clip_grad_norm(params: list[Param], max_norm: float):
                 s = scale if p.grad.dtype == FLOAT32 else core.astype(scale, p.grad.dtype)
                 p.grad = core.mul(p.grad, s)
     return norm
+
+
+def clip_grad_value(params: list[Param], clip_value: float) -> None:
+    """Clamp every gradient elementwise to [-clip_value, clip_value] (PyTorch's clip_grad_value_)."""
+    with no_recording():
+        for p in params:
+            if p.grad is not None:
+                p.grad = core.minimum(core.maximum(p.grad, -float(clip_value)), float(clip_value))
