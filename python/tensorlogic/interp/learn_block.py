@@ -68,6 +68,16 @@ class LearnCompiler:
             return KeywordArg(name, value(f))
         return ev_named
 
+    def stmt_ModeBlock(self, stmt: ast.ModeBlock, scope, tail: bool = False):
+        """`no_grad { }` / `eval { }`: the block runs inside learning.grad_mode (restored however it ends)."""
+        body = self.compile_block(stmt.body, scope, tail=tail)
+        mode = stmt.mode
+
+        def ex_mode(f):
+            with learning.grad_mode(mode):
+                return body(f)
+        return ex_mode
+
     def stmt_LearnBlock(self, stmt: ast.LearnBlock, scope):
         settings: dict[str, ast.LearnSetting] = {}
         for s in stmt.settings:
