@@ -437,7 +437,8 @@ class EpochCounter:
 
     def tl_iter(self):
         session = learn_session.current()
+        base = session.epoch_base if session is not None else 0  # read at the loop's start: after a load_checkpoint
         for epoch, item in enumerate(self.items):
             if session is not None:
-                session.begin_epoch(epoch)
+                session.begin_epoch(base + epoch)
             yield item

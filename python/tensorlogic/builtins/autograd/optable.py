@@ -110,7 +110,8 @@ _BUILTIN_NO_GRADIENT = {
     "gradients and training (the tape's own bookkeeping)": "learnable backward grad zero_grad detach sgd adam "
                                                            "adamw set_lr get_lr clip_grad_norm clip_grad_value step_lr "
                                                            "exponential_lr cosine_lr rmsprop adagrad param_group "
-                                                           "multistep_lr linear_lr one_cycle_lr reduce_lr_on_plateau",
+                                                           "multistep_lr linear_lr one_cycle_lr reduce_lr_on_plateau "
+                                                           "save_checkpoint load_checkpoint",
     "memory and device": "buffer_reserve buffer_reserve_learnable buffer_stats memory_stats clear_cache "
                          "reset_peak_memory synchronize",
 }

@@ -33,6 +33,7 @@ class LearnSession:
         self.micro = 0  # backwards since the last optimizer step
         self.steps = 0
         self.epoch = 0
+        self.epoch_base = 0  # the first epoch of the block's epoch loop (load_checkpoint sets it to resume)
         if scheduler is not None:
             scheduler.attach(optimizer)
 
