@@ -82,7 +82,8 @@ _BUILTIN_DIFFERENTIABLE = {
                           "slice slice_last select gather index_select scatter chunk split contiguous flip pad "
                           "repeat tile tril triu sort topk",
     "neural networks": "rms_norm rms_norm_linear layer_norm swiglu swiglu_linear embedding scatter_add_rows rope "
-                       "attention causal_attention apply_attention_mask dropout",
+                       "attention causal_attention apply_attention_mask dropout conv2d max_pool2d avg_pool2d "
+                       "batch_norm",
     "losses and activations (PyTorch's definitions)": "softplus leaky_relu logsumexp mse_loss l1_loss "
                                                       "binary_cross_entropy_with_logits nll_loss cross_entropy",
 }
