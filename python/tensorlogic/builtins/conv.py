@@ -78,8 +78,8 @@ def conv2d(*args):
             raise BuiltinArgError(f"conv2d: a {w.shape[2]}x{w.shape[3]} kernel does not fit input {list(x.shape)} "
                                   f"with padding {padding}")
     with tape.no_recording():
-        out, cols = conv2d_forward(x, w, b, stride, padding)
-    out = _taped("conv2d", out, (x, w, b, stride, padding, cols))
+        out, saved = conv2d_forward(x, w, b, stride, padding)
+    out = _taped("conv2d", out, (x, w, b, stride, padding, saved))
     return core.squeeze(out, 0) if unbatched else out
 
 

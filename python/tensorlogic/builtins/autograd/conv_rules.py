@@ -1,15 +1,18 @@
 """Forwards and backward rules of conv2d and the 2-D pools (builtins/conv.py), written like rules.py's
 and registered in the same RULES table.
 
-conv2d is im2col + the runtime's matmul: the k*k strided views of the (padded) input are stacked into
-columns [N, C*k*k, Ho*Wo] and multiplied by the kernel [O, C*k*k]; its backward is two matmuls and
-col2im (each column block added back into its strided view of one zero tensor). max_pool2d stacks
+conv2d is im2col + the runtime's linear: one row gather of the channels-last input builds the columns
+[N*Ho*Wo, kh*kw*C], one linear with the reordered kernel gives the output; its backward is two
+matmuls and col2im, one scatter_add_rows of the column gradients back onto the input's rows (no
+atomics: deterministic). max_pool2d stacks
 the window's views and takes the max; its gradient goes to the first maximum of each window, as
 PyTorch's CPU kernel does. Everything is a composition of `_core` ops (so it runs on every backend
 with no kernel of its own). Invariant: forwards run with recording off, and the builtin records one
 node whose rule gets the forward's saved columns / argmax as extra (untracked) arguments.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..core import core
 from .rules import RULES, _float_grad, rule
@@ -41,16 +44,70 @@ def _windows(xp, kh: int, kw: int, ho: int, wo: int, stride: int):
     return core.stack([_view(xp, i, j, ho, wo, stride) for i in range(kh) for j in range(kw)], 2)
 
 
+_INDEX_CACHE: dict[tuple, object] = {}
+
+
+def _im2col_ids(n: int, h: int, w: int, kh: int, kw: int, stride: int, padding: int):
+    """i64 [N*Ho*Wo*kh*kw]: for each output position and kernel offset, the row of the input's
+    [N*H*W (+1), C] channels-last table it reads; padding reads row N*H*W (a zero row). Cached per shape."""
+    key = (n, h, w, kh, kw, stride, padding)
+    ids = _INDEX_CACHE.get(key)
+    if ids is None:
+        ho, wo = out_size(h, kh, stride, padding), out_size(w, kw, stride, padding)
+        r = np.arange(ho)[:, None, None, None] * stride + np.arange(kh)[None, None, :, None] - padding
+        c = np.arange(wo)[None, :, None, None] * stride + np.arange(kw)[None, None, None, :] - padding
+        r, c = np.broadcast_arrays(r, c)  # [Ho, Wo, kh, kw]
+        inside = (r >= 0) & (r < h) & (c >= 0) & (c < w)
+        base = (np.arange(n) * h * w)[:, None, None, None, None]
+        rows = np.where(inside[None], base + r[None] * w + c[None], n * h * w)
+        if len(_INDEX_CACHE) > 64:
+            _INDEX_CACHE.clear()
+        ids = _INDEX_CACHE[key] = core.from_numpy(np.ascontiguousarray(rows.reshape(-1).astype(np.int64)))
+    return ids
+
+
 def conv2d_forward(x, w, b, stride: int, padding: int):
-    """(out [N, O, Ho, Wo], cols [N, C*kh*kw, Ho*Wo])."""
+    """(out [N, O, Ho, Wo], saved) with saved = (cols [N*Ho*Wo, kh*kw*C], ids, w2 [O, kh*kw*C]).
+
+    im2col as one row gather: x goes channels-last ([N*H*W, C] rows, plus a zero row that padding
+    reads), the runtime's gather_rows kernel picks each output position's kh*kw rows, and one linear
+    with the kernel reordered to [O, kh, kw, C] gives the output; strided views of NCHW data would
+    be copied element by element, rows of C are copied as rows."""
     n, c, h, wd = x.shape
     o, _c, kh, kw = w.shape
     ho, wo = out_size(h, kh, stride, padding), out_size(wd, kw, stride, padding)
-    cols = core.reshape(_windows(_padded(x, padding), kh, kw, ho, wo, stride), [n, c * kh * kw, ho * wo])
-    out = core.matmul(core.reshape(w, [o, c * kh * kw]), cols)  # [N, O, L]
-    if b is not None:
-        out = core.add(out, core.reshape(b, [o, 1]))
-    return core.reshape(out, [n, o, ho, wo]), cols
+    ids = _im2col_ids(n, h, wd, kh, kw, stride, padding)
+    rows = core.reshape(core.contiguous(core.permute(x, [0, 2, 3, 1])), [n * h * wd, c])
+    table = core.concat([rows, core.zeros([1, c], x.dtype)], 0)
+    cols = core.reshape(core.embedding(table, ids), [n * ho * wo, kh * kw * c])
+    w2 = core.reshape(core.contiguous(core.permute(w, [0, 2, 3, 1])), [o, kh * kw * c])
+    out = core.linear(cols, w2) if b is None else core.add(core.linear(cols, w2), b)  # [N*Ho*Wo, O]
+    out = core.contiguous(core.permute(core.reshape(out, [n, ho, wo, o]), [0, 3, 1, 2]))
+    return out, (cols, ids, w2)
+
+
+@rule("conv2d")
+def _conv2d(g, out, needs, x, w, b, stride, padding, saved):
+    cols, ids, w2 = saved
+    n, o, ho, wo = g.shape
+    _o, c, kh, kw = w.shape
+    gm = core.reshape(core.contiguous(core.permute(g, [0, 2, 3, 1])), [n * ho * wo, o])
+    if g.dtype != "f32":
+        gm = core.astype(gm, "f32")
+    gx = gw = gb = None
+    if needs[1]:
+        gw2 = core.matmul(core.transpose(gm, 0, 1), cols)  # [O, kh*kw*C]
+        gw = core.contiguous(core.permute(core.reshape(gw2, [o, kh, kw, c]), [0, 3, 1, 2]))
+        gw = _float_grad(gw, w)
+    if needs[2]:
+        gb = _float_grad(core.sum(gm, 0), b)
+    if needs[0]:
+        _n, _c, h, wd = x.shape
+        gcols = core.reshape(core.matmul(gm, w2), [n * ho * wo * kh * kw, c])
+        gtable = core.scatter_add_rows(ids, gcols, n * h * wd + 1)  # col2im: the zero row takes padding's share
+        gx = core.reshape(core.slice(gtable, 0, 0, n * h * wd), [n, h, wd, c])
+        gx = _float_grad(core.contiguous(core.permute(gx, [0, 3, 1, 2])), x)
+    return [gx, gw, gb, None, None, None]
 
 
 def _col2im(gcols, x_shape, kh: int, kw: int, ho: int, wo: int, stride: int, padding: int):
@@ -64,23 +121,6 @@ def _col2im(gcols, x_shape, kh: int, kw: int, ho: int, wo: int, stride: int, pad
     if padding:
         g = core.contiguous(_view(g, padding, padding, h, wd, 1))
     return g
-
-
-@rule("conv2d")
-def _conv2d(g, out, needs, x, w, b, stride, padding, cols):
-    n, o, ho, wo = g.shape
-    _c, c, kh, kw = w.shape
-    g2 = core.reshape(core.contiguous(g), [n, o, ho * wo])
-    gx = gw = gb = None
-    if needs[1]:
-        gw = core.sum(core.matmul(g2, core.transpose(cols, -2, -1)), 0)  # [O, C*kh*kw]
-        gw = _float_grad(core.reshape(gw, list(w.shape)), w)
-    if needs[2]:
-        gb = _float_grad(core.sum(core.sum(g2, 2), 0), b)
-    if needs[0]:
-        gcols = core.matmul(core.transpose(core.reshape(w, [o, c * kh * kw]), 0, 1), g2)  # [N, C*kh*kw, L]
-        gx = _float_grad(_col2im(gcols, x.shape, kh, kw, ho, wo, stride, padding), x)
-    return [gx, gw, gb, None, None, None]
 
 
 def max_pool2d_forward(x, k: int, stride: int, padding: int):

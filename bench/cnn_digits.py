@@ -1,0 +1,147 @@
+"""Benchmark: a training epoch of the CNN of examples/learning/cnn_digits.tl (8x8 digits, 1437 training
+images, batch 64, conv 16 -> pool -> conv 32 -> pool -> linear, Adam, cross_entropy) in TL against the
+same model, batches and optimizer in PyTorch eager, on the CPU with the same thread count.
+
+    python bench/cnn_digits.py [--epochs 5] [--threads N]
+
+TL's time per epoch is (time of a run of 1 + E epochs - time of a run of 1 epoch) / E, each run in a
+fresh process (TL_THREADS=N), so parsing, start-up, data loading and warm-up cancel. PyTorch (if
+importable; put it on PYTHONPATH) runs one warm-up epoch, then E timed ones, with
+torch.set_num_threads(N). Prints ms/epoch for both, TL's time as a fraction of PyTorch's, and each
+one's test accuracy after the timed run (the two train the same model, so both should be ~0.98).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "examples", "learning", "data")
+
+PROGRAM = """
+seed(0)
+let X = astype(load("DATA/digits_x.npy"), "f32") / 16.0
+let labels = load("DATA/digits_y.npy")
+let n_train = 1437
+let x_train = reshape(X[:n_train], [n_train, 1, 8, 8])
+let y_train = labels[:n_train]
+let x_test = reshape(X[n_train:], [1797 - n_train, 1, 8, 8])
+let y_test = labels[n_train:]
+let W1 = learnable(randn([16, 1, 3, 3]) * 0.47)
+let b1 = learnable(zeros([16]))
+let W2 = learnable(randn([32, 16, 3, 3]) * 0.118)
+let b2 = learnable(zeros([32]))
+let W3 = learnable(randn([128, 10]) * 0.125)
+let b3 = learnable(zeros([10]))
+fn model(x) {
+    let h = max_pool2d(relu(conv2d(x, W1, b1, padding = 1)), 2)
+    let h2 = max_pool2d(relu(conv2d(h, W2, b2, padding = 1)), 2)
+    matmul(reshape(h2, [shape(h2)[0], 128]), W3) + b3
+}
+let batch = 64
+let batches = floor_div(n_train + batch - 1, batch)
+learn {
+    optimizer: adam(lr = 0.01)
+    epochs: EPOCHS
+    for epoch in range(epochs) {
+        for i in range(batches) {
+            let lo = i * batch
+            let hi = min(lo + batch, n_train)
+            backward(cross_entropy(model(x_train[lo:hi]), y_train[lo:hi]))
+        }
+    }
+}
+let acc = 0.0
+eval { acc = item(mean(astype(argmax(model(x_test), 1) == y_test, "f32"))) }
+print(acc)
+"""
+
+RUNNER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import tensorlogic
+src = sys.stdin.read()
+start = time.perf_counter()
+result = tensorlogic.run(src, filename="<bench>")
+if result.error is not None:
+    raise SystemExit(result.error_text)
+print(result.output.strip())
+print(time.perf_counter() - start)
+"""
+
+
+def tl_run(epochs: int, threads: int) -> tuple[float, float]:
+    """(seconds, test accuracy) of one TL run of `epochs` epochs in a fresh process."""
+    src = PROGRAM.replace("EPOCHS", str(epochs)).replace("DATA", DATA)
+    env = dict(os.environ, TL_THREADS=str(threads))
+    proc = subprocess.run([sys.executable, "-c", RUNNER, os.path.join(REPO, "python")], input=src,
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stdout + proc.stderr)
+    lines = proc.stdout.strip().splitlines()
+    return float(lines[-1]), float(lines[-2])
+
+
+def tl_ms(epochs: int, threads: int) -> tuple[float, float]:
+    base = min(tl_run(1, threads)[0] for _ in range(2))
+    runs = [tl_run(1 + epochs, threads) for _ in range(2)]
+    full = min(r[0] for r in runs)
+    return (full - base) / epochs * 1000, runs[0][1]
+
+
+def torch_ms(epochs: int, threads: int) -> tuple[float, float] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    x = torch.from_numpy(np.load(os.path.join(DATA, "digits_x.npy")).astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    y = torch.from_numpy(np.load(os.path.join(DATA, "digits_y.npy")))
+    n_train = 1437
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def epoch():
+        for lo in range(0, n_train, 64):
+            hi = min(lo + 64, n_train)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[lo:hi]), y[lo:hi]).backward()
+            opt.step()
+    epoch()
+    start = time.perf_counter()
+    for _ in range(epochs):
+        epoch()
+    ms = (time.perf_counter() - start) / epochs * 1000
+    with torch.no_grad():
+        acc = float((model(x[n_train:]).argmax(1) == y[n_train:]).float().mean())
+    return ms, acc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    tl, tl_acc = tl_ms(args.epochs, args.threads)
+    peer = torch_ms(args.epochs, args.threads)
+    print(f"CNN on 8x8 digits, 1437 images/epoch, batch 64, Adam; {args.threads} threads, {args.epochs} timed epochs")
+    print(f"{'':12} {'ms/epoch':>10} {'test acc':>9}")
+    print(f"{'TL':12} {tl:10.1f} {tl_acc:9.4f}")
+    if peer is None:
+        print("PyTorch: not importable (put it on PYTHONPATH to compare)")
+        return
+    print(f"{'PyTorch':12} {peer[0]:10.1f} {peer[1]:9.4f}")
+    print(f"TL epoch time / PyTorch's: {tl / peer[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
