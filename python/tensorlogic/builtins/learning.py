@@ -6,6 +6,7 @@ only accumulates gradients (`grad(W)` reads them, `zero_grad()` clears them).
 """
 from __future__ import annotations
 
+from . import learn_progress
 from .autograd import session as learn_session
 from .autograd import tape
 from .autograd.optimizers import (SGD, Adagrad, Adam, AdamW, LRScheduler, OneCycleLR, Optimizer, ParamGroup,
@@ -375,7 +376,10 @@ def start_learn(values: dict) -> LearnSession:
         raise BuiltinArgError(f"scheduler must be step_lr, exponential_lr, cosine_lr, multistep_lr, linear_lr, "
                               f"one_cycle_lr or reduce_lr_on_plateau (...), got {type_name(sched)}")
     opt.steps = 0
-    return LearnSession(opt, epochs, clip, sched, accumulation, clip_value)
+    session = LearnSession(opt, epochs, clip, sched, accumulation, clip_value)
+    if learn_progress.enabled():
+        session.progress = learn_progress.Progress(epochs)
+    return session
 
 
 class grad_mode:

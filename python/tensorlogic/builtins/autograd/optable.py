@@ -96,7 +96,7 @@ _BUILTIN_REFUSES = {
 _BUILTIN_NO_GRADIENT = {
     "integer, bool, string or shape result": "argmax argmin argsort isnan isinf any all shape numel ndim "
                                              "dtype len is_learnable contains str format join upper lower trim "
-                                             "starts_with ends_with replace substring split_string tokenize "
+                                             "starts_with ends_with replace substring split_string tokenize plot "
                                              "detokenize detokenize_single apply_chat_template "
                                              "temperature_sample top_k top_p multinomial",
     "reads values to the host (as PyTorch's .item())": "item to_float to_int to_list print println assert "

@@ -34,6 +34,7 @@ class LearnSession:
         self.steps = 0
         self.epoch = 0
         self.epoch_base = 0  # the first epoch of the block's epoch loop (load_checkpoint sets it to resume)
+        self.progress = None  # a learn_progress.Progress when a terminal shows the progress line
         if scheduler is not None:
             scheduler.attach(optimizer)
 
@@ -74,6 +75,8 @@ class LearnSession:
         self.optimizer.step()
         self.optimizer.zero_grad()
         self.steps += 1
+        if self.progress is not None:
+            self.progress.step(self.steps, self.epoch, loss)
 
     def _replays_here(self, _scalars) -> bool:
         return current() is self
@@ -104,6 +107,8 @@ class running:
         return self.session
 
     def __exit__(self, *exc):
+        if self.session.progress is not None:
+            self.session.progress.close()
         ACTIVE.pop()
         STATE.training = False
         self.session.optimizer.release()
