@@ -2,13 +2,14 @@
 images, batch 64, conv 16 -> pool -> conv 32 -> pool -> linear, Adam, cross_entropy) in TL against the
 same model, batches and optimizer in PyTorch eager, on the CPU with the same thread count.
 
-    python bench/cnn_digits.py [--epochs 5] [--threads N]
+    python bench/cnn_digits.py [--epochs 8] [--threads N] [--rounds 3]
 
-TL's time per epoch is (time of a run of 1 + E epochs - time of a run of 1 epoch) / E, each run in a
-fresh process (TL_THREADS=N), so parsing, start-up, data loading and warm-up cancel. PyTorch (if
-importable; put it on PYTHONPATH) runs one warm-up epoch, then E timed ones, with
-torch.set_num_threads(N). Prints ms/epoch for both, TL's time as a fraction of PyTorch's, and each
-one's test accuracy after the timed run (the two train the same model, so both should be ~0.98).
+Each epoch is timed on its own (TL: `synchronize()` and `clock()` around it inside the program, run
+in a fresh process with TL_THREADS=N; PyTorch, if importable (put it on PYTHONPATH): the same with
+torch.set_num_threads(N)), after one warm-up epoch; the two alternate for `rounds` rounds and each
+reports its fastest epoch and its median one, which keeps a busy machine's noise out of the
+comparison as far as it can. Prints ms/epoch for both, TL's time as a fraction of PyTorch's, and
+each one's test accuracy (the two train the same model, so both should be ~0.97-0.99).
 """
 from __future__ import annotations
 
@@ -49,11 +50,15 @@ learn {
     optimizer: adam(lr = 0.01)
     epochs: EPOCHS
     for epoch in range(epochs) {
+        synchronize()
+        let t0 = clock()
         for i in range(batches) {
             let lo = i * batch
             let hi = min(lo + batch, n_train)
             backward(cross_entropy(model(x_train[lo:hi]), y_train[lo:hi]))
         }
+        synchronize()
+        println("epoch", clock() - t0)
     }
 }
 let acc = 0.0
@@ -71,30 +76,23 @@ result = tensorlogic.run(src, filename="<bench>")
 if result.error is not None:
     raise SystemExit(result.error_text)
 print(result.output.strip())
-print(time.perf_counter() - start)
 """
 
 
-def tl_run(epochs: int, threads: int) -> tuple[float, float]:
-    """(seconds, test accuracy) of one TL run of `epochs` epochs in a fresh process."""
-    src = PROGRAM.replace("EPOCHS", str(epochs)).replace("DATA", DATA)
+def tl_epochs(epochs: int, threads: int) -> tuple[list[float], float]:
+    """(ms of each epoch after the first, test accuracy) of one TL run in a fresh process."""
+    src = PROGRAM.replace("EPOCHS", str(epochs + 1)).replace("DATA", DATA)
     env = dict(os.environ, TL_THREADS=str(threads))
     proc = subprocess.run([sys.executable, "-c", RUNNER, os.path.join(REPO, "python")], input=src,
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(proc.stdout + proc.stderr)
     lines = proc.stdout.strip().splitlines()
-    return float(lines[-1]), float(lines[-2])
+    times = [float(x.split()[1]) * 1000 for x in lines if x.startswith("epoch")]
+    return times[1:], float(lines[-1])
 
 
-def tl_ms(epochs: int, threads: int) -> tuple[float, float]:
-    base = min(tl_run(1, threads)[0] for _ in range(2))
-    runs = [tl_run(1 + epochs, threads) for _ in range(2)]
-    full = min(r[0] for r in runs)
-    return (full - base) / epochs * 1000, runs[0][1]
-
-
-def torch_ms(epochs: int, threads: int) -> tuple[float, float] | None:
+def torch_epochs(epochs: int, threads: int) -> tuple[list[float], float] | None:
     try:
         import torch
     except ImportError:
@@ -117,30 +115,40 @@ def torch_ms(epochs: int, threads: int) -> tuple[float, float] | None:
             torch.nn.functional.cross_entropy(model(x[lo:hi]), y[lo:hi]).backward()
             opt.step()
     epoch()
-    start = time.perf_counter()
+    times = []
     for _ in range(epochs):
+        start = time.perf_counter()
         epoch()
-    ms = (time.perf_counter() - start) / epochs * 1000
+        times.append((time.perf_counter() - start) * 1000)
     with torch.no_grad():
         acc = float((model(x[n_train:]).argmax(1) == y[n_train:]).float().mean())
-    return ms, acc
+    return times, acc
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    tl, tl_acc = tl_ms(args.epochs, args.threads)
-    peer = torch_ms(args.epochs, args.threads)
-    print(f"CNN on 8x8 digits, 1437 images/epoch, batch 64, Adam; {args.threads} threads, {args.epochs} timed epochs")
-    print(f"{'':12} {'ms/epoch':>10} {'test acc':>9}")
-    print(f"{'TL':12} {tl:10.1f} {tl_acc:9.4f}")
-    if peer is None:
+    tl_times, torch_times, tl_acc, torch_acc = [], [], 0.0, None
+    for _ in range(args.rounds):
+        times, tl_acc = tl_epochs(args.epochs, args.threads)
+        tl_times += times
+        peer = torch_epochs(args.epochs, args.threads)
+        if peer is not None:
+            torch_times += peer[0]
+            torch_acc = peer[1]
+    print(f"CNN on 8x8 digits, 1437 images/epoch, batch 64, Adam; {args.threads} threads, "
+          f"{args.rounds} x {args.epochs} timed epochs each")
+    print(f"{'':12} {'fastest ms':>10} {'median ms':>10} {'test acc':>9}")
+    print(f"{'TL':12} {min(tl_times):10.1f} {np.median(tl_times):10.1f} {tl_acc:9.4f}")
+    if torch_acc is None:
         print("PyTorch: not importable (put it on PYTHONPATH to compare)")
         return
-    print(f"{'PyTorch':12} {peer[0]:10.1f} {peer[1]:9.4f}")
-    print(f"TL epoch time / PyTorch's: {tl / peer[0]:.2f}")
+    print(f"{'PyTorch':12} {min(torch_times):10.1f} {np.median(torch_times):10.1f} {torch_acc:9.4f}")
+    print(f"TL epoch time / PyTorch's: fastest {min(tl_times) / min(torch_times):.2f}, "
+          f"median {np.median(tl_times) / np.median(torch_times):.2f}")
 
 
 if __name__ == "__main__":

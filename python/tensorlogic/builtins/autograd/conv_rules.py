@@ -123,20 +123,38 @@ def _col2im(gcols, x_shape, kh: int, kw: int, ho: int, wo: int, stride: int, pad
     return g
 
 
+def _channels_last_table(x, pad_value: float):
+    """x [N, C, H, W] as rows [N*H*W + 1, C] (channels last), the extra row pad_value (what padding reads)."""
+    n, c, h, w = x.shape
+    rows = core.reshape(core.contiguous(core.permute(x, [0, 2, 3, 1])), [n * h * w, c])
+    return core.concat([rows, core.full([1, c], pad_value, x.dtype)], 0)
+
+
+def _to_nchw(rows, n: int, h: int, w: int, c: int):
+    return core.contiguous(core.permute(core.reshape(rows, [n, h, w, c]), [0, 3, 1, 2]))
+
+
 def max_pool2d_forward(x, k: int, stride: int, padding: int):
-    """(out [N, C, Ho, Wo], argmax [N, C, Ho, Wo] of the window position, first on ties)."""
+    """(out [N, C, Ho, Wo], saved (argmax [N*Ho*Wo, C] of the window position, first on ties in row-major
+    window order, as PyTorch's CPU kernel; ids)): the windows are one row gather of the channels-last
+    input (padding reads a -inf row)."""
     n, c, h, w = x.shape
     ho, wo = out_size(h, k, stride, padding), out_size(w, k, stride, padding)
-    win = _windows(_padded(x, padding, float("-inf")), k, k, ho, wo, stride)
-    return core.max(win, 2), core.argmax(win, 2)
+    ids = _im2col_ids(n, h, w, k, k, stride, padding)
+    win = core.reshape(core.embedding(_channels_last_table(x, float("-inf")), ids), [n * ho * wo, k * k, c])
+    return _to_nchw(core.max(win, 1), n, ho, wo, c), (core.argmax(win, 1), ids)
 
 
 @rule("max_pool2d")
-def _max_pool2d(g, out, needs, x, k, stride, padding, arg):
+def _max_pool2d(g, out, needs, x, k, stride, padding, saved):
+    arg, ids = saved
     n, c, ho, wo = g.shape
-    zero = core.zeros([], g.dtype)
-    picks = [core.where(core.eq(arg, idx), g, zero) for idx in range(k * k)]
-    gx = _col2im(core.stack(picks, 2), x.shape, k, k, ho, wo, stride, padding)
+    _n, _c, h, w = x.shape
+    gm = core.reshape(core.contiguous(core.permute(g, [0, 2, 3, 1])), [n * ho * wo, 1, c])
+    slots = core.reshape(core.arange(0, k * k), [1, k * k, 1])
+    gcols = core.where(core.eq(core.unsqueeze(arg, 1), slots), gm, core.zeros([], g.dtype))
+    gtable = core.scatter_add_rows(ids, core.reshape(gcols, [n * ho * wo * k * k, c]), n * h * w + 1)
+    gx = _to_nchw(core.slice(gtable, 0, 0, n * h * w), n, h, w, c)
     return [_float_grad(gx, x), None, None, None, None]
 
 
