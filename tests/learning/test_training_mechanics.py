@@ -152,3 +152,24 @@ def test_a_checkpoint_of_another_program_is_refused(tmp_path):
     assert "saved outside a learn block" in text
     out = run(f'let w = learnable([5.0, 6.0])\nprintln(load_checkpoint("{path}"))\nprintln(w)')
     assert out.output.split("\n")[:2] == ["0", "[1., 2.]"]
+
+
+def test_randperm_and_minibatches_cover_the_data_and_follow_the_seed():
+    out = run("""
+    seed(7)
+    println(to_list(randperm(6)))
+    let bs = minibatches(10, 4)
+    println(len(bs), to_list(bs[2]))
+    let all = []
+    for ids in bs { for i in to_list(ids) { all = append(all, i) } }
+    println(all)
+    println(len(minibatches(10, 4, drop_last = true)), to_list(minibatches(5, 2, shuffle = false)[2]))
+    """)
+    lines = out.output.strip().split("\n")
+    perm = eval(lines[0])  # noqa: S307
+    assert sorted(perm) == list(range(6))
+    rng = np.random.default_rng(7)
+    assert perm == list(rng.permutation(6))  # the run's generator, as seeded
+    assert lines[1].split()[0] == "3" and len(eval(lines[1].split(" ", 1)[1])) == 2  # noqa: S307
+    assert sorted(eval(lines[2])) == list(range(10))  # noqa: S307
+    assert lines[3] == "2 [4]"

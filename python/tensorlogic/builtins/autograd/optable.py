@@ -106,7 +106,7 @@ _BUILTIN_NO_GRADIENT = {
                                         "load read_text load_model load_model_f32 load_model_f16 get_tensor "
                                         "load_tokenizer text_stream token_sampler kv_cache llama_kv_cache "
                                         "KVCache::new_f32 KVCache::new_f16 KVCache::with_capacity "
-                                        "relation_tensor infer entities env clock args input",
+                                        "relation_tensor infer entities env clock args input randperm minibatches",
     "containers (hold values as they are)": "append push pop reverse keys values has_key remove",
     "gradients and training (the tape's own bookkeeping)": "learnable backward grad zero_grad detach sgd adam "
                                                            "adamw set_lr get_lr clip_grad_norm clip_grad_value step_lr "
