@@ -8,8 +8,9 @@ Each epoch is timed on its own (TL: `synchronize()` and `clock()` around it insi
 in a fresh process with TL_THREADS=N; PyTorch, if importable (put it on PYTHONPATH): the same with
 torch.set_num_threads(N)), after one warm-up epoch; the two alternate for `rounds` rounds and each
 reports its fastest epoch and its median one, which keeps a busy machine's noise out of the
-comparison as far as it can. Prints ms/epoch for both, TL's time as a fraction of PyTorch's, and
-each one's test accuracy (the two train the same model, so both should be ~0.97-0.99).
+comparison as far as it can. TL runs twice: eagerly, and with the step as a compiled function (`@compile fn
+train_step` calling backward: recorded once per batch shape, replayed natively). Prints ms/epoch,
+TL's time as a fraction of PyTorch's, and each one's test accuracy (the two train the same model, so both should be ~0.97-0.99).
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ fn model(x) {
 }
 let batch = 64
 let batches = floor_div(n_train + batch - 1, batch)
+STEP_FN
 learn {
     optimizer: adam(lr = 0.01)
     epochs: EPOCHS
@@ -55,7 +57,7 @@ learn {
         for i in range(batches) {
             let lo = i * batch
             let hi = min(lo + batch, n_train)
-            backward(cross_entropy(model(x_train[lo:hi]), y_train[lo:hi]))
+            STEP_CALL
         }
         synchronize()
         println("epoch", clock() - t0)
@@ -65,6 +67,14 @@ let acc = 0.0
 eval { acc = item(mean(astype(argmax(model(x_test), 1) == y_test, "f32"))) }
 print(acc)
 """
+
+EAGER = ("", "backward(cross_entropy(model(x_train[lo:hi]), y_train[lo:hi]))")
+COMPILED = ("""@compile
+fn train_step(x, y) {
+    let loss = cross_entropy(model(x), y)
+    backward(loss)
+    loss
+}""", "let loss = train_step(x_train[lo:hi], y_train[lo:hi])")
 
 RUNNER = """
 import sys, time
@@ -79,9 +89,10 @@ print(result.output.strip())
 """
 
 
-def tl_epochs(epochs: int, threads: int) -> tuple[list[float], float]:
+def tl_epochs(epochs: int, threads: int, variant=EAGER) -> tuple[list[float], float]:
     """(ms of each epoch after the first, test accuracy) of one TL run in a fresh process."""
-    src = PROGRAM.replace("EPOCHS", str(epochs + 1)).replace("DATA", DATA)
+    src = (PROGRAM.replace("EPOCHS", str(epochs + 1)).replace("DATA", DATA).replace("STEP_FN", variant[0])
+           .replace("STEP_CALL", variant[1]))
     env = dict(os.environ, TL_THREADS=str(threads))
     proc = subprocess.run([sys.executable, "-c", RUNNER, os.path.join(REPO, "python")], input=src,
                           capture_output=True, text=True, env=env)
@@ -131,10 +142,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    tl_times, torch_times, tl_acc, torch_acc = [], [], 0.0, None
+    tl_times, compiled_times, torch_times, tl_acc, compiled_acc, torch_acc = [], [], [], 0.0, 0.0, None
     for _ in range(args.rounds):
         times, tl_acc = tl_epochs(args.epochs, args.threads)
         tl_times += times
+        times, compiled_acc = tl_epochs(args.epochs, args.threads, COMPILED)
+        compiled_times += times
         peer = torch_epochs(args.epochs, args.threads)
         if peer is not None:
             torch_times += peer[0]
@@ -143,12 +156,14 @@ def main() -> None:
           f"{args.rounds} x {args.epochs} timed epochs each")
     print(f"{'':12} {'fastest ms':>10} {'median ms':>10} {'test acc':>9}")
     print(f"{'TL':12} {min(tl_times):10.1f} {np.median(tl_times):10.1f} {tl_acc:9.4f}")
+    print(f"{'TL compiled':12} {min(compiled_times):10.1f} {np.median(compiled_times):10.1f} {compiled_acc:9.4f}")
     if torch_acc is None:
         print("PyTorch: not importable (put it on PYTHONPATH to compare)")
         return
     print(f"{'PyTorch':12} {min(torch_times):10.1f} {np.median(torch_times):10.1f} {torch_acc:9.4f}")
-    print(f"TL epoch time / PyTorch's: fastest {min(tl_times) / min(torch_times):.2f}, "
-          f"median {np.median(tl_times) / np.median(torch_times):.2f}")
+    for name, times in (("TL", tl_times), ("TL compiled", compiled_times)):
+        print(f"{name} epoch time / PyTorch's: fastest {min(times) / min(torch_times):.2f}, "
+              f"median {np.median(times) / np.median(torch_times):.2f}")
 
 
 if __name__ == "__main__":

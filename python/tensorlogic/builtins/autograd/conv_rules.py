@@ -12,8 +12,11 @@ node whose rule gets the forward's saved columns / argmax as extra (untracked) a
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
+from .. import symbolic
 from ..core import core
 from .rules import RULES, _float_grad, rule
 
@@ -62,7 +65,10 @@ def _im2col_ids(n: int, h: int, w: int, kh: int, kw: int, stride: int, padding: 
         rows = np.where(inside[None], base + r[None] * w + c[None], n * h * w)
         if len(_INDEX_CACHE) > 64:
             _INDEX_CACHE.clear()
-        ids = _INDEX_CACHE[key] = core.from_numpy(np.ascontiguousarray(rows.reshape(-1).astype(np.int64)))
+        trace = symbolic.active()  # cached across calls: made outside a compiled function's recording
+        with trace.outside() if trace is not None else contextlib.nullcontext():
+            ids = core.from_numpy(np.ascontiguousarray(rows.reshape(-1).astype(np.int64)))
+        _INDEX_CACHE[key] = ids
     return ids
 
 
