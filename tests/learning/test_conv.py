@@ -3,6 +3,8 @@ of PyTorch's definitions: values and gradients (float64 central finite differenc
 padding, batch_norm's running statistics in training and their use in eval { }."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ import tensorlogic
 from gradcheck import check, rand
 from tensorlogic.builtins.autograd import tape
 from tensorlogic.builtins.registry import BUILTINS
+from tensorlogic.interp.interpreter import Interpreter
 
 
 def b(name):
@@ -147,3 +150,42 @@ def test_bad_shapes_are_one_line_errors(source, message):
     out = tensorlogic.run(source, filename="<test>")
     assert out.error is not None and message in out.error_text, out.error_text
     assert "Traceback" not in out.error_text
+
+
+CNN_STEP = """
+seed(1)
+let X = randn([8, 1, 6, 6])
+let Y = randn([8, 2])
+let W = learnable(randn([3, 1, 3, 3]) * 0.3)
+let c = learnable(zeros([3]))
+let V = learnable(randn([12, 2]) * 0.3)
+COMPILE
+fn train_step(x, y) {
+    let h = max_pool2d(relu(conv2d(x, W, c, padding = 1)), 3)
+    let loss = mse_loss(matmul(reshape(h, [8, 12]), V), y)
+    backward(loss)
+    loss
+}
+learn {
+    optimizer: adam(lr = 0.01)
+    epochs: 12
+    for epoch in range(epochs) { let l = train_step(X, Y) }
+}
+"""
+
+
+def _run_cnn(compile_it: bool):
+    interp = Interpreter(out=io.StringIO())
+    interp.run_top_level(interp.load_source(CNN_STEP.replace("COMPILE", "@compile" if compile_it else ""), "t.tl"))
+    params = [interp.globals[n].numpy().tobytes() for n in ("W", "c", "V")]
+    impl = interp.functions["train_step"].impl
+    stats = (impl.records, impl.replays) if compile_it else None
+    interp.close()
+    return params, stats
+
+
+def test_a_compiled_cnn_training_step_replays_and_equals_the_eager_one_bitwise():
+    compiled, stats = _run_cnn(True)
+    eager, _ = _run_cnn(False)
+    assert stats == (1, 11)  # recorded once, replayed every later step (the im2col ids are outside state)
+    assert compiled == eager
