@@ -67,3 +67,25 @@ def test_plot_writes_a_png(tmp_path):
     assert out.error is None, out.error_text
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+
+
+def test_the_progress_line_does_not_stop_a_compiled_step_from_compiling(monkeypatch, capsys):
+    import io
+
+    from tensorlogic.interp.interpreter import Interpreter
+    monkeypatch.setenv("TL_PROGRESS", "1")
+    monkeypatch.setattr(learn_progress, "AFTER_SECONDS", 0.0)
+    monkeypatch.setattr(learn_progress, "EVERY_SECONDS", 0.0)
+    interp = Interpreter(out=io.StringIO())
+    interp.run_top_level(interp.load_source("""
+    let w = learnable([3.0, 1.0])
+    @compile
+    fn step(x) { let l = sum(w * w * x); backward(l); l }
+    learn { optimizer: sgd(lr = 0.1)
+            epochs: 6
+            for epoch in range(epochs) { let l = step([1.0, 2.0]) } }
+    """, "t.tl"))
+    impl = interp.functions["step"].impl
+    assert (impl.records, impl.replays) == (1, 5)  # reading the loss for the line would abandon it
+    interp.close()
+    assert "step 6  loss -" in capsys.readouterr().err

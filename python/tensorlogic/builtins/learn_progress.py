@@ -4,13 +4,16 @@ EVERY_SECONDS, ended with a newline when the block ends.
 
 Invariants: nothing is shown unless stderr is a terminal (or TL_PROGRESS=1 forces it; TL_PROGRESS=0
 turns it off), so program output and tests see nothing; the loss is read to the host only when a
-line is drawn (one device sync per EVERY_SECONDS, never one per step).
+line is drawn (one device sync per EVERY_SECONDS, never one per step), and never while a compiled
+function records (the read would stop it from compiling; replays show "-" for the loss).
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
+
+from . import symbolic
 
 AFTER_SECONDS = 3.0
 EVERY_SECONDS = 0.5
@@ -39,8 +42,10 @@ class Progress:
         if now - self.start < AFTER_SECONDS or now - self.last < EVERY_SECONDS:
             return
         self.last = now
+        if symbolic.active() is not None:  # a host read would abandon a compiled step's recording
+            loss = None
         try:
-            value = f"{float(loss.item()):.4g}" if loss.numel == 1 else "-"
+            value = f"{float(loss.item()):.4g}" if loss is not None and loss.numel == 1 else "-"
         except Exception:  # noqa: BLE001 - a progress line never stops training
             value = "-"
         of = f"/{self.epochs}" if self.epochs is not None else ""

@@ -84,6 +84,8 @@ class LearnSession:
     def _replayed_step(self, _scalars) -> None:
         self.optimizer.attach(tape.live_params())
         self.steps += 1
+        if self.progress is not None:  # a replay's loss is not read back here: the line shows "-"
+            self.progress.step(self.steps, self.epoch, None)
 
 
 ACTIVE: list[LearnSession] = []
