@@ -79,11 +79,12 @@ def test_the_progress_line_does_not_stop_a_compiled_step_from_compiling(monkeypa
     interp = Interpreter(out=io.StringIO())
     interp.run_top_level(interp.load_source("""
     let w = learnable([3.0, 1.0])
+    let xs = ones([2]) * 2.0
     @compile
     fn step(x) { let l = sum(w * w * x); backward(l); l }
     learn { optimizer: sgd(lr = 0.1)
             epochs: 6
-            for epoch in range(epochs) { let l = step([1.0, 2.0]) } }
+            for epoch in range(epochs) { let l = step(xs) } }
     """, "t.tl"))
     impl = interp.functions["step"].impl
     assert (impl.records, impl.replays) == (1, 5)  # reading the loss for the line would abandon it
