@@ -145,7 +145,7 @@ def test_gradients_flow_through_user_functions_structs_and_tensor_equations():
     ("learn { speed: 3 }", "unknown learn setting 'speed'"),
     ("learn { lr: 0.1, lr: 0.2 }", "'lr' is given twice"),
     ("learn { objective: 1.0, lr: 0.1 }", "needs `epochs: N`"),
-    ("learn { optimizer: 3 }", "optimizer must be sgd(...), adam(...) or adamw(...), got int"),
+    ("learn { optimizer: 3 }", "optimizer must be sgd, adam, adamw, rmsprop or adagrad (...), got int"),
     ("learn { optimizer: adam(rate = 0.1) }", "adam: no argument named 'rate' (it takes lr, beta1"),
     ("learn { optimizer: sgd(lr = -1.0) }", "lr must be positive"),
     ("learn { optimizer: sgd(lr = 0.1, nesterov = true) }", "nesterov needs a momentum > 0"),

@@ -208,7 +208,34 @@ BUILTIN_CASES = {
                                       [rand(3, 2, 4), rand(3, 1, 4), rand(3, 1, 4)]),
     "apply_attention_mask": lambda: check(b("apply_attention_mask"), np.add, [rand(2, 3, 3), rand(3, 3)]),
     "dropout": dropout_case,
+    "conv2d": lambda: check(lambda x, w, c: b("conv2d")(x, w, c, 1, 1), conv_np, [rand(2, 2, 4, 3), rand(3, 2, 3, 3), rand(3)]),
+    "max_pool2d": lambda: check(lambda x: b("max_pool2d")(x, 2), lambda x: x.reshape(1, 2, 2, 2, 2, 2).max((3, 5)),
+                                [distinct(1, 2, 4, 4)]),
+    "avg_pool2d": lambda: check(lambda x: b("avg_pool2d")(x, 2), lambda x: x.reshape(1, 2, 2, 2, 2, 2).mean((3, 5)),
+                                [rand(1, 2, 4, 4)]),
+    "batch_norm": lambda: check(lambda x: b("batch_norm")(x, raw_core.zeros([3], "f32"), raw_core.ones([3], "f32")),
+                                lambda x: x / np.sqrt(1 + 1e-5), [rand(2, 3)]),
+    "softplus": lambda: check(b("softplus"), lambda x: np.log1p(np.exp(x)), [rand(2, 3)]),
+    "leaky_relu": lambda: check(b("leaky_relu"), lambda x: np.where(x > 0, x, 0.01 * x), [rand(2, 3, away_from_zero=True)]),
+    "logsumexp": lambda: check(lambda x: b("logsumexp")(x, 1), lambda x: np.log(np.exp(x).sum(1)), [rand(2, 3)]),
+    "mse_loss": lambda: check(b("mse_loss"), lambda x, y: ((x - y) ** 2).mean(), [rand(2, 3), rand(2, 3)]),
+    "l1_loss": lambda: check(b("l1_loss"), lambda x, y: np.abs(x - y).mean(), [rand(2, 3), rand(2, 3) + 3.0]),
+    "binary_cross_entropy_with_logits": lambda: check(
+        b("binary_cross_entropy_with_logits"), lambda x, y: (np.log1p(np.exp(-x)) + (1 - y) * x).mean(),
+        [rand(2, 3), rand(2, 3, low=0.0, high=1.0)]),
+    "nll_loss": lambda: check(lambda x: b("nll_loss")(x, [2, 0]), lambda x: -(x[0, 2] + x[1, 0]) / 2, [rand(2, 3)]),
+    "cross_entropy": lambda: check(lambda x: b("cross_entropy")(x, [2, 0]),
+                                   lambda x: -np.log(softmax_np(x))[[0, 1], [2, 0]].mean(), [rand(2, 3)]),
 }
+
+
+def conv_np(x, w, c):
+    xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    out = np.zeros((x.shape[0], w.shape[0]) + x.shape[2:])
+    for i in range(x.shape[2]):
+        for j in range(x.shape[3]):
+            out[:, :, i, j] = np.einsum("nckl,ockl->no", xp[:, :, i:i + 3, j:j + 3], w)
+    return out + c[None, :, None, None]
 
 
 def _core_case(op, ref, arrays, *consts, **kw):

@@ -72,9 +72,22 @@ def expert_linear(x, w, ids, experts=0):
     return core.expert_linear(to_tensor(x, "x"), to_tensor(w, "W"), to_tensor(ids, "ids"), to_int(experts, "experts"))
 
 
-@builtin("embedding", "embedding(table, ids)", "rows of table for integer ids (ids.shape + [D])",
-         min_args=2, max_args=2, category=C)
-def embedding(table, ids):
+@builtin("embedding", "embedding(table, ids, [padding_idx])",
+         "rows of table for integer ids (ids.shape + [D]); the row padding_idx gets no gradient (PyTorch's)",
+         min_args=2, max_args=3, category=C)
+def embedding(table, ids, padding_idx=None):
+    rows = _embedding_rows(table, ids)
+    if padding_idx is None:
+        return rows
+    from .autograd import tape  # noqa: PLC0415 - nn does not otherwise touch the tape
+    pad = to_int(padding_idx, "padding_idx")
+    ids_t = ids if isinstance(ids, Tensor) else to_tensor(ids if isinstance(ids, list) else [ids], "ids",
+                                                          float_default=False)
+    keep = core.unsqueeze(core.ne(ids_t, pad), -1)
+    return core.where(keep, rows, tape.detach(rows))  # the padding rows' values, cut from the graph
+
+
+def _embedding_rows(table, ids):
     table = to_tensor(table, "table")
     if table.ndim != 2:
         raise BuiltinArgError(f"table must be [vocab, dim], got {list(table.shape)}")

@@ -31,9 +31,12 @@ Form A, an explicit loop; each backward(loss) is one step (gradients, clipping, 
 Form B, declarative; statements and objective evaluated once per epoch, then one step:
     learn { let p = matmul(X, W)  objective: mean((p - Y) ** 2), optimizer: sgd(lr: 0.1), epochs: 100 }
 
-settings: optimizer (sgd/adam/adamw), lr, epochs, clip_grad_norm, scheduler (step_lr/exponential_lr/
-cosine_lr), objective. Inside the block `epochs` and `optimizer` are bound, dropout(x, p) is active,
-set_lr(optimizer, lr) changes the rate. Learnables: learnable(t) or `tensor w: f32[n] learnable = ...`.
+settings: optimizer (sgd/adam/adamw/rmsprop/adagrad), lr, epochs, clip_grad_norm, clip_grad_value,
+accumulation_steps (a step every N backwards, on their mean gradient), scheduler (step_lr/exponential_lr/
+cosine_lr/multistep_lr/linear_lr/one_cycle_lr/reduce_lr_on_plateau), objective. Inside the block `epochs`
+and `optimizer` are bound, dropout(x, p) is active, set_lr(optimizer, lr) changes the rate;
+`eval { }` runs validation with dropout off and nothing recorded, `no_grad { }` records nothing;
+save_checkpoint(path) / load_checkpoint(path) resume training exactly. Learnables: learnable(t) or `tensor w: f32[n] learnable = ...`.
 Outside learn blocks: backward(loss), grad(W), zero_grad(), detach(x), clip_grad_norm(max).
 Compiled step: a `@compile fn` that calls backward(loss) inside the block records the whole step
 once and replays it (examples/learning/compiled_training_step.tl); read learnables as globals.
@@ -67,6 +70,16 @@ class LearnCompiler:
         def ev_named(f):
             return KeywordArg(name, value(f))
         return ev_named
+
+    def stmt_ModeBlock(self, stmt: ast.ModeBlock, scope, tail: bool = False):
+        """`no_grad { }` / `eval { }`: the block runs inside learning.grad_mode (restored however it ends)."""
+        body = self.compile_block(stmt.body, scope, tail=tail)
+        mode = stmt.mode
+
+        def ex_mode(f):
+            with learning.grad_mode(mode):
+                return body(f)
+        return ex_mode
 
     def stmt_LearnBlock(self, stmt: ast.LearnBlock, scope):
         settings: dict[str, ast.LearnSetting] = {}

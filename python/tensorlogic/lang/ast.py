@@ -298,6 +298,13 @@ class LearnBlock(Stmt):
 
 
 @dataclass(frozen=True)
+class ModeBlock(BlockStmt):
+    """`no_grad { ... }` or `eval { ... }` (mode "no_grad" / "eval"): a scope run with gradient
+    recording off (and, for eval, training behaviour off); walkers treat it as the BlockStmt it is."""
+    mode: str = "no_grad"
+
+
+@dataclass(frozen=True)
 class TensorEquation(Stmt):
     """`Y[i] = W[i, j] X[j]`: defines tensor `name` over `indices` (index notation)."""
     name: str

@@ -687,6 +687,9 @@ class _ToAst:
         line, col = _pos(meta)
         return ast.LearnBlock(line, col, settings, ast.Block(line, col, stmts))
 
+    def mode_block(self, meta, ch):
+        return ast.ModeBlock(*_pos(meta), ch[1], ch[0].value)
+
     def learn_setting(self, meta, ch):
         return ast.LearnSetting(*_pos(meta), ch[0].value, ch[1])
 

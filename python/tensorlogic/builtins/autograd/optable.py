@@ -83,7 +83,10 @@ _BUILTIN_DIFFERENTIABLE = {
                           "slice slice_last select gather index_select scatter chunk split contiguous flip pad "
                           "repeat tile tril triu sort topk",
     "neural networks": "rms_norm rms_norm_linear layer_norm swiglu swiglu_linear embedding scatter_add_rows rope "
-                       "attention causal_attention apply_attention_mask dropout",
+                       "attention causal_attention apply_attention_mask dropout conv2d max_pool2d avg_pool2d "
+                       "batch_norm",
+    "losses and activations (PyTorch's definitions)": "softplus leaky_relu logsumexp mse_loss l1_loss "
+                                                      "binary_cross_entropy_with_logits nll_loss cross_entropy",
 }
 _BUILTIN_REFUSES = {
     "rope_kv_write": "writes k and v into a KV cache, for generation only",
@@ -95,7 +98,7 @@ _BUILTIN_REFUSES = {
 _BUILTIN_NO_GRADIENT = {
     "integer, bool, string or shape result": "argmax argmin argsort isnan isinf any all shape numel ndim "
                                              "dtype len is_learnable contains str format join upper lower trim "
-                                             "starts_with ends_with replace substring split_string tokenize "
+                                             "starts_with ends_with replace substring split_string tokenize plot "
                                              "detokenize detokenize_single apply_chat_template "
                                              "temperature_sample top_k top_p multinomial",
     "reads values to the host (as PyTorch's .item())": "item to_float to_int to_list print println assert "
@@ -105,11 +108,13 @@ _BUILTIN_NO_GRADIENT = {
                                         "load read_text load_model load_model_f32 load_model_f16 get_tensor "
                                         "load_tokenizer text_stream token_sampler kv_cache llama_kv_cache "
                                         "KVCache::new_f32 KVCache::new_f16 KVCache::with_capacity "
-                                        "relation_tensor infer entities env clock args input",
+                                        "relation_tensor infer entities env clock args input randperm minibatches",
     "containers (hold values as they are)": "append push pop reverse keys values has_key remove",
     "gradients and training (the tape's own bookkeeping)": "learnable backward grad zero_grad detach sgd adam "
-                                                           "adamw set_lr get_lr clip_grad_norm step_lr "
-                                                           "exponential_lr cosine_lr",
+                                                           "adamw set_lr get_lr clip_grad_norm clip_grad_value step_lr "
+                                                           "exponential_lr cosine_lr rmsprop adagrad param_group "
+                                                           "multistep_lr linear_lr one_cycle_lr reduce_lr_on_plateau "
+                                                           "save_checkpoint load_checkpoint",
     "memory and device": "buffer_reserve buffer_reserve_learnable buffer_stats memory_stats clear_cache "
                          "reset_peak_memory synchronize",
 }
