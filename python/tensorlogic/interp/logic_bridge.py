@@ -184,9 +184,16 @@ class LogicCompiler:
                 continue
             body.append(self._atom_builder(lit.atom, scope, negated=lit.negated))
         temperature = None
+        evaluation = None
         for ann in stmt.annotations:
+            if ann.name in ("dense", "sparse") and not ann.args:
+                if evaluation not in (None, ann.name):
+                    raise self.error("a rule takes @dense or @sparse, not both", ann, CompileError)
+                evaluation = ann.name
+                continue
             if ann.name != "temperature" or len(ann.args) != 1:
-                raise self.error(f"unknown annotation @{ann.name} (rules take @temperature(T))", ann, CompileError)
+                raise self.error(f"unknown annotation @{ann.name} (rules take @temperature(T), @dense, "
+                                 f"@sparse)", ann, CompileError)
             temperature = self.compile_expr(ann.args[0], scope)
         interp = self.interp
         pos = self.span(stmt)
@@ -199,7 +206,7 @@ class LogicCompiler:
                 if isinstance(tv, bool) or not isinstance(tv, (int, float)):
                     raise self.error(f"@temperature takes a number, got {type_name(tv)}", stmt)
                 t = float(tv)
-            rule = interp.logic_terms().Rule(head(f), tuple(b(f) for b in body), t, pos)
+            rule = interp.logic_terms().Rule(head(f), tuple(b(f) for b in body), t, pos, evaluation)
             engine = interp.logic_engine(pos, flush=False)
             self._logic_call(stmt, lambda: engine.check_rule(rule, interp.pending_rules))
             interp.pending_rules.append(rule)  # added before the next query (facts may come later)

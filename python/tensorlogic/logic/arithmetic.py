@@ -65,7 +65,7 @@ def split_arithmetic(rule: Rule, index: int) -> ArithRule | None:
                 names.append(name)
     hidden = Atom(f"${rule.head.relation}#{index}", tuple(Name(n) for n in names), False, rule.head.pos)
     body = tuple(b for b in rule.body if b not in arith_comparisons)
-    return ArithRule(rule, rule.head, Rule(hidden, body, None, rule.pos), tuple(names), arith_comparisons)
+    return ArithRule(rule, rule.head, Rule(hidden, body, None, rule.pos, rule.evaluation), tuple(names), arith_comparisons)
 
 
 COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,

@@ -33,6 +33,9 @@ arithmetic.ROUND_LIMIT times (arithmetic.py). Safety and stratification are also
 Terms: `Name(text)` for a bare identifier (the engine decides variable vs constant: see terms.py),
 `Const(value)` for a string or integer literal, `Var(name)` to force a variable; `not` atoms have
 `negated=True`. Every error is a LogicError subclass (errors.py) with `.message` and `.pos`.
+Evaluation path per stratum: dense (tensor contractions) or sparse (sort-merge joins that stream
+in bounded pieces, so memory and not a row count limits them); chosen by sizes and density
+(`_choose_dense`), or forced by `Rule(..., evaluation="dense" | "sparse")` (TL: `@dense`, `@sparse`).
 Tensor equations in index notation (`Y[i] = W[i, j] X[j]`) are `tensor_equation.py`.
 """
 from __future__ import annotations
@@ -60,6 +63,13 @@ from .terms import Atom, Const, Name, Rule, Var
 DEFAULT_DENSE_LIMIT = 1 << 16  # a stratum whose relations all have at most this many cells runs dense
 DENSE_JOIN_LIMIT = 1 << 24  # ... and each of its rules has at most this many variable assignments
 DENSE_TENSOR_LIMIT = 1 << 26  # relation_tensor refuses to materialize more cells than this
+# The automatic choice also runs a stratum dense when its relations are larger but its input facts
+# are dense: then the sparse join enumerates about (facts x out-degree) rows per round while one
+# dense round is a matrix product, and dense graphs have few rounds (small diameter).
+DENSE_AUTO_CELLS = 1 << 24  # every relation of the stratum has at most this many cells
+DENSE_AUTO_JOIN = 1 << 36  # each rule at most this many variable assignments (multiply-adds)
+DENSE_AUTO_DENSITY = 1 / 256  # the stratum's input relations hold at least this share of their cells
+DENSE_FORCED_CELLS = 1 << 28  # `@dense` refuses relations with more cells than this (1 GiB each)
 
 
 @dataclass
@@ -257,11 +267,7 @@ class LogicEngine:
     def _run_stratum(self, component, rules: list, tables: dict) -> StratumStats:
         stratum = {r.head.relation for r in rules}  # (an arithmetic rule's head is an input here)
         soft = any(r.temperature > 0 for r in rules)
-        touched = stratum | {a.relation for r in rules for a in r.body}
-        dense = (all(key_space(tables[name].sizes) <= self.dense_limit and 0 not in tables[name].sizes
-                     for name in touched)
-                 and all(key_space(r.var_sizes) <= max(self.dense_limit, DENSE_JOIN_LIMIT)
-                         for r in rules))
+        dense = self._choose_dense(rules, stratum, tables)
         started = time.perf_counter()
         if dense and self._dense_evaluator is not None:
             from .dense_eval import DenseStratum
@@ -271,10 +277,45 @@ class LogicEngine:
             runner = SparseStratum(rules, stratum, tables, soft, self.tolerance,
                                    self.max_soft_iterations)
             dense = False
-        runner.run()
+        try:
+            runner.run()
+        except MemoryError:
+            raise LogicError(f"out of memory evaluating {', '.join(sorted(stratum))} "
+                             f"({'dense' if dense else 'sparse'} path)", rules[0].source.pos) from None
         backend = runner.ops.name if dense else "numpy"
         return StratumStats(tuple(component), "dense" if dense else "sparse", backend, soft,
                             runner.iterations, time.perf_counter() - started)
+
+    def _choose_dense(self, rules: list, stratum: set, tables: dict) -> bool:
+        """Dense or sparse for one stratum: `@dense` / `@sparse` on any of its rules decides (both
+        is an error); else small relations run dense, and with dense_limit > 0 so do larger ones
+        whose input facts are dense (DENSE_AUTO_*)."""
+        touched = stratum | {a.relation for r in rules for a in r.body}
+        asked = {r.source.evaluation for r in rules if r.source.evaluation}
+        if len(asked) > 1:
+            raise LogicError(f"the rules of {', '.join(sorted(stratum))} ask for both @dense and @sparse; "
+                             f"they are evaluated together, so give one", rules[0].source.pos)
+        if asked == {"sparse"} or any(0 in tables[name].sizes for name in touched):
+            return False  # (an empty domain: nothing to derive either way)
+        cells = {name: key_space(tables[name].sizes) for name in touched}
+        if asked == {"dense"}:
+            for name in sorted(touched):
+                if cells[name] > DENSE_FORCED_CELLS:
+                    dims = " x ".join(str(s) for s in tables[name].sizes)
+                    rule = next(r for r in rules if r.source.evaluation)
+                    raise LogicError(f"@dense: relation {name} spans {dims} cells, more than a dense "
+                                     f"tensor may hold ({DENSE_FORCED_CELLS:,}); use @sparse", rule.source.pos)
+            return True
+        if (all(cells[name] <= self.dense_limit for name in touched)
+                and all(key_space(r.var_sizes) <= max(self.dense_limit, DENSE_JOIN_LIMIT) for r in rules)):
+            return True
+        inputs = [name for name in touched if name not in stratum]
+        if self.dense_limit <= 0 or not inputs:
+            return False
+        filled = sum(len(tables[name]) for name in inputs) / sum(cells[name] for name in inputs)
+        return (all(cells[name] <= DENSE_AUTO_CELLS for name in touched)
+                and all(key_space(r.var_sizes) <= DENSE_AUTO_JOIN for r in rules)
+                and filled >= DENSE_AUTO_DENSITY)
 
     def _reencoded(self, tables: dict, derived: dict) -> dict:
         """The tables at the current domain sizes (domains only grow and keep their indices, so the

@@ -112,6 +112,7 @@ class Rule:
     body: tuple  # tuple[Atom | Comparison, ...]
     temperature: float | None = None  # None or 0: hard step; > 0: soft step
     pos: Any = field(default=None, compare=False, repr=False)
+    evaluation: str | None = None  # "dense" / "sparse" (`@dense`, `@sparse`): force its stratum's path
 
     def __post_init__(self):
         object.__setattr__(self, "body", tuple(self.body))
@@ -137,7 +138,8 @@ def parse_atom(text: str, pos: Any = None) -> Atom:
     return Atom(relation, tuple(args), negated, pos)
 
 
-def parse_rule(text: str, temperature: float | None = None, pos: Any = None) -> Rule:
+def parse_rule(text: str, temperature: float | None = None, pos: Any = None,
+               evaluation: str | None = None) -> Rule:
     """Build a Rule from `Head(X) <- A(X, Y), not B(Y)` text (tests and the Python API)."""
     head_text, sep, body_text = text.partition("<-")
     if not sep:
@@ -165,7 +167,7 @@ def parse_rule(text: str, temperature: float | None = None, pos: Any = None) -> 
                 break
         else:
             body.append(parse_atom(part))
-    return Rule(parse_atom(head_text), tuple(body), temperature, pos)
+    return Rule(parse_atom(head_text), tuple(body), temperature, pos, evaluation)
 
 
 def _parse_term(text: str):
