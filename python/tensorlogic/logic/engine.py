@@ -46,7 +46,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import arithmetic
+from . import arithmetic, bulk
 from .arithmetic import ArithRule, dependency_edges, derive_arithmetic, split_arithmetic
 from .compiled import CompiledAtom, CompiledComparison, CompiledRule
 from .domains import EntityDomain, constant_sort_key
@@ -100,6 +100,7 @@ class LogicEngine:
         self.domains: dict[str, EntityDomain] = {}
         self.relations: dict[str, RelationInfo] = {}
         self.facts: dict[str, dict] = {}  # relation -> {index tuple: weight}
+        self.bulk: dict[str, list] = {}  # relation -> [(n, arity) int64 entity indices] of true facts
         self.rules: list[Rule] = []  # what _compile sees: an arithmetic rule's body rule in its place
         self.source_rules: list[Rule] = []  # the rules as written (stratification is checked on these)
         self._arith: list[ArithRule] = []
@@ -131,7 +132,7 @@ class LogicEngine:
         if known is not None and known.arity != len(types):
             raise ArityError(f"relation {name} is declared with {arguments_text(len(types))} but was "
                              f"used with {known.arity}", pos)
-        if known is not None and name in self.facts and known.types != types:
+        if known is not None and (name in self.facts or name in self.bulk) and known.types != types:
             self._retype_facts(name, known.types, types, pos)
         for type_name in types:
             self._domain(type_name)
@@ -186,6 +187,60 @@ class LogicEngine:
                 self._changed()
             else:
                 self._fact_added(relation, key)
+
+    def load_relation(self, name: str, source, pos: Any = None) -> int:
+        """Add the rows of `source` as true facts of relation `name`: a .csv / .tsv / .npy path or an
+        (n, arity) integer array. The relation must be known (declared, or used by facts or rules);
+        each column's constants join the entity type the relation gives that column. Vectorised:
+        constants are mapped to indices once per distinct value. Returns the number of rows read."""
+        info = self.relations.get(name)
+        if info is None:
+            raise UnknownRelationError(f"load_relation: unknown relation {name} (declare it first: "
+                                       f"relation {name}(a: type, ...))", pos)
+        where = source if isinstance(source, str) else f"load_relation({name}, ...)"
+        if isinstance(source, str):
+            columns = bulk.read_columns(source, info.arity)
+        else:
+            columns = bulk.columns_of_array(source, info.arity, where)
+        info = self._relation_for_fact(name, info.arity, pos)
+        rows = len(columns[0][1] if isinstance(columns[0], tuple) else columns[0]) if columns else 0
+        coords = np.empty((rows, info.arity), np.int64)
+        for i, (column, type_name) in enumerate(zip(columns, info.types)):
+            values, inverse = column if isinstance(column, tuple) else bulk.factorize(column)
+            domain = self._domain(type_name)
+            try:
+                mapping = np.array(domain.add_distinct(values, pos), np.int64)
+            except LogicError as error:
+                bad = next(k for k, v in enumerate(values) if domain.lookup(v) is None)
+                row = int(np.flatnonzero(inverse == bad)[0])
+                at = (f"{source}:{bulk.line_of(source, row)}" if isinstance(source, str)
+                      and not source.lower().endswith(".npy") else f"{where}: row {row}")
+                raise LogicTypeError(f"{at}: column {i + 1}: {error.message}", pos) from None
+            coords[:, i] = mapping[inverse]
+        if rows:
+            self.bulk.setdefault(name, []).append(coords)
+            if self._tables is not None:
+                self._pending.setdefault(name, []).append(coords)
+        return rows
+
+    def save_relation(self, name: str, path: str, pos: Any = None) -> int:
+        """Write the relation's tuples (after inference) to a .csv / .tsv / .npy file, in index
+        order; returns the number written. Weighted relations are refused (their values would be
+        lost): save relation_tensor(R) instead."""
+        if name not in self.relations:
+            raise UnknownRelationError(f"save_relation: unknown relation {name}", pos)
+        bulk.delimiter_of(path)
+        self.infer()
+        table = self._tables[name]
+        if table.is_weighted:
+            raise LogicError(f"save_relation: {name} has weighted (soft) tuples; save "
+                             f"relation_tensor({name}) instead", pos)
+        domains = [self._domain(t) for t in self._types_of(name)]
+        try:
+            bulk.write_rows(path, table.columns(), [d.values for d in domains])
+        except LogicError as error:
+            raise LogicError(error.message, pos) from None
+        return len(table)
 
     def add_rule(self, rule: Rule) -> None:
         head = rule.head
@@ -356,9 +411,12 @@ class LogicEngine:
         changed: dict[str, np.ndarray] = {}
         for name, rows in self._pending.items():
             table = tables[name]
-            coords = np.array(rows, dtype=np.int64).reshape(len(rows), len(table.sizes))
+            arity = len(table.sizes)
+            single = [r for r in rows if isinstance(r, tuple)]
+            coords = np.concatenate([np.array(single, dtype=np.int64).reshape(len(single), arity)]
+                                    + [r for r in rows if not isinstance(r, tuple)])
             keys = sorted_unique(encode([coords[:, i] for i in range(len(table.sizes))],
-                                        table.sizes, len(rows)))
+                                        table.sizes, len(coords)))
             if len(table.keys):
                 at = np.minimum(np.searchsorted(table.keys, keys), len(table.keys) - 1)
                 keys = keys[table.keys[at] != keys]
@@ -519,10 +577,16 @@ class LogicEngine:
         old_domains = [self._domain(t) for t in old]
         new_domains = [self._domain(t) for t in new]
         retyped = {}
-        for indices, weight in self.facts[name].items():
+        for indices, weight in self.facts.get(name, {}).items():
             retyped[tuple(nd.add(od.values[i], pos) for i, od, nd in
                           zip(indices, old_domains, new_domains))] = weight
-        self.facts[name] = retyped
+        if name in self.facts:
+            self.facts[name] = retyped
+        for coords in self.bulk.get(name, []):  # in place; once per distinct constant
+            for i, (od, nd) in enumerate(zip(old_domains, new_domains)):
+                uniques, inverse = np.unique(coords[:, i], return_inverse=True)
+                mapping = np.array([nd.add(od.values[k], pos) for k in uniques.tolist()], np.int64)
+                coords[:, i] = mapping[inverse.reshape(-1)]
 
     def _types_of(self, name: str) -> tuple:
         info = self.relations[name]
@@ -543,13 +607,19 @@ class LogicEngine:
             facts = dict(facts or {})
             for key in derived:
                 facts[key] = 1.0
-        if not facts:
+        loaded = self.bulk.get(name, [])
+        if not facts and not loaded:
             return RelationTable.empty(sizes)
         check_key_space(sizes, f"relation {name}")
-        coords = np.array(list(facts.keys()), dtype=np.int64).reshape(len(facts), len(sizes))
-        keys = encode([coords[:, i] for i in range(len(sizes))], sizes, len(facts))
+        facts = facts or {}
+        coords = np.concatenate([np.array(list(facts.keys()), dtype=np.int64).reshape(len(facts), len(sizes))]
+                                + loaded)
+        keys = encode([coords[:, i] for i in range(len(sizes))], sizes, len(coords))
         weights = np.fromiter(facts.values(), dtype=np.float32, count=len(facts))
-        return RelationTable.from_unsorted(sizes, keys, None if np.all(weights == 1.0) else weights)
+        if np.all(weights == 1.0):
+            return RelationTable(sizes, sorted_unique(keys), None)
+        weights = np.concatenate([weights, np.ones(len(coords) - len(facts), np.float32)])
+        return RelationTable.from_unsorted(sizes, keys, weights)
 
     def _compile(self) -> list[CompiledRule]:
         known = self._known_constants()
