@@ -10,12 +10,12 @@ from typing import Any, Union
 
 from .errors import LogicTypeError
 
-ConstValue = Union[str, int]
+ConstValue = Union[str, int, float]
 
 
 def constant_sort_key(value: ConstValue):
     """Sort numbers numerically before names alphabetically; stable across runs."""
-    return (0, value, "") if isinstance(value, int) else (1, 0, str(value))
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
 
 
 class EntityDomain:

@@ -47,6 +47,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import arithmetic, bulk
+from .aggregate import AggregateRule, aggregate_edges, derive_aggregates, split_aggregate
 from .arithmetic import ArithRule, dependency_edges, derive_arithmetic, split_arithmetic
 from .compiled import CompiledAtom, CompiledComparison, CompiledRule
 from .domains import EntityDomain, constant_sort_key
@@ -104,6 +105,7 @@ class LogicEngine:
         self.rules: list[Rule] = []  # what _compile sees: an arithmetic rule's body rule in its place
         self.source_rules: list[Rule] = []  # the rules as written (stratification is checked on these)
         self._arith: list[ArithRule] = []
+        self._aggregates: list[AggregateRule] = []
         self.last_stats: list[StratumStats] = []
         self._dense_evaluator = dense_evaluator
         self._tables: dict[str, RelationTable] | None = None  # the fixpoint, None: recompute
@@ -256,6 +258,13 @@ class LogicEngine:
             self.relations[head.relation] = RelationInfo(head.relation, len(head.args), None, False,
                                                          head.pos or rule.pos)
         self.source_rules.append(rule)
+        known = self._known_constants()
+        aggregate = split_aggregate(rule, len(self._aggregates), lambda t: isinstance(resolve_term(t, known), Var))
+        if aggregate is not None:
+            self._aggregates.append(aggregate)
+            self.relations[aggregate.body_rule.head.relation] = RelationInfo(
+                aggregate.body_rule.head.relation, len(aggregate.variables), None, False, rule.pos)
+            rule = aggregate.body_rule
         arith = split_arithmetic(rule, len(self._arith))
         if arith is not None:
             if rule.temperature:
@@ -282,13 +291,14 @@ class LogicEngine:
     def check(self) -> None:
         """Raise the first error the rules have (unknown relation, arity, safety, types,
         stratification) without evaluating anything."""
-        stratify(sorted(self.relations), self._compile() + dependency_edges(self._arith))
+        stratify(sorted(self.relations), self._compile() + self._edges())
 
     def infer(self) -> list[StratumStats]:
         """Run every stratum to its fixpoint (no-op when nothing changed since the last run)."""
         if self._tables is not None and not self._pending:
             return self.last_stats
-        if self._tables is not None and not self._arith and self._infer_incremental():
+        if (self._tables is not None and not self._arith and not self._aggregates
+                and self._infer_incremental()):
             return self.last_stats
         self._tables = None
         self._pending = {}
@@ -298,7 +308,7 @@ class LogicEngine:
         tables = {name: self._fact_table(name) for name in self.relations}
         stats = []
         rounds = 0
-        for component in stratify(sorted(self.relations), compiled + dependency_edges(self._arith)):
+        for component in stratify(sorted(self.relations), compiled + self._edges()):
             while True:
                 rules = [r for r in compiled if r.head.relation in component]
                 if rules:
@@ -313,6 +323,10 @@ class LogicEngine:
                     raise LogicError(f"arithmetic rules keep deriving new numbers ({biggest:,} constants "
                                      f"after {rounds:,} rounds): bound them with a comparison like N < 100",
                                      self._arith[0].rule.pos)
+                compiled = self._compile()
+                tables = self._reencoded(tables, derived)
+            if self._aggregates and derive_aggregates(self, component, tables, derived):
+                # the aggregates over this (complete) stratum: their heads are in later strata
                 compiled = self._compile()
                 tables = self._reencoded(tables, derived)
         self._tables = tables
@@ -340,6 +354,11 @@ class LogicEngine:
         backend = runner.ops.name if dense else "numpy"
         return StratumStats(tuple(component), "dense" if dense else "sparse", backend, soft,
                             runner.iterations, time.perf_counter() - started)
+
+    def _edges(self) -> list:
+        """Stratification edges besides the compiled rules: arithmetic and aggregate heads depend
+        on their hidden body relations."""
+        return dependency_edges(self._arith) + aggregate_edges(self._aggregates)
 
     def _choose_dense(self, rules: list, stratum: set, tables: dict) -> bool:
         """Dense or sparse for one stratum: `@dense` / `@sparse` on any of its rules decides (both
@@ -541,8 +560,13 @@ class LogicEngine:
             return value.value
         if isinstance(value, Name):
             return value.text
-        if isinstance(value, (bool, float)) or not isinstance(value, (str, int, np.integer)):
-            raise LogicError(f"entity constants are names or integers, got {value!r}")
+        if isinstance(value, (float, np.floating)) and not isinstance(value, bool):
+            if not np.isfinite(value):
+                raise LogicError(f"entity constants are names or finite numbers, got {value!r}")
+            # (from `/` in rules, or float facts); a whole number is that integer, one constant
+            return int(value) if float(value).is_integer() else float(value)
+        if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
+            raise LogicError(f"entity constants are names or numbers, got {value!r}")
         return int(value) if isinstance(value, np.integer) else value
 
     def _domain(self, name: str) -> EntityDomain:
