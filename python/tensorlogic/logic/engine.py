@@ -36,6 +36,9 @@ Terms: `Name(text)` for a bare identifier (the engine decides variable vs consta
 Evaluation path per stratum: dense (tensor contractions) or sparse (sort-merge joins that stream
 in bounded pieces, so memory and not a row count limits them); chosen by sizes and density
 (`_choose_dense`), or forced by `Rule(..., evaluation="dense" | "sparse")` (TL: `@dense`, `@sparse`).
+A query with a constant (`Path(0, Y)`) over positive Boolean rules is answered demand-driven when
+no fixpoint is at hand: the rules it depends on are rewritten by magic sets (demand.py) and only
+the tuples the query can reach are derived; the answers equal full evaluation's.
 Tensor equations in index notation (`Y[i] = W[i, j] X[j]`) are `tensor_equation.py`.
 """
 from __future__ import annotations
@@ -94,7 +97,7 @@ class StratumStats:
 
 class LogicEngine:
     def __init__(self, *, dense_limit: int = DEFAULT_DENSE_LIMIT, tolerance: float = 1e-6,
-                 max_soft_iterations: int = 1000, dense_evaluator: Any = "auto"):
+                 max_soft_iterations: int = 1000, dense_evaluator: Any = "auto", demand: bool = True):
         self.dense_limit = dense_limit
         self.tolerance = tolerance
         self.max_soft_iterations = max_soft_iterations
@@ -108,6 +111,8 @@ class LogicEngine:
         self._aggregates: list[AggregateRule] = []
         self.last_stats: list[StratumStats] = []
         self._dense_evaluator = dense_evaluator
+        self.demand = demand  # answer queries with constants by the magic-set rewriting (demand.py)
+        self.last_query_demand = False  # whether the last query was answered that way
         self._tables: dict[str, RelationTable] | None = None  # the fixpoint, None: recompute
         self._pending: dict[str, list] = {}  # true facts added since the fixpoint was computed
         self._slot_types: dict[tuple, str] = {}
@@ -478,6 +483,12 @@ class LogicEngine:
                              f"gives {len(atom.args)}", pos)
         if atom.negated:
             raise LogicError(f"a query cannot be negated: {atom}", pos)
+        self.last_query_demand = False
+        if self.demand and (self._tables is None or self._pending):  # (a fixpoint at hand is cheaper)
+            from .demand import answer_on_demand
+            answered = answer_on_demand(self, atom)
+            if answered is not None:
+                return answered
         self.infer()
         table = self._tables[atom.relation]
         types = self._types_of(atom.relation)
