@@ -484,7 +484,7 @@ class LogicEngine:
         if atom.negated:
             raise LogicError(f"a query cannot be negated: {atom}", pos)
         self.last_query_demand = False
-        if self.demand and (self._tables is None or self._pending):  # (a fixpoint at hand is cheaper)
+        if self.demand and self._tables is None:  # (a fixpoint at hand, or one to continue, is cheaper)
             from .demand import answer_on_demand
             answered = answer_on_demand(self, atom)
             if answered is not None:
