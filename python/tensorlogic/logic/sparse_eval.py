@@ -185,10 +185,19 @@ class SparseStratum:
         self.max_iterations = max_iterations
         self.iterations = 0
         self._sorted_cache: dict = {}
+        # Incremental sorted indexes of this stratum's own (recursive) relations: key -> [bindings
+        # sorted by join key, sorted join keys, runs covered]; each round merges only the new runs
+        # (`_runs[name]`: the delta key arrays in the order they were added) instead of re-sorting.
+        self._indexes: dict = {}
+        self._runs: dict | None = None
+        self._current: dict = {}
 
     # -- one rule ---------------------------------------------------------------------------
     def _scan_sorted(self, atom: CompiledAtom, table: RelationTable, shared: list[int], var_sizes,
                      cacheable: bool):
+        if (not cacheable and shared and self._runs is not None and atom.relation in self._runs
+                and table is self._current.get(atom.relation)):
+            return self._indexed(atom, table, shared, var_sizes)
         key = (id(table), atom.terms, tuple(shared))
         if cacheable and key in self._sorted_cache:
             return self._sorted_cache[key][0], self._sorted_cache[key][1]
@@ -204,22 +213,62 @@ class SparseStratum:
             self._sorted_cache[key] = (rows, sorted_pair, table)  # keep table alive: id() stays unique
         return rows, sorted_pair
 
-    def _plan(self, rule: CompiledRule, delta_position: int | None):
+    def _indexed(self, atom: CompiledAtom, table: RelationTable, shared: list[int], var_sizes):
+        """(bindings sorted by the join key, (sorted keys, None)) for a recursive relation's full
+        table, kept up to date by merging the runs added since the last call."""
+        sizes = tuple(var_sizes[v] for v in shared)
+        check_key_space(sizes, "a join")
+        key = (atom.relation, atom.terms, tuple(shared))
+        runs = self._runs[atom.relation]
+        index = self._indexes.get(key)
+
+        def sorted_rows(source: RelationTable):
+            rows = scan(atom, source, False)
+            keys = encode([rows.columns[v] for v in shared], sizes, rows.rows)
+            order = np.argsort(keys, kind="stable")
+            return rows.take(order), keys[order]
+
+        if index is None:
+            rows, keys = sorted_rows(table)
+            index = self._indexes[key] = [rows, keys, len(runs)]
+        elif index[2] < len(runs):
+            added = np.concatenate(runs[index[2]:])
+            new_rows, new_keys = sorted_rows(RelationTable(table.sizes, np.sort(added), None))
+            at = np.searchsorted(index[1], new_keys, "right")  # a merge: linear, no re-sort
+            rows = index[0]
+            merged = Bindings({v: np.insert(c, at, new_rows.columns[v]) for v, c in rows.columns.items()},
+                              None, rows.rows + new_rows.rows)
+            index[:] = [merged, np.insert(index[1], at, new_keys), len(runs)]
+        return index[0], (index[1], None)
+
+    def _plan(self, rule: CompiledRule, delta_position: int | None, inputs=None):
         """Join order and, after each joined atom, the comparisons and negations it makes checkable.
-        Order: the delta atom (if any) or the first positive atom, then repeatedly the atom sharing
-        the most variables with what is bound so far, fewer rows first among equals (ties: body
-        order)."""
+        Order: the delta atom (if any) or else the smallest positive atom, then repeatedly the atom
+        whose join is estimated to add the fewest rows per bound row (its size divided by the
+        key space of the variables it shares, i.e. uniform keys); an atom sharing no variable
+        (a cross product) comes last. Ties: body order."""
+        def size(i):
+            return len(inputs[i]) if inputs is not None else 0
+
+        def estimate(i):
+            shared = bound & set(rule.body[i].variables)
+            if not shared:
+                return (1, size(i), i)
+            space = 1
+            for v in shared:
+                space *= max(rule.var_sizes[v], 1)
+            return (0, size(i) / space, i)
         positive = [i for i, a in enumerate(rule.body) if not a.negated]
         remaining = list(positive)
         order: list[int] = []
         bound: set[int] = set()
         if remaining:  # (a body of only negated ground atoms has none)
-            first = delta_position if delta_position is not None else remaining[0]
+            first = delta_position if delta_position is not None else min(remaining, key=lambda i: (size(i), i))
             order.append(first)
             remaining.remove(first)
             bound |= set(rule.body[first].variables)
         while remaining:
-            best = max(remaining, key=lambda i: (len(bound & set(rule.body[i].variables)), -i))
+            best = min(remaining, key=estimate)
             order.append(best)
             remaining.remove(best)
             bound |= set(rule.body[best].variables)
@@ -242,7 +291,7 @@ class SparseStratum:
         used for body atom i. The body's joins stream in pieces (join_pieces); each piece is
         projected onto the head at once. `exclude` (a KeySet, Boolean mode) drops head tuples
         already known, so only new ones are kept while streaming."""
-        order, checks, ground_negations = self._plan(rule, delta_position)
+        order, checks, ground_negations = self._plan(rule, delta_position, inputs)
         head = rule.head
         parts: list = []  # head keys (and weights in soft mode) of the pieces, compacted as they grow
         held = [0, 0]  # rows held now, rows after the last compaction
@@ -376,9 +425,18 @@ class SparseStratum:
                      if not a.negated and a.relation in self.stratum]
         needs_full = {a.relation for rule, i in recursive for j, a in enumerate(rule.body)
                       if j != i and a.relation in self.stratum}
+        self._runs, self._current = derived_runs, current
+        merged = {name: 0 for name in needs_full}  # runs already merged into current[name]
         while any(len(t) for t in delta.values()):
-            for name in needs_full:
-                current[name] = self._materialize(facts[name], derived_runs[name])
+            for name in needs_full:  # new runs are disjoint from what is there: merge, no dedupe
+                runs = derived_runs[name]
+                if facts[name].values is not None:  # (weighted facts may repeat a derived key)
+                    current[name] = self._materialize(facts[name], runs)
+                elif merged[name] < len(runs):
+                    keys = np.concatenate([current[name].keys] + runs[merged[name]:])
+                    keys.sort(kind="stable")  # (sorted pieces: a linear merge)
+                    current[name] = RelationTable(current[name].sizes, keys, None)
+                    merged[name] = len(runs)
             found = {name: [] for name in heads}
             for rule, position in recursive:
                 if len(delta[rule.body[position].relation]) == 0:
@@ -388,6 +446,7 @@ class SparseStratum:
                 found[rule.head.relation].append(result.keys)
             delta = absorb(found)
             self.iterations += 1
+        self._runs = None
         for name in heads:
             self.tables[name] = self._materialize(facts[name], derived_runs[name])
         return {name: sorted_unique(np.concatenate(runs)) for name, runs in derived_runs.items() if runs}
