@@ -221,8 +221,8 @@ def main() -> None:
     print(f"clingo {clingo_version or 'not installed'}; {os.cpu_count()} cores; "
           f"load average {os.getloadavg()[0]:.1f}")
     print("| workload | TL load s | TL eval s | TL peak MiB | clingo load s | clingo eval s | "
-          "clingo peak MiB | TL/clingo eval | answers |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "clingo peak MiB | TL/clingo eval | TL/clingo load+eval | answers |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     with tempfile.TemporaryDirectory() as root:
         for name in names:
@@ -234,7 +234,7 @@ def main() -> None:
                       f"{demand.get('eval_s', float('nan')):.3f} | {demand.get('peak_mib', 0):.0f} | | | | "
                       f"full closure {full.get('eval_s', float('nan')):.2f} s: "
                       f"{full.get('eval_s', 0) / max(demand.get('eval_s', 1), 1e-9):.0f}x faster | "
-                      f"{demand.get('answers', demand.get('error'))} |")
+                      f" | {demand.get('answers', demand.get('error'))} |")
                 continue
             tl = child("tl", name, directory, "full")
             use_clingo = WORKLOADS[name][5] and clingo_version
@@ -247,15 +247,16 @@ def main() -> None:
                 answers += " (" + ", ".join(f"{tl[h][0]:,}" for h in heads) + ")"
             else:
                 answers = ", ".join(f"{tl[h][0]:,}" for h in heads) + " (clingo not run)"
-            ratio = ""
+            ratio = both = ""
             if asp and "error" not in asp and "error" not in tl:
                 r = tl["eval_s"] / asp["eval_s"]
                 ratios.append(r)
                 ratio = f"{r:.2f}"
+                both = f"{(tl['load_s'] + tl['eval_s']) / (asp['load_s'] + asp['eval_s']):.2f}"
             fmt = lambda d, k, f: (f % d[k]) if k in d else "—"
             print(f"| {name} ({', '.join(tl.get('modes', []))}) | {fmt(tl, 'load_s', '%.2f')} | "
                   f"{fmt(tl, 'eval_s', '%.2f')} | {fmt(tl, 'peak_mib', '%.0f')} | {fmt(asp, 'load_s', '%.2f')} | "
-                  f"{fmt(asp, 'eval_s', '%.2f')} | {fmt(asp, 'peak_mib', '%.0f')} | {ratio} | {answers} |",
+                  f"{fmt(asp, 'eval_s', '%.2f')} | {fmt(asp, 'peak_mib', '%.0f')} | {ratio} | {both} | {answers} |",
                   flush=True)
     if ratios:
         geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))

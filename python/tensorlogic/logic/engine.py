@@ -72,7 +72,7 @@ DENSE_TENSOR_LIMIT = 1 << 26  # relation_tensor refuses to materialize more cell
 # dense round is a matrix product, and dense graphs have few rounds (small diameter).
 DENSE_AUTO_CELLS = 1 << 24  # every relation of the stratum has at most this many cells
 DENSE_AUTO_JOIN = 1 << 36  # each rule at most this many variable assignments (multiply-adds)
-DENSE_AUTO_DENSITY = 1 / 256  # the stratum's input relations hold at least this share of their cells
+DENSE_AUTO_DENSITY = 1 / 64  # the stratum's input relations hold at least this share of their cells
 DENSE_FORCED_CELLS = 1 << 28  # `@dense` refuses relations with more cells than this (1 GiB each)
 
 

@@ -307,13 +307,12 @@ class SparseStratum:
             if self.soft:
                 parts.append((keys, rows.weights.astype(np.float64)))
             else:
-                keys = sorted_unique(keys)
-                if exclude is not None and len(keys):
-                    keys = keys[~exclude.contains(keys)]
-                parts.append(keys)
-            held[0] += len(keys)
+                parts.append(sorted_unique(keys))
+            held[0] += len(parts[-1][0]) if self.soft else len(parts[-1])
             if held[0] > max(2 * held[1], chunk_rows(1)) and len(parts) > 1:  # doubling: linear total
                 compacted = self._compact(parts)
+                if exclude is not None and len(compacted):  # drop known tuples only when memory needs it
+                    compacted = compacted[~exclude.contains(compacted)]
                 parts[:] = [compacted]
                 held[0] = held[1] = len(compacted[0]) if self.soft else len(compacted)
 
