@@ -21,6 +21,8 @@ interpreter wants back on a LogicError it raises, e.g. the AST node's (line, col
     result.text()                        # the line(s) `?` prints, e.g. "Ancestor(X, dave): alice, bob"
     engine.relation_tensor("Ancestor")   # NumPy array over entity indices (bool, or float32 if weighted)
     engine.has_relation("Parent")        # lets the interpreter tell a relation call from a function call
+    engine.load_relation("Edge", "edges.csv" | array)   # bulk true facts (bulk.py); returns the row count
+    engine.save_relation("Path", "paths.npy")            # the relation's tuples after inference
 
 Rule bodies may also hold `Comparison(op, left, right, pos)` (op in == != < <= > >=, e.g. `X != Y`):
 constants compare numbers numerically and names alphabetically. Integer arithmetic terms
