@@ -119,15 +119,6 @@ def test_error_messages_are_one_line():
     assert "\n" not in str(info.value)
 
 
-def test_a_runaway_cross_product_is_refused_with_the_rule_named():
-    engine = LogicEngine()
-    engine.add_facts("A", [(i,) for i in range(9000)])
-    engine.add_rule(parse_rule("P(X, Y) <- A(X), A(Y)", pos=(3, 1)))
-    with pytest.raises(LogicError, match="rule `P\\(X, Y\\) <- A\\(X\\), A\\(Y\\)`: a rule body joins 81,000,000") as info:
-        engine.infer()
-    assert info.value.pos == (3, 1)
-
-
 def test_check_reports_rule_errors_without_evaluating():
     engine = build("sparse", FACTS, ["Win(X) <- Edge(X, _), not Win(X)"])
     with pytest.raises(StratificationError):

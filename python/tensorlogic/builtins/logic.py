@@ -94,3 +94,25 @@ def entities(ctx, type_name):
     if name not in engine.domains:
         raise LogicError(f"unknown entity type {name}")
     return list(engine.domains[name].values)
+
+
+@builtin("load_relation", "load_relation(R, source)",
+         "add the rows of source as facts of relation R: a .csv/.tsv/.npy path or an [n, arity] integer "
+         "tensor (columns take R's declared entity types); returns the number of rows",
+         min_args=2, max_args=2, needs_ctx=True, category="logic")
+def load_relation(ctx, relation, source):
+    from .files import _host, _path
+    engine = _engine(ctx)
+    if isinstance(source, str):
+        return engine.load_relation(_relation_name(relation), _path(source))
+    if isinstance(source, Tensor) or isinstance(source, np.ndarray) or is_numeric_list(source):
+        return engine.load_relation(_relation_name(relation), _host(source)[0])
+    raise LogicError(f"load_relation: the source must be a file path or a tensor, got {type_name(source)}")
+
+
+@builtin("save_relation", "save_relation(R, path)",
+         "write relation R's tuples (after inference) to a .csv/.tsv/.npy file; returns how many",
+         min_args=2, max_args=2, needs_ctx=True, category="logic")
+def save_relation(ctx, relation, path):
+    from .files import _path
+    return _engine(ctx).save_relation(_relation_name(relation), _path(path))

@@ -36,7 +36,7 @@ _TL_HOST_EFFECTS = frozenset({
     "top_p", "rand", "randn", "buffer_reserve_learnable", "load_model", "load_model_f32", "load_model_f16",
     "load_tokenizer", "text_stream", "token_sampler", "llama_kv_cache", "KVCache::new_f32",
     "KVCache::new_f16", "KVCache::with_capacity", "relation_tensor", "infer", "entities", "push", "pop",
-    "item", "to_list",
+    "item", "to_list", "load_relation", "save_relation",
 })
 HOST_EFFECT_BUILTINS = _TL_HOST_EFFECTS | frozenset(op["name"] for op in op_table() if op["host_effect"])
 

@@ -9,6 +9,7 @@ reads the relations; every engine error becomes a TLError at the statement that 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable
 
 from .. import logic
@@ -33,6 +34,9 @@ class LogicCompiler:
             pos = self.span(arg)
             if isinstance(arg, ast.Name) and not self._is_bound(arg, scope):
                 makers.append(lambda f, n=arg.id, p=pos: self.interp.logic_terms().Name(n, p))
+            elif self._is_aggregate(arg, scope):
+                inner = self._arith_maker(arg.args[0], scope)
+                makers.append(lambda f, op=arg.func.id, inner=inner, p=pos: logic.Aggregate(op, inner(f), p))
             elif self._mentions_logic_variable(arg, scope):
                 makers.append(self._arith_maker(arg, scope))
             else:
@@ -41,12 +45,12 @@ class LogicCompiler:
                 def make(f, ev=ev, p=pos, node=arg):
                     v = ev(f)
                     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                        raise self.error(f"a logic constant must be a name, string or integer, got {type_name(v)}",
+                        raise self.error(f"a logic constant must be a name, string or number, got {type_name(v)}",
                                          node)
-                    if isinstance(v, float):
-                        if v != int(v):
-                            raise self.error(f"a logic constant must be an integer, got {v!r}", node)
-                        v = int(v)
+                    if isinstance(v, float) and not math.isfinite(v):
+                        raise self.error(f"a logic constant must be a finite number, got {v!r}", node)
+                    if isinstance(v, float) and v.is_integer():
+                        v = int(v)  # 2.0 and 2 are one constant
                     return self.interp.logic_terms().Const(v, p)
                 makers.append(make)
         return makers
@@ -62,6 +66,12 @@ class LogicCompiler:
             return self._mentions_logic_variable(expr.operand, scope)
         return False
 
+    def _is_aggregate(self, expr, scope: Scope) -> bool:
+        """`count(Y)`, `sum(V)`, `min(V)`, `max(V)` over a logic variable (else the builtin)."""
+        return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)
+                and expr.func.id in logic.AGGREGATE_OPS and len(expr.args) == 1
+                and self._mentions_logic_variable(expr.args[0], scope))
+
     def _arith_maker(self, expr, scope: Scope):
         """A closure building the engine's Arith term for `N + 1`-style arguments of rules."""
         pos = self.span(expr)
@@ -72,9 +82,9 @@ class LogicCompiler:
 
             def make_const(f):
                 v = value(f)
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
-                    raise self.error(f"arithmetic in a rule works on integers, got {type_name(v)}", expr)
-                return logic.Const(int(v), pos)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise self.error(f"arithmetic in a rule works on numbers, got {type_name(v)}", expr)
+                return logic.Const(v, pos)
             return make_const
         if isinstance(expr, ast.UnaryOp) and expr.op == "-":
             operand = self._arith_maker(expr.operand, scope)
@@ -83,7 +93,7 @@ class LogicCompiler:
             left, right = self._arith_maker(expr.left, scope), self._arith_maker(expr.right, scope)
             op = expr.op
             return lambda f: logic.Arith(op, left(f), right(f), pos)
-        raise self.error("arithmetic in a rule uses + - * % on integers and logic variables", expr, CompileError)
+        raise self.error("arithmetic in a rule uses + - * / % on numbers and logic variables", expr, CompileError)
 
     def _is_bound(self, node: ast.Name, scope: Scope) -> bool:
         """Is `name` in an atom a program variable (its value is the term)? A bound variable means
@@ -111,6 +121,8 @@ class LogicCompiler:
                 return terms.Arith(arg.op, term(arg.left), term(arg.right), self.span(arg))
             if isinstance(arg, ast.UnaryOp) and arg.op == "-":
                 return terms.Arith("neg", term(arg.operand), None, self.span(arg))
+            if self._is_aggregate(arg, scope):
+                return terms.Aggregate(arg.func.id, term(arg.args[0]), self.span(arg))
             return terms.Const(f"<{type(arg).__name__}>", self.span(arg))
 
         def atom(a: ast.Atom, negated=False):
@@ -184,9 +196,16 @@ class LogicCompiler:
                 continue
             body.append(self._atom_builder(lit.atom, scope, negated=lit.negated))
         temperature = None
+        evaluation = None
         for ann in stmt.annotations:
+            if ann.name in ("dense", "sparse") and not ann.args:
+                if evaluation not in (None, ann.name):
+                    raise self.error("a rule takes @dense or @sparse, not both", ann, CompileError)
+                evaluation = ann.name
+                continue
             if ann.name != "temperature" or len(ann.args) != 1:
-                raise self.error(f"unknown annotation @{ann.name} (rules take @temperature(T))", ann, CompileError)
+                raise self.error(f"unknown annotation @{ann.name} (rules take @temperature(T), @dense, "
+                                 f"@sparse)", ann, CompileError)
             temperature = self.compile_expr(ann.args[0], scope)
         interp = self.interp
         pos = self.span(stmt)
@@ -199,7 +218,7 @@ class LogicCompiler:
                 if isinstance(tv, bool) or not isinstance(tv, (int, float)):
                     raise self.error(f"@temperature takes a number, got {type_name(tv)}", stmt)
                 t = float(tv)
-            rule = interp.logic_terms().Rule(head(f), tuple(b(f) for b in body), t, pos)
+            rule = interp.logic_terms().Rule(head(f), tuple(b(f) for b in body), t, pos, evaluation)
             engine = interp.logic_engine(pos, flush=False)
             self._logic_call(stmt, lambda: engine.check_rule(rule, interp.pending_rules))
             interp.pending_rules.append(rule)  # added before the next query (facts may come later)

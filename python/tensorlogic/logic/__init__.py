@@ -4,10 +4,10 @@ from .engine import LogicEngine, StratumStats
 from .errors import (ArityError, ConvergenceError, LogicError, LogicTypeError, StratificationError,
                      UnknownRelationError, UnsafeRuleError)
 from .query import QueryResult
-from .terms import ARITH_OPS, Arith, Atom, Comparison, Const, Name, Rule, Var, parse_atom, parse_rule
+from .terms import AGGREGATE_OPS, ARITH_OPS, Aggregate, Arith, Atom, Comparison, Const, Name, Rule, Var, parse_atom, parse_rule
 
 __all__ = [
-    "LogicEngine", "StratumStats", "QueryResult", "ARITH_OPS", "Arith", "Atom", "Comparison", "Const", "Name", "Rule", "Var",
+    "LogicEngine", "StratumStats", "QueryResult", "AGGREGATE_OPS", "ARITH_OPS", "Aggregate", "Arith", "Atom", "Comparison", "Const", "Name", "Rule", "Var",
     "parse_atom", "parse_rule", "LogicError", "ArityError", "ConvergenceError", "LogicTypeError",
     "StratificationError", "UnknownRelationError", "UnsafeRuleError",
 ]

@@ -65,7 +65,7 @@ def split_arithmetic(rule: Rule, index: int) -> ArithRule | None:
                 names.append(name)
     hidden = Atom(f"${rule.head.relation}#{index}", tuple(Name(n) for n in names), False, rule.head.pos)
     body = tuple(b for b in rule.body if b not in arith_comparisons)
-    return ArithRule(rule, rule.head, Rule(hidden, body, None, rule.pos), tuple(names), arith_comparisons)
+    return ArithRule(rule, rule.head, Rule(hidden, body, None, rule.pos, rule.evaluation), tuple(names), arith_comparisons)
 
 
 COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
@@ -80,9 +80,12 @@ def evaluate(term, values: dict, rows: int, known: set, rule: Rule, numeric: boo
         if term.op == "neg":
             return -left
         right = evaluate(term.right, values, rows, known, rule)
-        if term.op == "%":
+        if term.op in ("%", "/"):
             if np.any(right == 0):
                 raise LogicError(f"rule `{rule}` divides by zero in `{term}`", term.pos or rule.pos)
+            if term.op == "/":
+                return np.array([a / b for a, b in zip(left.tolist(), right.tolist())] + [None],
+                                dtype=object)[:-1]  # Python's true division: exact ints in, float out
             return np.mod(left, right)
         return {"+": np.add, "-": np.subtract, "*": np.multiply}[term.op](left, right)
     if isinstance(term, Const):
@@ -95,10 +98,13 @@ def evaluate(term, values: dict, rows: int, known: set, rule: Rule, numeric: boo
             column = np.full(rows, name, dtype=object)
     if not numeric:
         return column
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in column.tolist()):
-        bad = next(v for v in column.tolist() if not isinstance(v, (int, np.integer)))
-        raise LogicError(f"rule `{rule}` computes with {bad!r}, which is not an integer", rule.pos)
-    return np.array([int(v) for v in column.tolist()] + [None], dtype=object)[:-1]  # 1-D even if empty
+    values = column.tolist()
+    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values):
+        bad = next(v for v in values if not isinstance(v, (int, float, np.integer, np.floating)))
+        raise LogicError(f"rule `{rule}` computes with {bad!r}, which is not a number (not an integer "
+                         f"or a float)", rule.pos)
+    return np.array([float(v) if isinstance(v, (float, np.floating)) else int(v) for v in values] + [None],
+                    dtype=object)[:-1]  # 1-D even if empty
 
 
 def derive_arithmetic(engine, component, tables: dict, derived: dict, processed: dict) -> bool:

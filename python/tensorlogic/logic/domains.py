@@ -10,12 +10,12 @@ from typing import Any, Union
 
 from .errors import LogicTypeError
 
-ConstValue = Union[str, int]
+ConstValue = Union[str, int, float]
 
 
 def constant_sort_key(value: ConstValue):
     """Sort numbers numerically before names alphabetically; stable across runs."""
-    return (0, value, "") if isinstance(value, int) else (1, 0, str(value))
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
 
 
 class EntityDomain:
@@ -46,6 +46,20 @@ class EntityDomain:
             raise LogicTypeError(f"{value} is not a {self.name} (the {self.name} type is declared "
                                  f"with members {{{members}{more}}})", pos)
         return self._append(value)
+
+    def add_distinct(self, values: list, pos: Any = None) -> list[int]:
+        """Indices of distinct `values`, adding the new ones in order (bulk form of `add`: dict
+        operations run in C, no Python loop per value on the common path)."""
+        found = list(map(self.index_of.get, values))
+        if None not in found:
+            return found
+        missing = [v for v, f in zip(values, found) if f is None]
+        if self.closed:
+            self.add(missing[0], pos)  # raises the usual error
+        start = len(self.values)
+        self.values.extend(missing)
+        self.index_of.update(zip(missing, range(start, start + len(missing))))
+        return list(map(self.index_of.__getitem__, values))
 
     def lookup(self, value: ConstValue) -> int | None:
         return self.index_of.get(value)

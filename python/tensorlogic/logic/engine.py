@@ -21,6 +21,8 @@ interpreter wants back on a LogicError it raises, e.g. the AST node's (line, col
     result.text()                        # the line(s) `?` prints, e.g. "Ancestor(X, dave): alice, bob"
     engine.relation_tensor("Ancestor")   # NumPy array over entity indices (bool, or float32 if weighted)
     engine.has_relation("Parent")        # lets the interpreter tell a relation call from a function call
+    engine.load_relation("Edge", "edges.csv" | array)   # bulk true facts (bulk.py); returns the row count
+    engine.save_relation("Path", "paths.npy")            # the relation's tuples after inference
 
 Rule bodies may also hold `Comparison(op, left, right, pos)` (op in == != < <= > >=, e.g. `X != Y`):
 constants compare numbers numerically and names alphabetically. Integer arithmetic terms
@@ -33,6 +35,12 @@ arithmetic.ROUND_LIMIT times (arithmetic.py). Safety and stratification are also
 Terms: `Name(text)` for a bare identifier (the engine decides variable vs constant: see terms.py),
 `Const(value)` for a string or integer literal, `Var(name)` to force a variable; `not` atoms have
 `negated=True`. Every error is a LogicError subclass (errors.py) with `.message` and `.pos`.
+Evaluation path per stratum: dense (tensor contractions) or sparse (sort-merge joins that stream
+in bounded pieces, so memory and not a row count limits them); chosen by sizes and density
+(`_choose_dense`), or forced by `Rule(..., evaluation="dense" | "sparse")` (TL: `@dense`, `@sparse`).
+A query with a constant (`Path(0, Y)`) over positive Boolean rules is answered demand-driven when
+no fixpoint is at hand: the rules it depends on are rewritten by magic sets (demand.py) and only
+the tuples the query can reach are derived; the answers equal full evaluation's.
 Tensor equations in index notation (`Y[i] = W[i, j] X[j]`) are `tensor_equation.py`.
 """
 from __future__ import annotations
@@ -43,7 +51,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import arithmetic
+from . import arithmetic, bulk
+from .aggregate import AggregateRule, aggregate_edges, derive_aggregates, split_aggregate
 from .arithmetic import ArithRule, dependency_edges, derive_arithmetic, split_arithmetic
 from .compiled import CompiledAtom, CompiledComparison, CompiledRule
 from .domains import EntityDomain, constant_sort_key
@@ -60,6 +69,13 @@ from .terms import Atom, Const, Name, Rule, Var
 DEFAULT_DENSE_LIMIT = 1 << 16  # a stratum whose relations all have at most this many cells runs dense
 DENSE_JOIN_LIMIT = 1 << 24  # ... and each of its rules has at most this many variable assignments
 DENSE_TENSOR_LIMIT = 1 << 26  # relation_tensor refuses to materialize more cells than this
+# The automatic choice also runs a stratum dense when its relations are larger but its input facts
+# are dense: then the sparse join enumerates about (facts x out-degree) rows per round while one
+# dense round is a matrix product, and dense graphs have few rounds (small diameter).
+DENSE_AUTO_CELLS = 1 << 24  # every relation of the stratum has at most this many cells
+DENSE_AUTO_JOIN = 1 << 36  # each rule at most this many variable assignments (multiply-adds)
+DENSE_AUTO_DENSITY = 1 / 64  # the stratum's input relations hold at least this share of their cells
+DENSE_FORCED_CELLS = 1 << 28  # `@dense` refuses relations with more cells than this (1 GiB each)
 
 
 @dataclass
@@ -83,18 +99,22 @@ class StratumStats:
 
 class LogicEngine:
     def __init__(self, *, dense_limit: int = DEFAULT_DENSE_LIMIT, tolerance: float = 1e-6,
-                 max_soft_iterations: int = 1000, dense_evaluator: Any = "auto"):
+                 max_soft_iterations: int = 1000, dense_evaluator: Any = "auto", demand: bool = True):
         self.dense_limit = dense_limit
         self.tolerance = tolerance
         self.max_soft_iterations = max_soft_iterations
         self.domains: dict[str, EntityDomain] = {}
         self.relations: dict[str, RelationInfo] = {}
         self.facts: dict[str, dict] = {}  # relation -> {index tuple: weight}
+        self.bulk: dict[str, list] = {}  # relation -> [(n, arity) int64 entity indices] of true facts
         self.rules: list[Rule] = []  # what _compile sees: an arithmetic rule's body rule in its place
         self.source_rules: list[Rule] = []  # the rules as written (stratification is checked on these)
         self._arith: list[ArithRule] = []
+        self._aggregates: list[AggregateRule] = []
         self.last_stats: list[StratumStats] = []
         self._dense_evaluator = dense_evaluator
+        self.demand = demand  # answer queries with constants by the magic-set rewriting (demand.py)
+        self.last_query_demand = False  # whether the last query was answered that way
         self._tables: dict[str, RelationTable] | None = None  # the fixpoint, None: recompute
         self._pending: dict[str, list] = {}  # true facts added since the fixpoint was computed
         self._slot_types: dict[tuple, str] = {}
@@ -121,7 +141,7 @@ class LogicEngine:
         if known is not None and known.arity != len(types):
             raise ArityError(f"relation {name} is declared with {arguments_text(len(types))} but was "
                              f"used with {known.arity}", pos)
-        if known is not None and name in self.facts and known.types != types:
+        if known is not None and (name in self.facts or name in self.bulk) and known.types != types:
             self._retype_facts(name, known.types, types, pos)
         for type_name in types:
             self._domain(type_name)
@@ -177,6 +197,60 @@ class LogicEngine:
             else:
                 self._fact_added(relation, key)
 
+    def load_relation(self, name: str, source, pos: Any = None) -> int:
+        """Add the rows of `source` as true facts of relation `name`: a .csv / .tsv / .npy path or an
+        (n, arity) integer array. The relation must be known (declared, or used by facts or rules);
+        each column's constants join the entity type the relation gives that column. Vectorised:
+        constants are mapped to indices once per distinct value. Returns the number of rows read."""
+        info = self.relations.get(name)
+        if info is None:
+            raise UnknownRelationError(f"load_relation: unknown relation {name} (declare it first: "
+                                       f"relation {name}(a: type, ...))", pos)
+        where = source if isinstance(source, str) else f"load_relation({name}, ...)"
+        if isinstance(source, str):
+            columns = bulk.read_columns(source, info.arity)
+        else:
+            columns = bulk.columns_of_array(source, info.arity, where)
+        info = self._relation_for_fact(name, info.arity, pos)
+        rows = len(columns[0][1] if isinstance(columns[0], tuple) else columns[0]) if columns else 0
+        coords = np.empty((rows, info.arity), np.int64)
+        for i, (column, type_name) in enumerate(zip(columns, info.types)):
+            values, inverse = column if isinstance(column, tuple) else bulk.factorize(column)
+            domain = self._domain(type_name)
+            try:
+                mapping = np.array(domain.add_distinct(values, pos), np.int64)
+            except LogicError as error:
+                bad = next(k for k, v in enumerate(values) if domain.lookup(v) is None)
+                row = int(np.flatnonzero(inverse == bad)[0])
+                at = (f"{source}:{bulk.line_of(source, row)}" if isinstance(source, str)
+                      and not source.lower().endswith(".npy") else f"{where}: row {row}")
+                raise LogicTypeError(f"{at}: column {i + 1}: {error.message}", pos) from None
+            coords[:, i] = mapping[inverse]
+        if rows:
+            self.bulk.setdefault(name, []).append(coords)
+            if self._tables is not None:
+                self._pending.setdefault(name, []).append(coords)
+        return rows
+
+    def save_relation(self, name: str, path: str, pos: Any = None) -> int:
+        """Write the relation's tuples (after inference) to a .csv / .tsv / .npy file, in index
+        order; returns the number written. Weighted relations are refused (their values would be
+        lost): save relation_tensor(R) instead."""
+        if name not in self.relations:
+            raise UnknownRelationError(f"save_relation: unknown relation {name}", pos)
+        bulk.delimiter_of(path)
+        self.infer()
+        table = self._tables[name]
+        if table.is_weighted:
+            raise LogicError(f"save_relation: {name} has weighted (soft) tuples; save "
+                             f"relation_tensor({name}) instead", pos)
+        domains = [self._domain(t) for t in self._types_of(name)]
+        try:
+            bulk.write_rows(path, table.columns(), [d.values for d in domains])
+        except LogicError as error:
+            raise LogicError(error.message, pos) from None
+        return len(table)
+
     def add_rule(self, rule: Rule) -> None:
         head = rule.head
         if head.negated:
@@ -191,6 +265,13 @@ class LogicEngine:
             self.relations[head.relation] = RelationInfo(head.relation, len(head.args), None, False,
                                                          head.pos or rule.pos)
         self.source_rules.append(rule)
+        known = self._known_constants()
+        aggregate = split_aggregate(rule, len(self._aggregates), lambda t: isinstance(resolve_term(t, known), Var))
+        if aggregate is not None:
+            self._aggregates.append(aggregate)
+            self.relations[aggregate.body_rule.head.relation] = RelationInfo(
+                aggregate.body_rule.head.relation, len(aggregate.variables), None, False, rule.pos)
+            rule = aggregate.body_rule
         arith = split_arithmetic(rule, len(self._arith))
         if arith is not None:
             if rule.temperature:
@@ -217,13 +298,14 @@ class LogicEngine:
     def check(self) -> None:
         """Raise the first error the rules have (unknown relation, arity, safety, types,
         stratification) without evaluating anything."""
-        stratify(sorted(self.relations), self._compile() + dependency_edges(self._arith))
+        stratify(sorted(self.relations), self._compile() + self._edges())
 
     def infer(self) -> list[StratumStats]:
         """Run every stratum to its fixpoint (no-op when nothing changed since the last run)."""
         if self._tables is not None and not self._pending:
             return self.last_stats
-        if self._tables is not None and not self._arith and self._infer_incremental():
+        if (self._tables is not None and not self._arith and not self._aggregates
+                and self._infer_incremental()):
             return self.last_stats
         self._tables = None
         self._pending = {}
@@ -233,7 +315,7 @@ class LogicEngine:
         tables = {name: self._fact_table(name) for name in self.relations}
         stats = []
         rounds = 0
-        for component in stratify(sorted(self.relations), compiled + dependency_edges(self._arith)):
+        for component in stratify(sorted(self.relations), compiled + self._edges()):
             while True:
                 rules = [r for r in compiled if r.head.relation in component]
                 if rules:
@@ -250,6 +332,10 @@ class LogicEngine:
                                      self._arith[0].rule.pos)
                 compiled = self._compile()
                 tables = self._reencoded(tables, derived)
+            if self._aggregates and derive_aggregates(self, component, tables, derived):
+                # the aggregates over this (complete) stratum: their heads are in later strata
+                compiled = self._compile()
+                tables = self._reencoded(tables, derived)
         self._tables = tables
         self.last_stats = stats
         return stats
@@ -257,11 +343,7 @@ class LogicEngine:
     def _run_stratum(self, component, rules: list, tables: dict) -> StratumStats:
         stratum = {r.head.relation for r in rules}  # (an arithmetic rule's head is an input here)
         soft = any(r.temperature > 0 for r in rules)
-        touched = stratum | {a.relation for r in rules for a in r.body}
-        dense = (all(key_space(tables[name].sizes) <= self.dense_limit and 0 not in tables[name].sizes
-                     for name in touched)
-                 and all(key_space(r.var_sizes) <= max(self.dense_limit, DENSE_JOIN_LIMIT)
-                         for r in rules))
+        dense = self._choose_dense(rules, stratum, tables)
         started = time.perf_counter()
         if dense and self._dense_evaluator is not None:
             from .dense_eval import DenseStratum
@@ -271,10 +353,50 @@ class LogicEngine:
             runner = SparseStratum(rules, stratum, tables, soft, self.tolerance,
                                    self.max_soft_iterations)
             dense = False
-        runner.run()
+        try:
+            runner.run()
+        except MemoryError:
+            raise LogicError(f"out of memory evaluating {', '.join(sorted(stratum))} "
+                             f"({'dense' if dense else 'sparse'} path)", rules[0].source.pos) from None
         backend = runner.ops.name if dense else "numpy"
         return StratumStats(tuple(component), "dense" if dense else "sparse", backend, soft,
                             runner.iterations, time.perf_counter() - started)
+
+    def _edges(self) -> list:
+        """Stratification edges besides the compiled rules: arithmetic and aggregate heads depend
+        on their hidden body relations."""
+        return dependency_edges(self._arith) + aggregate_edges(self._aggregates)
+
+    def _choose_dense(self, rules: list, stratum: set, tables: dict) -> bool:
+        """Dense or sparse for one stratum: `@dense` / `@sparse` on any of its rules decides (both
+        is an error); else small relations run dense, and with dense_limit > 0 so do larger ones
+        whose input facts are dense (DENSE_AUTO_*)."""
+        touched = stratum | {a.relation for r in rules for a in r.body}
+        asked = {r.source.evaluation for r in rules if r.source.evaluation}
+        if len(asked) > 1:
+            raise LogicError(f"the rules of {', '.join(sorted(stratum))} ask for both @dense and @sparse; "
+                             f"they are evaluated together, so give one", rules[0].source.pos)
+        if asked == {"sparse"} or any(0 in tables[name].sizes for name in touched):
+            return False  # (an empty domain: nothing to derive either way)
+        cells = {name: key_space(tables[name].sizes) for name in touched}
+        if asked == {"dense"}:
+            for name in sorted(touched):
+                if cells[name] > DENSE_FORCED_CELLS:
+                    dims = " x ".join(str(s) for s in tables[name].sizes)
+                    rule = next(r for r in rules if r.source.evaluation)
+                    raise LogicError(f"@dense: relation {name} spans {dims} cells, more than a dense "
+                                     f"tensor may hold ({DENSE_FORCED_CELLS:,}); use @sparse", rule.source.pos)
+            return True
+        if (all(cells[name] <= self.dense_limit for name in touched)
+                and all(key_space(r.var_sizes) <= max(self.dense_limit, DENSE_JOIN_LIMIT) for r in rules)):
+            return True
+        inputs = [name for name in touched if name not in stratum]
+        if self.dense_limit <= 0 or not inputs:
+            return False
+        filled = sum(len(tables[name]) for name in inputs) / sum(cells[name] for name in inputs)
+        return (all(cells[name] <= DENSE_AUTO_CELLS for name in touched)
+                and all(key_space(r.var_sizes) <= DENSE_AUTO_JOIN for r in rules)
+                and filled >= DENSE_AUTO_DENSITY)
 
     def _reencoded(self, tables: dict, derived: dict) -> dict:
         """The tables at the current domain sizes (domains only grow and keep their indices, so the
@@ -315,9 +437,12 @@ class LogicEngine:
         changed: dict[str, np.ndarray] = {}
         for name, rows in self._pending.items():
             table = tables[name]
-            coords = np.array(rows, dtype=np.int64).reshape(len(rows), len(table.sizes))
+            arity = len(table.sizes)
+            single = [r for r in rows if isinstance(r, tuple)]
+            coords = np.concatenate([np.array(single, dtype=np.int64).reshape(len(single), arity)]
+                                    + [r for r in rows if not isinstance(r, tuple)])
             keys = sorted_unique(encode([coords[:, i] for i in range(len(table.sizes))],
-                                        table.sizes, len(rows)))
+                                        table.sizes, len(coords)))
             if len(table.keys):
                 at = np.minimum(np.searchsorted(table.keys, keys), len(table.keys) - 1)
                 keys = keys[table.keys[at] != keys]
@@ -360,6 +485,12 @@ class LogicEngine:
                              f"gives {len(atom.args)}", pos)
         if atom.negated:
             raise LogicError(f"a query cannot be negated: {atom}", pos)
+        self.last_query_demand = False
+        if self.demand and self._tables is None:  # (a fixpoint at hand, or one to continue, is cheaper)
+            from .demand import answer_on_demand
+            answered = answer_on_demand(self, atom)
+            if answered is not None:
+                return answered
         self.infer()
         table = self._tables[atom.relation]
         types = self._types_of(atom.relation)
@@ -442,8 +573,13 @@ class LogicEngine:
             return value.value
         if isinstance(value, Name):
             return value.text
-        if isinstance(value, (bool, float)) or not isinstance(value, (str, int, np.integer)):
-            raise LogicError(f"entity constants are names or integers, got {value!r}")
+        if isinstance(value, (float, np.floating)) and not isinstance(value, bool):
+            if not np.isfinite(value):
+                raise LogicError(f"entity constants are names or finite numbers, got {value!r}")
+            # (from `/` in rules, or float facts); a whole number is that integer, one constant
+            return int(value) if float(value).is_integer() else float(value)
+        if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
+            raise LogicError(f"entity constants are names or numbers, got {value!r}")
         return int(value) if isinstance(value, np.integer) else value
 
     def _domain(self, name: str) -> EntityDomain:
@@ -478,10 +614,16 @@ class LogicEngine:
         old_domains = [self._domain(t) for t in old]
         new_domains = [self._domain(t) for t in new]
         retyped = {}
-        for indices, weight in self.facts[name].items():
+        for indices, weight in self.facts.get(name, {}).items():
             retyped[tuple(nd.add(od.values[i], pos) for i, od, nd in
                           zip(indices, old_domains, new_domains))] = weight
-        self.facts[name] = retyped
+        if name in self.facts:
+            self.facts[name] = retyped
+        for coords in self.bulk.get(name, []):  # in place; once per distinct constant
+            for i, (od, nd) in enumerate(zip(old_domains, new_domains)):
+                uniques, inverse = np.unique(coords[:, i], return_inverse=True)
+                mapping = np.array([nd.add(od.values[k], pos) for k in uniques.tolist()], np.int64)
+                coords[:, i] = mapping[inverse.reshape(-1)]
 
     def _types_of(self, name: str) -> tuple:
         info = self.relations[name]
@@ -502,13 +644,19 @@ class LogicEngine:
             facts = dict(facts or {})
             for key in derived:
                 facts[key] = 1.0
-        if not facts:
+        loaded = self.bulk.get(name, [])
+        if not facts and not loaded:
             return RelationTable.empty(sizes)
         check_key_space(sizes, f"relation {name}")
-        coords = np.array(list(facts.keys()), dtype=np.int64).reshape(len(facts), len(sizes))
-        keys = encode([coords[:, i] for i in range(len(sizes))], sizes, len(facts))
+        facts = facts or {}
+        coords = np.concatenate([np.array(list(facts.keys()), dtype=np.int64).reshape(len(facts), len(sizes))]
+                                + loaded)
+        keys = encode([coords[:, i] for i in range(len(sizes))], sizes, len(coords))
         weights = np.fromiter(facts.values(), dtype=np.float32, count=len(facts))
-        return RelationTable.from_unsorted(sizes, keys, None if np.all(weights == 1.0) else weights)
+        if np.all(weights == 1.0):
+            return RelationTable(sizes, sorted_unique(keys), None)
+        weights = np.concatenate([weights, np.ones(len(coords) - len(facts), np.float32)])
+        return RelationTable.from_unsorted(sizes, keys, weights)
 
     def _compile(self) -> list[CompiledRule]:
         known = self._known_constants()

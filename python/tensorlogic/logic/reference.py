@@ -23,7 +23,7 @@ def _value(term):
 
 
 def _order_key(value):
-    return (0, value, "") if isinstance(value, int) else (1, 0, value)
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, value)
 
 
 def _compare(comparison: Comparison, binding: dict, constants: set) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from .errors import StratificationError, UnsafeRuleError
-from .terms import Atom, Comparison, Const, Name, Rule, Var
+from .terms import AGGREGATE_OPS, Atom, Comparison, Const, Name, Rule, Var
 
 
 def default_is_variable(term) -> bool:
@@ -103,9 +103,14 @@ def check_stratified(rules: Iterable[Rule]) -> None:
     for i, component in enumerate(strongly_connected_components(sorted(edges), edges)):
         for name in component:
             component_of[name] = i
+    from .stratify import aggregate_cycle
     for rule in rules:
         head = rule.head.relation
+        aggregates = any(getattr(t, "op", None) in AGGREGATE_OPS and hasattr(t, "term") for t in rule.head.args)
         for item in rule.body:
+            if (aggregates and isinstance(item, Atom) and not item.negated
+                    and component_of[item.relation] == component_of[head]):
+                raise StratificationError(aggregate_cycle(head, rule), rule.pos)
             if isinstance(item, Atom) and item.negated and component_of[item.relation] == component_of[head]:
                 cycle = ("its own negation" if item.relation == head else
                          f"the negation of {item.relation}, which depends on {head}")

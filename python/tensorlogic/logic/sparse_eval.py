@@ -17,13 +17,20 @@ from .errors import ConvergenceError, LogicError
 from .relation_table import KeySet, RelationTable, check_key_space, encode, key_space, sorted_unique
 
 
-JOIN_ROW_LIMIT = 1 << 26  # a join producing more intermediate rows than this is refused
+# Joins stream: a join whose output would exceed this many bytes of binding columns is cut into
+# pieces of the left side, each carried through the rest of the body and projected onto the head
+# before the next piece is built, so memory is bounded by the head relation, not the join.
+CHUNK_BYTES = 1 << 28
 
 
-def _check_rows(total: int) -> None:
-    if total > JOIN_ROW_LIMIT:
-        raise LogicError(f"a rule body joins {total:,} intermediate rows (limit {JOIN_ROW_LIMIT:,}); "
-                         f"give its atoms shared variables or more constants")
+def chunk_rows(columns: int) -> int:
+    """Rows per streamed piece for a binding table of `columns` int64 columns (+ index arrays)."""
+    return max(1 << 12, CHUNK_BYTES // (8 * (columns + 3)))
+
+
+def out_of_memory(rule_text: str, rows: int) -> LogicError:
+    return LogicError(f"out of memory evaluating rule `{rule_text}` (a piece of {rows:,} joined rows "
+                      f"did not fit); give its atoms shared variables or more constants")
 
 
 class Bindings:
@@ -73,15 +80,20 @@ def _join_keys(left: Bindings, right: Bindings, shared: list[int], var_sizes) ->
             encode([right.columns[v] for v in shared], sizes, right.rows))
 
 
-def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=None) -> Bindings:
-    """Natural join on the shared variables; `right_sorted` may hold (sorted keys, order) of right,
-    keyed on the variables in the order `shared` lists them."""
+def join_pieces(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=None,
+                max_rows: int | None = None):
+    """Natural join on the shared variables, yielded in pieces of at most `max_rows` rows (a
+    piece boundary may fall inside one left row's run of matches); `right_sorted` may hold (sorted
+    keys, order) of right, keyed on the variables in the order `shared` lists them. A join without
+    shared variables is the cross product."""
     if shared is None:
         shared = [v for v in left.columns if v in right.columns]
+    if max_rows is None:
+        max_rows = chunk_rows(len(left.columns) + len(right.columns))
     if not shared:
-        _check_rows(left.rows * right.rows)
-        left_index = np.repeat(np.arange(left.rows), right.rows)
-        right_index = np.tile(np.arange(right.rows), left.rows)
+        low = np.zeros(left.rows, np.int64)
+        counts = np.full(left.rows, right.rows, np.int64)
+        order = None
     else:
         left_keys, right_keys = _join_keys(left, right, shared, var_sizes)
         if right_sorted is None:
@@ -90,21 +102,43 @@ def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=N
         else:
             sorted_keys, order = right_sorted
         low = np.searchsorted(sorted_keys, left_keys, "left")
-        high = np.searchsorted(sorted_keys, left_keys, "right")
-        counts = high - low
-        total = int(counts.sum())
-        _check_rows(total)
-        left_index = np.repeat(np.arange(left.rows), counts)
-        run_starts = np.cumsum(counts) - counts
-        right_index = order[np.repeat(low, counts) + (np.arange(total) - np.repeat(run_starts, counts))]
-    columns = {v: c[left_index] for v, c in left.columns.items()}
-    for v, c in right.columns.items():
-        if v not in columns:
+        counts = np.searchsorted(sorted_keys, left_keys, "right") - low
+        del left_keys
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if len(ends) else 0
+    new_right = [(v, c) for v, c in right.columns.items() if v not in left.columns]
+    for start in range(0, total, max_rows):
+        stop = min(start + max_rows, total)
+        first = int(np.searchsorted(ends, start, "right"))  # left rows whose runs meet [start, stop)
+        last = int(np.searchsorted(ends, stop - 1, "right")) + 1
+        run_end = ends[first:last]
+        run_start = run_end - counts[first:last]
+        clip_start = np.maximum(run_start, start)
+        piece_counts = np.minimum(run_end, stop) - clip_start
+        piece_low = low[first:last] + (clip_start - run_start)
+        left_index = np.repeat(np.arange(first, last), piece_counts)
+        n = len(left_index)
+        offsets = np.cumsum(piece_counts) - piece_counts
+        right_index = np.repeat(piece_low - offsets, piece_counts) + np.arange(n)
+        if order is not None:
+            right_index = order[right_index]
+        columns = {v: c[left_index] for v, c in left.columns.items()}
+        for v, c in new_right:
             columns[v] = c[right_index]
-    weights = None
-    if left.weights is not None:
-        weights = left.weights[left_index] * right.weights[right_index]
-    return Bindings(columns, weights, len(left_index))
+        weights = None
+        if left.weights is not None:
+            weights = left.weights[left_index] * right.weights[right_index]
+        yield Bindings(columns, weights, n)
+
+
+def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=None) -> Bindings:
+    """The whole natural join at once (small joins; evaluate_rule streams instead)."""
+    pieces = list(join_pieces(left, right, var_sizes, right_sorted, shared, max_rows=1 << 62))
+    if pieces:
+        return pieces[0]
+    names = set(left.columns) | set(right.columns)
+    return Bindings({v: np.zeros(0, np.int64) for v in names},
+                    None if left.weights is None else np.zeros(0, np.float32), 0)
 
 
 def apply_negation(rows: Bindings, atom: CompiledAtom, table: RelationTable, var_sizes) -> Bindings:
@@ -151,10 +185,19 @@ class SparseStratum:
         self.max_iterations = max_iterations
         self.iterations = 0
         self._sorted_cache: dict = {}
+        # Incremental sorted indexes of this stratum's own (recursive) relations: key -> [bindings
+        # sorted by join key, sorted join keys, runs covered]; each round merges only the new runs
+        # (`_runs[name]`: the delta key arrays in the order they were added) instead of re-sorting.
+        self._indexes: dict = {}
+        self._runs: dict | None = None
+        self._current: dict = {}
 
     # -- one rule ---------------------------------------------------------------------------
     def _scan_sorted(self, atom: CompiledAtom, table: RelationTable, shared: list[int], var_sizes,
                      cacheable: bool):
+        if (not cacheable and shared and self._runs is not None and atom.relation in self._runs
+                and table is self._current.get(atom.relation)):
+            return self._indexed(atom, table, shared, var_sizes)
         key = (id(table), atom.terms, tuple(shared))
         if cacheable and key in self._sorted_cache:
             return self._sorted_cache[key][0], self._sorted_cache[key][1]
@@ -170,66 +213,153 @@ class SparseStratum:
             self._sorted_cache[key] = (rows, sorted_pair, table)  # keep table alive: id() stays unique
         return rows, sorted_pair
 
-    def evaluate_rule(self, rule: CompiledRule, inputs: dict, delta_position: int | None) -> RelationTable:
-        """The head tuples (with values in soft mode) derived by one rule; `inputs[i]` is the table
-        used for body atom i."""
+    def _indexed(self, atom: CompiledAtom, table: RelationTable, shared: list[int], var_sizes):
+        """(bindings sorted by the join key, (sorted keys, None)) for a recursive relation's full
+        table, kept up to date by merging the runs added since the last call."""
+        sizes = tuple(var_sizes[v] for v in shared)
+        check_key_space(sizes, "a join")
+        key = (atom.relation, atom.terms, tuple(shared))
+        runs = self._runs[atom.relation]
+        index = self._indexes.get(key)
+
+        def sorted_rows(source: RelationTable):
+            rows = scan(atom, source, False)
+            keys = encode([rows.columns[v] for v in shared], sizes, rows.rows)
+            order = np.argsort(keys, kind="stable")
+            return rows.take(order), keys[order]
+
+        if index is None:
+            rows, keys = sorted_rows(table)
+            index = self._indexes[key] = [rows, keys, len(runs)]
+        elif index[2] < len(runs):
+            added = np.concatenate(runs[index[2]:])
+            new_rows, new_keys = sorted_rows(RelationTable(table.sizes, np.sort(added), None))
+            at = np.searchsorted(index[1], new_keys, "right")  # a merge: linear, no re-sort
+            rows = index[0]
+            merged = Bindings({v: np.insert(c, at, new_rows.columns[v]) for v, c in rows.columns.items()},
+                              None, rows.rows + new_rows.rows)
+            index[:] = [merged, np.insert(index[1], at, new_keys), len(runs)]
+        return index[0], (index[1], None)
+
+    def _plan(self, rule: CompiledRule, delta_position: int | None, inputs=None):
+        """Join order and, after each joined atom, the comparisons and negations it makes checkable.
+        Order: the delta atom (if any) or else the smallest positive atom, then repeatedly the atom
+        whose join is estimated to add the fewest rows per bound row (its size divided by the
+        key space of the variables it shares, i.e. uniform keys); an atom sharing no variable
+        (a cross product) comes last. Ties: body order."""
+        def size(i):
+            return len(inputs[i]) if inputs is not None else 0
+
+        def estimate(i):
+            shared = bound & set(rule.body[i].variables)
+            if not shared:
+                return (1, size(i), i)
+            space = 1
+            for v in shared:
+                space *= max(rule.var_sizes[v], 1)
+            return (0, size(i) / space, i)
         positive = [i for i, a in enumerate(rule.body) if not a.negated]
-        pending_negations = [i for i, a in enumerate(rule.body) if a.negated]
-        pending_comparisons = list(rule.comparisons)
-        # Join order: the delta atom (if any) or the first positive atom, then repeatedly the atom
-        # sharing the most variables with what is bound so far (ties: body order).
         remaining = list(positive)
         order: list[int] = []
         bound: set[int] = set()
         if remaining:  # (a body of only negated ground atoms has none)
-            first = delta_position if delta_position is not None else remaining[0]
+            first = delta_position if delta_position is not None else min(remaining, key=lambda i: (size(i), i))
             order.append(first)
             remaining.remove(first)
             bound |= set(rule.body[first].variables)
         while remaining:
-            best = max(remaining, key=lambda i: (len(bound & set(rule.body[i].variables)), -i))
+            best = min(remaining, key=estimate)
             order.append(best)
             remaining.remove(best)
             bound |= set(rule.body[best].variables)
-
-        rows = Bindings({}, np.ones(1, np.float32) if self.soft else None, 1)
+        comparisons = list(rule.comparisons)
+        negations = [i for i, a in enumerate(rule.body) if a.negated]
+        checks = []
+        bound = set()
         for i in order:
+            bound |= set(rule.body[i].variables)
+            ready_c = [c for c in comparisons if all(v in bound for v in c.variables)]
+            ready_n = [j for j in negations if all(v in bound for v in rule.body[j].bound_variables)]
+            comparisons = [c for c in comparisons if c not in ready_c]
+            negations = [j for j in negations if j not in ready_n]
+            checks.append((ready_c, ready_n))
+        return order, checks, negations  # (what is left: only ground negated atoms)
+
+    def evaluate_rule(self, rule: CompiledRule, inputs: dict, delta_position: int | None,
+                      exclude=None) -> RelationTable:
+        """The head tuples (with values in soft mode) derived by one rule; `inputs[i]` is the table
+        used for body atom i. The body's joins stream in pieces (join_pieces); each piece is
+        projected onto the head at once. `exclude` (a KeySet, Boolean mode) drops head tuples
+        already known, so only new ones are kept while streaming."""
+        order, checks, ground_negations = self._plan(rule, delta_position, inputs)
+        head = rule.head
+        parts: list = []  # head keys (and weights in soft mode) of the pieces, compacted as they grow
+        held = [0, 0]  # rows held now, rows after the last compaction
+
+        def emit(rows: Bindings):
+            for j in ground_negations:
+                rows = apply_negation(rows, rule.body[j], inputs[j], rule.var_sizes)
+            if rows.rows == 0:
+                return
+            columns = [rows.columns[value] if kind == "v" else np.full(rows.rows, value, np.int64)
+                       for kind, value in head.terms]
+            keys = encode(columns, head.sizes, rows.rows)
+            if self.soft:
+                parts.append((keys, rows.weights.astype(np.float64)))
+            else:
+                parts.append(sorted_unique(keys))
+            held[0] += len(parts[-1][0]) if self.soft else len(parts[-1])
+            if held[0] > max(2 * held[1], chunk_rows(1)) and len(parts) > 1:  # doubling: linear total
+                compacted = self._compact(parts)
+                if exclude is not None and len(compacted):  # drop known tuples only when memory needs it
+                    compacted = compacted[~exclude.contains(compacted)]
+                parts[:] = [compacted]
+                held[0] = held[1] = len(compacted[0]) if self.soft else len(compacted)
+
+        def stream(rows: Bindings, step: int):
+            if step == len(order):
+                emit(rows)
+                return
+            i = order[step]
             atom = rule.body[i]
-            table = inputs[i]
             shared = [v for v in atom.variables if v in rows.columns]
             cacheable = atom.relation not in self.stratum
-            right, sorted_pair = self._scan_sorted(atom, table, shared, rule.var_sizes, cacheable)
-            try:
-                rows = join(rows, right, rule.var_sizes, sorted_pair, shared)
-            except LogicError as error:
-                raise LogicError(f"rule `{rule.source}`: {error.message}", rule.source.pos) from None
-            for comparison in list(pending_comparisons):
-                if all(v in rows.columns for v in comparison.variables):
-                    rows = apply_comparison(rows, comparison)
-                    pending_comparisons.remove(comparison)
-            for j in list(pending_negations):
-                if all(v in rows.columns for v in rule.body[j].bound_variables):
-                    rows = apply_negation(rows, rule.body[j], inputs[j], rule.var_sizes)
-                    pending_negations.remove(j)
-            if rows.rows == 0:
-                break
-        if rows.rows and pending_negations:  # only ground negated atoms (no variables) are left
-            for j in pending_negations:
-                rows = apply_negation(rows, rule.body[j], inputs[j], rule.var_sizes)
+            right, sorted_pair = self._scan_sorted(atom, inputs[i], shared, rule.var_sizes, cacheable)
+            comparisons, negations = checks[step]
+            for piece in join_pieces(rows, right, rule.var_sizes, sorted_pair, shared):
+                for comparison in comparisons:
+                    piece = apply_comparison(piece, comparison)
+                for j in negations:
+                    piece = apply_negation(piece, rule.body[j], inputs[j], rule.var_sizes)
+                if piece.rows:
+                    stream(piece, step + 1)
 
-        head = rule.head
-        if rows.rows == 0:
+        start = Bindings({}, np.ones(1, np.float32) if self.soft else None, 1)
+        try:
+            stream(start, 0)
+        except MemoryError:
+            raise out_of_memory(str(rule.source), chunk_rows(len(rule.var_sizes))) from None
+        except LogicError as error:
+            raise LogicError(f"rule `{rule.source}`: {error.message}", rule.source.pos) from None
+        if not parts:
             return RelationTable.empty(head.sizes, self.soft)
-        columns = [rows.columns[value] if kind == "v" else np.full(rows.rows, value, np.int64)
-                   for kind, value in head.terms]
-        keys = encode(columns, head.sizes, rows.rows)
+        compacted = self._compact(parts)
         if not self.soft:
-            return RelationTable(head.sizes, sorted_unique(keys), None)
-        unique_keys, inverse = np.unique(keys, return_inverse=True)
-        sums = np.bincount(inverse, weights=rows.weights, minlength=len(unique_keys))
+            return RelationTable(head.sizes, compacted, None)
+        unique_keys, sums = compacted
         values = rule_step(sums, rule.temperature)
         keep = values > 0
         return RelationTable(head.sizes, unique_keys[keep], values[keep].astype(np.float32))
+
+    def _compact(self, parts: list):
+        """Merge streamed head pieces: sorted unique keys (Boolean) or (unique keys, summed
+        weights) (soft)."""
+        if not self.soft:
+            return parts[0] if len(parts) == 1 else sorted_unique(np.concatenate(parts))
+        keys = np.concatenate([k for k, _ in parts])
+        weights = np.concatenate([w for _, w in parts])
+        unique_keys, inverse = np.unique(keys, return_inverse=True)
+        return unique_keys, np.bincount(inverse, weights=weights, minlength=len(unique_keys))
 
     # -- the stratum --------------------------------------------------------------------------
     def run(self) -> None:
@@ -275,7 +405,8 @@ class SparseStratum:
         found = {name: [] for name in heads}
         for rule in self.rules:
             if changed is None:  # from scratch: every rule once over everything known
-                result = self.evaluate_rule(rule, self._inputs(rule, current, None, None), None)
+                result = self.evaluate_rule(rule, self._inputs(rule, current, None, None), None,
+                                            true_sets[rule.head.relation])
                 found[rule.head.relation].append(result.keys)
                 continue
             for position, atom in enumerate(rule.body):  # continuing: joins that use a new tuple
@@ -285,24 +416,36 @@ class SparseStratum:
                 delta_table = RelationTable(current[atom.relation].sizes, new_keys, None)
                 inputs = [delta_table if j == position else current[a.relation]
                           for j, a in enumerate(rule.body)]
-                found[rule.head.relation].append(self.evaluate_rule(rule, inputs, position).keys)
+                found[rule.head.relation].append(
+                    self.evaluate_rule(rule, inputs, position, true_sets[rule.head.relation]).keys)
         delta = absorb(found)
         self.iterations = 1
         recursive = [(rule, i) for rule in self.rules for i, a in enumerate(rule.body)
                      if not a.negated and a.relation in self.stratum]
         needs_full = {a.relation for rule, i in recursive for j, a in enumerate(rule.body)
                       if j != i and a.relation in self.stratum}
+        self._runs, self._current = derived_runs, current
+        merged = {name: 0 for name in needs_full}  # runs already merged into current[name]
         while any(len(t) for t in delta.values()):
-            for name in needs_full:
-                current[name] = self._materialize(facts[name], derived_runs[name])
+            for name in needs_full:  # new runs are disjoint from what is there: merge, no dedupe
+                runs = derived_runs[name]
+                if facts[name].values is not None:  # (weighted facts may repeat a derived key)
+                    current[name] = self._materialize(facts[name], runs)
+                elif merged[name] < len(runs):
+                    keys = np.concatenate([current[name].keys] + runs[merged[name]:])
+                    keys.sort(kind="stable")  # (sorted pieces: a linear merge)
+                    current[name] = RelationTable(current[name].sizes, keys, None)
+                    merged[name] = len(runs)
             found = {name: [] for name in heads}
             for rule, position in recursive:
                 if len(delta[rule.body[position].relation]) == 0:
                     continue
-                result = self.evaluate_rule(rule, self._inputs(rule, current, delta, position), position)
+                result = self.evaluate_rule(rule, self._inputs(rule, current, delta, position), position,
+                                            true_sets[rule.head.relation])
                 found[rule.head.relation].append(result.keys)
             delta = absorb(found)
             self.iterations += 1
+        self._runs = None
         for name in heads:
             self.tables[name] = self._materialize(facts[name], derived_runs[name])
         return {name: sorted_unique(np.concatenate(runs)) for name, runs in derived_runs.items() if runs}

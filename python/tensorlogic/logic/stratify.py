@@ -58,6 +58,11 @@ def strongly_connected_components(nodes: list[str], edges: dict[str, list[str]])
     return components
 
 
+def aggregate_cycle(head: str, rule) -> str:
+    return (f"{head} aggregates over relations that depend on {head} (rule `{rule}`): an aggregate "
+            f"cannot go through recursion; the program has no stratification")
+
+
 def stratify(relations: list[str], rules: list[CompiledRule]) -> list[list[str]]:
     """Components of the relations in evaluation order (each after all it depends on)."""
     edges: dict[str, list[str]] = {name: [] for name in relations}
@@ -70,6 +75,8 @@ def stratify(relations: list[str], rules: list[CompiledRule]) -> list[list[str]]
     for rule in rules:
         head = rule.head.relation
         for atom in rule.body:
+            if getattr(rule, "aggregate", False) and component_of[atom.relation] == component_of[head]:
+                raise StratificationError(aggregate_cycle(head, rule.source), rule.source.pos)
             if atom.negated and component_of[atom.relation] == component_of[head]:
                 cycle = ("its own negation" if atom.relation == head else
                          f"the negation of {atom.relation}, which depends on {head}")

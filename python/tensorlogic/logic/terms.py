@@ -38,12 +38,13 @@ class Name:
         return self.text
 
 
-ARITH_OPS = ("+", "-", "*", "%")
+ARITH_OPS = ("+", "-", "*", "/", "%")
 
 
 @dataclass(frozen=True)
 class Arith:
-    """An arithmetic term over integers, `N + 1` (op in + - * %; `neg` negates `left`): in a rule's
+    """An arithmetic term over numbers, `N + 1` (op in + - * / %; `neg` negates `left`; `/` is true
+    division, a float, as everywhere in TL; integers stay exact otherwise): in a rule's
     head or in a comparison of its body, computed from the body's bindings."""
     op: str
     left: Any
@@ -72,7 +73,31 @@ def _operand_text(term) -> str:
     return f"({term})" if isinstance(term, Arith) and term.op != "neg" else str(term)
 
 
-Term = Union[Var, Const, Name, Arith]
+AGGREGATE_OPS = ("count", "sum", "min", "max")
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """`count(Y)`, `sum(V)`, `min(V)`, `max(V)` as a head argument: computed per group (the head's
+    other arguments) over the distinct assignments of the body's variables (aggregate.py)."""
+    op: str
+    term: Any  # Name / Var / Arith over body variables
+    pos: Any = field(default=None, compare=False, repr=False)
+
+    def variables(self) -> list[str]:
+        if isinstance(self.term, Arith):
+            return self.term.variables()
+        if isinstance(self.term, Var):
+            return [self.term.name]
+        if isinstance(self.term, Name):
+            return [self.term.text]
+        return []
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.term})"
+
+
+Term = Union[Var, Const, Name, Arith, Aggregate]
 
 
 @dataclass(frozen=True)
@@ -112,6 +137,7 @@ class Rule:
     body: tuple  # tuple[Atom | Comparison, ...]
     temperature: float | None = None  # None or 0: hard step; > 0: soft step
     pos: Any = field(default=None, compare=False, repr=False)
+    evaluation: str | None = None  # "dense" / "sparse" (`@dense`, `@sparse`): force its stratum's path
 
     def __post_init__(self):
         object.__setattr__(self, "body", tuple(self.body))
@@ -137,7 +163,8 @@ def parse_atom(text: str, pos: Any = None) -> Atom:
     return Atom(relation, tuple(args), negated, pos)
 
 
-def parse_rule(text: str, temperature: float | None = None, pos: Any = None) -> Rule:
+def parse_rule(text: str, temperature: float | None = None, pos: Any = None,
+               evaluation: str | None = None) -> Rule:
     """Build a Rule from `Head(X) <- A(X, Y), not B(Y)` text (tests and the Python API)."""
     head_text, sep, body_text = text.partition("<-")
     if not sep:
@@ -165,11 +192,14 @@ def parse_rule(text: str, temperature: float | None = None, pos: Any = None) -> 
                 break
         else:
             body.append(parse_atom(part))
-    return Rule(parse_atom(head_text), tuple(body), temperature, pos)
+    return Rule(parse_atom(head_text), tuple(body), temperature, pos, evaluation)
 
 
 def _parse_term(text: str):
     text = text.strip()
+    for op in AGGREGATE_OPS:
+        if text.startswith(op + "(") and text.endswith(")"):
+            return Aggregate(op, _parse_term(text[len(op) + 1:-1]))
     if text.lstrip("-").isdigit():
         return Const(int(text))
     if len(text) >= 2 and text[0] == text[-1] == '"':

@@ -102,7 +102,8 @@ _BUILTIN_NO_GRADIENT = {
                                              "detokenize detokenize_single apply_chat_template "
                                              "temperature_sample top_k top_p multinomial",
     "reads values to the host (as PyTorch's .item())": "item to_float to_int to_list print println assert "
-                                                       "assert_eq assert_about_eq panic write_text save",
+                                                       "assert_eq assert_about_eq panic write_text save "
+                                                       "load_relation save_relation",
     "a new value from no tensor input": "zeros ones full arange rand randn from_array eye linspace "
                                         "positional_encoding causal_mask range range_i map random seed "
                                         "load read_text load_model load_model_f32 load_model_f16 get_tensor "
