@@ -41,6 +41,7 @@ from typing import Any, AsyncIterator
 from ..interp.deep_stack import deep_thread, run_deep
 from ..models import bounded_json
 from ..models.errors import ModelError
+from . import openai_logprobs
 
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413)
 MAX_JSON_DEPTH = 32  # a body nested deeper is refused (400): real requests nest 4 levels (messages[].content[])
@@ -73,6 +74,8 @@ class ServeOptions:
     kv_dtype: str = "f32"
     fast: bool = False
     defaults: dict = field(default_factory=dict)  # sampling defaults from the command line
+    cors_origins: tuple[str, ...] = ()  # origins browsers may call from (--cors-origin; "*": any)
+    request_log: bool = True  # one line per request on stderr
 
 
 class ApiError(Exception):
@@ -91,6 +94,7 @@ class ApiError(Exception):
 # ---------------------------------------------------------------------- request validation
 
 _MISSING = object()
+MAX_CHOICES = 16  # `n`: independent choices of one request (each its own job in the queue)
 
 
 def _shown(v: Any) -> str:
@@ -225,17 +229,11 @@ def _common(body: dict, defaults: dict) -> dict:
         raise ApiError(400, "'model' must be a string", "model", "invalid_type")
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise ApiError(400, "'user' must be a string", "user", "invalid_type")
-    if body.get("logit_bias") not in (None, {}):
-        raise ApiError(400, "'logit_bias' is not supported", "logit_bias", "unsupported_parameter")
-    n = _integer(body, "n", 1, -2**63, 2**63)
-    if n != 1:
-        raise ApiError(400, f"only n = 1 is supported, got {n}", "n", "unsupported_value")
+    n = _integer(body, "n", 1, 1, MAX_CHOICES)
     for key in ("presence_penalty", "frequency_penalty"):
         if _number(body, key, 0.0, -2.0, 2.0) != 0.0:
             raise ApiError(400, f"'{key}' is not supported (use 'repeat_penalty', as llama.cpp)", key,
                            "unsupported_parameter")
-    if body.get("logprobs") not in (None, False, 0):
-        raise ApiError(400, "'logprobs' is not supported", "logprobs", "unsupported_parameter")
     for key in ("tools", "functions"):
         if body.get(key) not in (None, []):
             raise ApiError(400, "tools and functions are not supported", key, "unsupported_parameter")
@@ -260,12 +258,50 @@ def _common(body: dict, defaults: dict) -> dict:
         seed=(seed % 2**63) if seed is not None else defaults.get("seed"),  # (any integer, as OpenAI)
         stop=_stop_list(body),
     )
-    return dict(sampling=sampling, max_tokens=max_tokens, stream=stream, include_usage=include_usage)
+    return dict(sampling=sampling, max_tokens=max_tokens, stream=stream, include_usage=include_usage, n=n,
+                logit_bias=_logit_bias(body))
+
+
+MAX_TOP_LOGPROBS = 20
+
+
+def _logit_bias(body: dict) -> dict[int, float]:
+    """OpenAI's logit_bias: {"token id": bias in [-100, 100]} (ids are checked against the vocabulary
+    by the worker)."""
+    v = body.get("logit_bias")
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ApiError(400, "'logit_bias' must be an object mapping token ids to numbers", "logit_bias",
+                       "invalid_type")
+    if len(v) > 1024:
+        raise ApiError(400, f"'logit_bias' takes at most 1024 entries, got {len(v)}", "logit_bias", "invalid_value")
+    out = {}
+    for key, bias in v.items():
+        if not (key.isascii() and key.isdigit() and len(key) < 10):
+            raise ApiError(400, f"'logit_bias' keys must be token ids, got {_shown(key)}", "logit_bias",
+                           "invalid_value")
+        out[int(key)] = _number({"logit_bias": bias}, "logit_bias", 0.0, -100.0, 100.0)
+    return out
+
+
+def _chat_logprobs(body: dict) -> int | None:
+    """`logprobs` (true: each token's log probability) and `top_logprobs` (0..20 alternatives; needs
+    logprobs): None, or how many alternatives to return."""
+    on = _boolean(body, "logprobs", False)
+    top = _integer(body, "top_logprobs", None, 0, MAX_TOP_LOGPROBS)
+    if top is not None and not on:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
+    return (top or 0) if on else None
+
+
+def _completion_logprobs(body: dict) -> int | None:
+    """/v1/completions' `logprobs`: null, or 0..20 alternatives per token."""
+    return _integer(body, "logprobs", None, 0, MAX_TOP_LOGPROBS)
 
 
 def _chat_messages(body: dict) -> list[dict[str, str]]:
     _no_unknown_fields(body, CHAT_FIELDS)
-    _default_only(body, "top_logprobs", (0,), "no log probabilities are returned")
     _default_only(body, "tool_choice", ("none",), "no tools")
     _default_only(body, "function_call", ("none",), "no functions")
     _default_only(body, "parallel_tool_calls", (False, True), "no tools")
@@ -310,7 +346,16 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
     return out
 
 
-def _completion_prompt(body: dict) -> str | list[int]:
+MAX_PROMPTS = 16  # prompts in one /v1/completions request
+
+
+def _token_ids(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+
+
+def _completion_prompts(body: dict) -> list[str | list[int]]:
+    """The prompts of a /v1/completions request: a string, token ids, or a list of strings and/or
+    lists of token ids (one choice each, in order, as OpenAI)."""
     _no_unknown_fields(body, COMPLETION_FIELDS)
     _default_only(body, "best_of", (1,), "only one completion is made")
     _default_only(body, "echo", (False,), "the prompt is not repeated")
@@ -318,14 +363,15 @@ def _completion_prompt(body: dict) -> str | list[int]:
     prompt = body.get("prompt", _MISSING)
     if prompt is _MISSING:
         raise ApiError(400, "'prompt' is required", "prompt", "missing_required_parameter")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return list(prompt)  # token ids
-    if not isinstance(prompt, str):
-        raise ApiError(400, "'prompt' must be a string, a list of one string, or a list of token ids",
-                       "prompt", "invalid_type")
-    return prompt
+    if isinstance(prompt, str) or _token_ids(prompt):
+        return [prompt if isinstance(prompt, str) else list(prompt)]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) or _token_ids(p) for p in prompt):
+        if len(prompt) > MAX_PROMPTS:
+            raise ApiError(400, f"'prompt' takes at most {MAX_PROMPTS} prompts, got {len(prompt)}", "prompt",
+                           "invalid_value")
+        return [p if isinstance(p, str) else list(p) for p in prompt]
+    raise ApiError(400, "'prompt' must be a string, token ids, or a list of strings or of token-id lists",
+                   "prompt", "invalid_type")
 
 
 # ---------------------------------------------------------------------- the worker
@@ -335,13 +381,23 @@ class Job:
     """One request's generation. The worker pushes events; the request's coroutine reads them:
     ("start", prompt_tokens), ("text", str)..., then ("done", GenerationResult) or ("error", ApiError)."""
 
-    def __init__(self, kind: str, payload: Any, params: dict, loop: asyncio.AbstractEventLoop):
+    def __init__(self, kind: str, payload: Any, params: dict, loop: asyncio.AbstractEventLoop,
+                 wakeup: asyncio.Event | None = None, index: int = 0):
         self.kind, self.payload, self.params, self.loop = kind, payload, params, loop
+        self.index = index  # the choice this job makes in its request's response (n > 1, a list of prompts)
         self.cancelled = threading.Event()
         self.engine: Engine | None = None  # set by Engine.submit
         self.state = "new"  # "waiting" (queued), "taken" (the worker has it), "withdrawn" (gone while waiting)
         self.events: collections.deque = collections.deque()
-        self.wakeup = asyncio.Event()
+        self.wakeup = wakeup or asyncio.Event()  # shared by the jobs of one request (JobGroup)
+        self.sampler = None  # a GuidedSampler when the request asks for logprobs, a bias or a format
+        self.sent_steps = 0  # the sampler's records already sent in a stream
+        self.sent_text = 0  # characters of text already sent in a stream
+
+    def steps(self) -> int:
+        """Ids chosen so far (with a recording sampler; else 0): a text event carries it, so that a
+        stream sends each token's log probabilities with its text."""
+        return len(self.sampler.records) if self.sampler is not None else 0
 
     def emit(self, *event: Any) -> None:  # from the worker thread
         try:
@@ -372,6 +428,34 @@ class Job:
                     self.cancel()
                     return ("gone",)
         return self.events.popleft()
+
+
+class JobGroup:
+    """The jobs of one request (one per choice): their events, read in arrival order. The jobs share
+    one wakeup event, set on the event loop when any of them has a new event."""
+
+    def __init__(self, jobs: list[Job]):
+        self.jobs = jobs
+        self.wakeup = jobs[0].wakeup
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            job.cancel()
+
+    async def next_event(self, request=None) -> tuple[int, tuple]:
+        """(job index, event) of the next event of any job; with `request`, as Job.next_event, a
+        departed client cancels every job and gives (-1, ("gone",))."""
+        while True:
+            for job in self.jobs:
+                if job.events:
+                    return job.index, job.events.popleft()
+            self.wakeup.clear()
+            try:
+                await asyncio.wait_for(self.wakeup.wait(), DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                if request is not None and await request.is_disconnected():
+                    self.cancel()
+                    return -1, ("gone",)
 
 
 class Engine:
@@ -498,9 +582,10 @@ class Engine:
         limits = [room] + [m for m in (job.params["max_tokens"], self.options.max_tokens) if m]
         max_tokens = min(limits)
         job.emit("start", len(ids))
-        on_text = (lambda text: job.emit("text", text)) if job.params["stream"] else None
+        job.sampler = _guided_sampler(s, job.params)  # None: the plain sampler (the default path)
+        on_text = (lambda text: job.emit("text", text, job.steps())) if job.params["stream"] else None
         return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
-                          **job.params["sampling"])
+                          sampler=job.sampler, **job.params["sampling"])
 
 
 # ---------------------------------------------------------------------- the HTTP app
@@ -508,9 +593,69 @@ class Engine:
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context": "length", "interrupt": "stop"}
 
 
-def _usage(result) -> dict:
-    p, c = len(result.prompt_ids), len(result.ids)
+def _usage(results: list, n: int) -> dict:
+    """Usage of a request's choices (in order; `n` per prompt): each prompt counted once, as OpenAI."""
+    p = sum(len(r.prompt_ids) for r in results[::n])
+    c = sum(len(r.ids) for r in results)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _choice_params(params: dict, j: int) -> dict:
+    """The parameters of a request's j-th choice of a prompt: its own seed (seed + j), so that n > 1
+    gives independent samples that a fixed seed still reproduces."""
+    if j == 0:
+        return params
+    sampling = dict(params["sampling"])
+    if sampling.get("seed") is not None:
+        sampling["seed"] = (sampling["seed"] + j) % 2**63
+    return {**params, "sampling": sampling}
+
+
+def _choice(kind: str, index: int, job: Job, result) -> dict:
+    finish = FINISH_REASONS[result.stopped_by]
+    logprobs = None
+    if job.sampler is not None and job.params.get("logprobs") is not None:
+        tok = job.engine.session.tokenizer.tok
+        records = openai_logprobs.within_text(tok, job.sampler.records, result.text)
+        logprobs = openai_logprobs.chat(tok, records) if kind == "chat" else openai_logprobs.completion(tok, records)
+    if kind == "chat":
+        return {"index": index, "message": {"role": "assistant", "content": result.text}, "logprobs": logprobs,
+                "finish_reason": finish}
+    return {"index": index, "text": result.text, "logprobs": logprobs, "finish_reason": finish}
+
+
+def _stream_logprobs(kind: str, job: Job, event: tuple) -> Any:
+    """The log probabilities of the ids chosen since the last text chunk, sent with this one."""
+    if job.sampler is None or job.params.get("logprobs") is None or len(event) < 3:
+        return None
+    tok = job.engine.session.tokenizer.tok
+    records = [r for r in job.sampler.records[job.sent_steps:event[2]] if not tok.is_special(r.id)]
+    offset = job.sent_text
+    job.sent_steps = max(job.sent_steps, event[2])
+    job.sent_text += len(event[1])
+    if kind == "chat":
+        return openai_logprobs.chat(tok, records)
+    return openai_logprobs.completion(tok, records, offset)
+
+
+def _guided_sampler(session, params: dict):
+    """The sampler a request needs for logprobs, logit_bias or response_format; None (the plain
+    sampler, bit for bit the default path) when it asks for none of them."""
+    from ..builtins.guided import GuidedSampler
+    from ..builtins.sampling import SamplerValue
+
+    if params.get("logprobs") is None and not params.get("logit_bias") and params.get("response_format") is None:
+        return None
+    vocab = session.config.vocab_size
+    bad = next((t for t in params.get("logit_bias", {}) if t >= vocab), None)
+    if bad is not None:
+        raise ApiError(400, f"'logit_bias' names token {bad}, outside the vocabulary (0..{vocab - 1})", "logit_bias",
+                       "invalid_value")
+    sp = params["sampling"]
+    inner = SamplerValue.seeded(sp["temperature"], sp["top_k"], sp["top_p"], sp["seed"], sp["repeat_penalty"],
+                                sp["min_p"])
+    constraint = params["response_format"].constraint(session) if params.get("response_format") else None
+    return GuidedSampler(inner, vocab, params.get("logit_bias"), constraint, params.get("logprobs"))
 
 
 def _sse(obj: Any) -> str:
@@ -521,8 +666,14 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
-    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
     from starlette.routing import Route
+
+    from .serve_metrics import Metrics, RequestLog
+
+    metrics = Metrics()
 
     created = int(time.time())
 
@@ -569,94 +720,126 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
                 return JSONResponse({}, status_code=499)
         return wrapped
 
-    async def run(request: Request, kind: str, payload: Any, params: dict):
-        job = Job(kind, payload, params, asyncio.get_running_loop())
-        if not engine.submit(job):
-            raise ApiError(503, f"the server is busy: {options.max_queue} requests are already waiting "
-                                "(tl serve --max-queue); try again later", code="queue_full")
-        event = await job.next_event(request)
-        if event[0] == "gone":
-            return JSONResponse({}, status_code=499)
-        if event[0] == "error":
-            raise event[1]
-        prompt_tokens = event[1]
+    async def run(request: Request, kind: str, payloads: list, params: dict):
+        n = params["n"]
+        loop = asyncio.get_running_loop()
+        wakeup = asyncio.Event()
+        jobs = [Job(kind, payload, _choice_params(params, j), loop, wakeup, index=i * n + j)
+                for i, payload in enumerate(payloads) for j in range(n)]
+        if len(jobs) > options.max_queue + 1:
+            what = f"{len(payloads)} prompts x n = {n}" if len(payloads) > 1 else f"n = {n}"
+            raise ApiError(400, f"this request asks for {len(jobs)} choices ({what}); this server takes at most "
+                                f"{options.max_queue + 1} at once (tl serve --max-queue)",
+                           "n" if len(payloads) == 1 else "prompt", "invalid_value")
+        group = JobGroup(jobs)
+        for job in jobs:
+            if not engine.submit(job):
+                group.cancel()
+                raise ApiError(503, f"the server is busy: {options.max_queue} requests are already waiting "
+                                    "(tl serve --max-queue); try again later", code="queue_full")
         rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         if params["stream"]:
-            return StreamingResponse(_stream(job, kind, rid, params["include_usage"], prompt_tokens),
+            # the first choice's start (or its error, answered as a 4xx) before the stream begins
+            early: list = []
+            while True:
+                index, event = await group.next_event(request)
+                if event[0] == "gone":
+                    return JSONResponse({}, status_code=499)
+                if event[0] == "error":
+                    group.cancel()
+                    raise event[1]
+                early.append((index, event))
+                if index == 0:
+                    break
+            return StreamingResponse(_stream(request, group, kind, rid, params["include_usage"], early),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        while True:
-            event = await job.next_event(request)
+        results: dict[int, Any] = {}
+        while len(results) < len(jobs):
+            index, event = await group.next_event(request)
             if event[0] == "gone":
                 return JSONResponse({}, status_code=499)
             if event[0] == "error":
+                group.cancel()
                 raise event[1]
             if event[0] == "done":
-                break
-        result = event[1]
-        finish = FINISH_REASONS[result.stopped_by]
+                results[index] = event[1]
+        ordered = [results[i] for i in range(len(jobs))]
+        usage = _usage(ordered, n)
+        request.state.tl_usage = usage
+        choices = [_choice(kind, i, jobs[i], r) for i, r in enumerate(ordered)]
         if kind == "chat":
             body = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model_id,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                                 "logprobs": None, "finish_reason": finish}],
-                    "usage": _usage(result), "system_fingerprint": None}
+                    "choices": choices, "usage": usage, "system_fingerprint": None}
         else:
             body = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_id,
-                    "choices": [{"index": 0, "text": result.text, "logprobs": None, "finish_reason": finish}],
-                    "usage": _usage(result)}
+                    "choices": choices, "usage": usage}
         return JSONResponse(body)
 
-    async def _stream(job: Job, kind: str, rid: str, include_usage: bool, prompt_tokens: int) -> AsyncIterator[str]:
+    async def _stream(request: Request, group: JobGroup, kind: str, rid: str, include_usage: bool,
+                      early: list) -> AsyncIterator[str]:
         made = int(time.time())
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
 
-        def chunk(text: str | None, finish: str | None, role: bool = False) -> dict:
+        def chunk(index: int, text: str | None, finish: str | None, role: bool = False,
+                  logprobs: Any = None) -> dict:
             if kind == "chat":
                 delta: dict = {}
                 if role:
                     delta["role"] = "assistant"
                 if text is not None:
                     delta["content"] = text
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             else:
-                choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+                choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
             out = {"id": rid, "object": obj, "created": made, "model": model_id, "choices": [choice]}
             if include_usage:
                 out["usage"] = None
             return out
 
+        results: dict[int, Any] = {}
+        pending = collections.deque(early)
         try:
             if kind == "chat":
-                yield _sse(chunk("", None, role=True))
-            while True:
-                event = await job.next_event()
+                for job in group.jobs:
+                    yield _sse(chunk(job.index, "", None, role=True))
+            while len(results) < len(group.jobs):
+                index, event = pending.popleft() if pending else await group.next_event()
                 if event[0] == "text":
-                    yield _sse(chunk(event[1], None))
+                    yield _sse(chunk(index, event[1], None, logprobs=_stream_logprobs(kind, group.jobs[index],
+                                                                                       event)))
                 elif event[0] == "error":
                     yield _sse(event[1].body())
                     break
                 elif event[0] == "done":
-                    result = event[1]
-                    yield _sse(chunk(None if kind == "chat" else "", FINISH_REASONS[result.stopped_by]))
-                    if include_usage:
-                        yield _sse({"id": rid, "object": obj, "created": made, "model": model_id, "choices": [],
-                                    "usage": _usage(result)})
-                    break
+                    result = results[index] = event[1]
+                    yield _sse(chunk(index, None if kind == "chat" else "", FINISH_REASONS[result.stopped_by]))
+            if len(results) == len(group.jobs):
+                ordered = [results[i] for i in range(len(group.jobs))]
+                usage = _usage(ordered, group.jobs[0].params["n"])
+                request.state.tl_usage = usage
+                if include_usage:
+                    yield _sse({"id": rid, "object": obj, "created": made, "model": model_id, "choices": [],
+                                "usage": usage})
             yield "data: [DONE]\n\n"
         finally:
-            job.cancel()  # a no-op once done; stops the generation when the client went away
+            group.cancel()  # a no-op once done; stops the generations when the client went away
 
     @endpoint
     async def chat_completions(request: Request):
         body = await read_json(request)
         params = _common(body, options.defaults)
-        return await run(request, "chat", _chat_messages(body), params)
+        messages = _chat_messages(body)
+        params["logprobs"] = _chat_logprobs(body)
+        return await run(request, "chat", [messages], params)
 
     @endpoint
     async def completions(request: Request):
         body = await read_json(request)
         params = _common(body, options.defaults)
-        return await run(request, "completion", _completion_prompt(body), params)
+        prompts = _completion_prompts(body)
+        params["logprobs"] = _completion_logprobs(body)
+        return await run(request, "completion", prompts, params)
 
     model_card = {"id": model_id, "object": "model", "created": created, "owned_by": "tensorlogic"}
 
@@ -695,14 +878,93 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
     async def server_error(request: Request, exc: Exception):
         return error_response(ApiError(500, f"internal error: {type(exc).__name__}"))
 
-    routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/models/{name:path}", model, methods=["GET"]),
+    tok = engine.session.tokenizer.tok
+
+    @endpoint
+    async def tokenize(request: Request):
+        body = await read_json(request)
+        _check_text(body)
+        _no_unknown_fields(body, {"content", "add_special", "parse_special", "with_pieces"})
+        content = body.get("content", _MISSING)
+        if not isinstance(content, str):
+            raise ApiError(400, "'content' must be a string", "content",
+                           "missing_required_parameter" if content is _MISSING else "invalid_type")
+        add_special = _boolean(body, "add_special", False)
+        # Special tokens written in the text are always recognised: the tokenizer's switch for that
+        # is shared with the worker, which tokenizes with it on.
+        _default_only(body, "parse_special", (True,), "special tokens in the text are always recognised")
+        with_pieces = _boolean(body, "with_pieces", False)
+        ids = tok.encode(content, add_special=add_special)
+        if not with_pieces:
+            return JSONResponse({"tokens": ids})
+        return JSONResponse({"tokens": [{"id": t, "piece": _piece(tok, t)} for t in ids]})
+
+    @endpoint
+    async def detokenize(request: Request):
+        body = await read_json(request)
+        _no_unknown_fields(body, {"tokens"})
+        ids = body.get("tokens", _MISSING)
+        if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)):
+            raise ApiError(400, "'tokens' must be a list of token ids", "tokens",
+                           "missing_required_parameter" if ids is _MISSING else "invalid_type")
+        bad = next((t for t in ids if not 0 <= t < tok.vocab_size), None)
+        if bad is not None:
+            raise ApiError(400, f"token id {_shown(bad)} is outside the vocabulary (0..{tok.vocab_size - 1})",
+                           "tokens", "invalid_value")
+        return JSONResponse({"content": tok.decode(ids)})
+
+    @endpoint
+    async def metrics_text(request: Request):
+        q = engine.status()
+        with engine.lock:
+            generated = engine.generated_tokens
+        gauges = {"tl_requests_running": ("generations running now", q["running"]),
+                  "tl_requests_waiting": ("generations waiting in the queue", q["waiting"]),
+                  "tl_generated_tokens": ("tokens generated since the start (finished generations)", generated),
+                  "tl_uptime_seconds": ("seconds since the server started", time.time() - engine.started_at)}
+        return PlainTextResponse(metrics.text(gauges), media_type="text/plain; version=0.0.4")
+
+    # Every OpenAI route also answers without its /v1 prefix (a client whose base URL lacks it).
+    openai_routes = [("/chat/completions", chat_completions, "POST"), ("/completions", completions, "POST"),
+                     ("/models", models, "GET"), ("/models/{name:path}", model, "GET")]
+    routes = [Route(prefix + path, fn, methods=[method])
+              for path, fn, method in openai_routes for prefix in ("/v1", "")]
+    routes += [
         Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/metrics", metrics_text, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+    middleware = []
+    if options.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(options.cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_headers=["Authorization", "Content-Type"], max_age=600))
+    app = Starlette(routes=routes, middleware=middleware,
+                    exception_handlers={HTTPException: http_error, Exception: server_error})
+    known = {r.path for r in routes}
+
+    def route_of(path: str) -> str:
+        """The route a path matched (a bounded set of metric labels), or "other"."""
+        if path in known:
+            return path
+        for prefix in ("/v1/models/", "/models/"):
+            if path.startswith(prefix):
+                return prefix + "{name}"
+        return "other"
+
+    return RequestLog(app, metrics, route_of, enabled=options.request_log)
+
+
+def _piece(tok, tid: int) -> Any:
+    """A token's text as llama-server's /tokenize gives it: a string, or its bytes when they are not
+    UTF-8 on their own (a piece of a character)."""
+    data = tok.token_bytes(tid)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
 
 
 # ---------------------------------------------------------------------- connections

@@ -1,0 +1,261 @@
+"""`tl serve`'s OpenAI and llama-server features as a client sees them (issue 26): routes without
+/v1, /tokenize and /detokenize, a list of prompts, n > 1, CORS, the request log, /metrics, and the
+sampling features (logit_bias, logprobs, response_format). A real server process on the real
+SmolLM2 model (the Server helper of test_server.py); every check compares with what the model or
+its tokenizer computes independently."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("tensorlogic._core")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from test_server import KEY, QUESTION, RAW, Server  # noqa: E402  (tests/e2e is on sys.path)
+
+
+@pytest.fixture(scope="module")
+def smollm2_path():
+    import os
+
+    if os.environ.get("TL_SKIP_REAL_MODEL") == "1":
+        pytest.skip("TL_SKIP_REAL_MODEL=1")
+    from tensorlogic.models.fetch import fetch_model
+
+    return fetch_model(progress=False)
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path, tmp_path_factory):
+    s = Server(smollm2_path, tmp_path_factory.mktemp("serve_api"), "--api-key", KEY, "--context", "256",
+               "--cors-origin", "http://app.test")
+    yield s
+    s.close()
+    assert "Traceback" not in s.log.read_text(), s.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def tok(smollm2_path):
+    from tensorlogic.models.tokenizer import Tokenizer
+
+    return Tokenizer.from_file(smollm2_path)
+
+
+def _chat_body(**kw) -> dict:
+    return {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 6, "temperature": 0, **kw}
+
+
+# ---------------------------------------------------------------------- item 1: routes and server features
+
+def test_routes_answer_with_and_without_v1(server):
+    with_v1 = server.post("/v1/chat/completions", _chat_body()).json()
+    without = server.post("/chat/completions", _chat_body()).json()
+    assert without["choices"][0]["message"]["content"] == with_v1["choices"][0]["message"]["content"] != ""
+    a = server.post("/v1/completions", {"prompt": RAW, "max_tokens": 4}).json()
+    b = server.post("/completions", {"prompt": RAW, "max_tokens": 4}).json()
+    assert a["choices"][0]["text"] == b["choices"][0]["text"]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    assert httpx.get(server.url + "/models", headers=headers).json()["data"][0]["id"] == \
+        httpx.get(server.url + "/v1/models", headers=headers).json()["data"][0]["id"]
+    assert httpx.get(server.url + "/models").status_code == 401  # the key guards both
+    # an OpenAI client whose base URL lacks /v1
+    client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0, timeout=120)
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}], max_tokens=6,
+                                       temperature=0)
+    assert r.choices[0].message.content == with_v1["choices"][0]["message"]["content"]
+
+
+def test_tokenize_and_detokenize_as_llama_server(server, tok):
+    text = "Hello wörld <|im_start|>"
+    r = server.post("/tokenize", {"content": text}).json()
+    assert r == {"tokens": tok.encode(text, add_special=False)}
+    pieces = server.post("/tokenize", {"content": text, "with_pieces": True}).json()["tokens"]
+    assert [p["id"] for p in pieces] == r["tokens"]
+    assert "".join(p["piece"] for p in pieces) == text  # every piece here is whole UTF-8
+    assert server.post("/detokenize", {"tokens": r["tokens"]}).json() == {"content": text}
+    # a token that is part of a character comes back as its bytes
+    emoji = server.post("/tokenize", {"content": "🎉", "with_pieces": True}).json()["tokens"]
+    assert b"".join(bytes(p["piece"]) if isinstance(p["piece"], list) else p["piece"].encode() for p in emoji) \
+        == "🎉".encode()
+    assert any(isinstance(p["piece"], list) for p in emoji)
+    for body, param in (({"content": 5}, "content"), ({}, "content"), ({"content": "a", "parse_special": False},
+                                                                        "parse_special"),
+                        ({"content": "a", "x": 1}, "x")):
+        e = server.post("/tokenize", body)
+        assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text
+    for body in ({"tokens": [1, 10 ** 9]}, {"tokens": "1"}, {}):
+        e = server.post("/detokenize", body)
+        assert e.status_code == 400 and e.json()["error"]["param"] == "tokens", e.text
+
+
+def test_a_list_of_prompts_gives_one_choice_each_in_order(server):
+    prompts = [RAW, "1, 2, 3, 4,"]
+    singles = [server.post("/v1/completions", {"prompt": p, "max_tokens": 5}).json() for p in prompts]
+    both = server.post("/v1/completions", {"prompt": prompts, "max_tokens": 5}).json()
+    assert [c["index"] for c in both["choices"]] == [0, 1]
+    assert [c["text"] for c in both["choices"]] == [s["choices"][0]["text"] for s in singles]
+    assert both["usage"]["prompt_tokens"] == sum(s["usage"]["prompt_tokens"] for s in singles)
+    assert both["usage"]["completion_tokens"] == sum(s["usage"]["completion_tokens"] for s in singles)
+    ids = server.post("/v1/completions", {"prompt": [[1, 2, 3], RAW], "max_tokens": 2}).json()
+    assert len(ids["choices"]) == 2
+    streamed = server.post("/v1/completions", {"prompt": prompts, "max_tokens": 5, "stream": True})
+    texts = ["", ""]
+    for line in streamed.text.splitlines():
+        if line.startswith("data: {"):
+            for c in json.loads(line[6:])["choices"]:
+                texts[c["index"]] += c["text"]
+    assert texts == [s["choices"][0]["text"] for s in singles]
+    for prompt in ([], [RAW] * 17, [RAW, 5], [[]]):
+        e = server.post("/v1/completions", {"prompt": prompt})
+        assert e.status_code == 400 and e.json()["error"]["param"] == "prompt", (prompt, e.text)
+
+
+def test_n_gives_independent_choices_that_a_seed_reproduces(server):
+    body = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.0, "n": 3, "seed": 11}
+    r = server.post("/v1/completions", body).json()
+    texts = [c["text"] for c in r["choices"]]
+    assert [c["index"] for c in r["choices"]] == [0, 1, 2]
+    assert len(set(texts)) == 3  # each choice has its own seed (11, 12, 13)
+    assert [c["text"] for c in server.post("/v1/completions", body).json()["choices"]] == texts
+    one = server.post("/v1/completions", {**body, "n": 1, "seed": 12}).json()
+    assert one["choices"][0]["text"] == texts[1]
+    assert r["usage"]["completion_tokens"] == 24 and r["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    chat = server.client().chat.completions.create(model="m", messages=[{"role": "user", "content": "Tell a joke"}],
+                                                   max_tokens=6, temperature=1.0, n=2, seed=5)
+    assert [c.index for c in chat.choices] == [0, 1] and all(c.message.content for c in chat.choices)
+    streamed = server.client().chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}],
+                                                       max_tokens=6, temperature=1.0, n=2, seed=5, stream=True)
+    finished = sorted(c.choices[0].index for c in streamed if c.choices and c.choices[0].finish_reason)
+    assert finished == [0, 1]
+    for n in (0, 17, "2"):
+        e = server.post("/v1/chat/completions", _chat_body(n=n))
+        assert e.status_code == 400 and e.json()["error"]["param"] == "n", e.text
+
+
+def test_cors_origin(server):
+    pre = httpx.options(server.url + "/v1/chat/completions",
+                        headers={"Origin": "http://app.test", "Access-Control-Request-Method": "POST",
+                                 "Access-Control-Request-Headers": "authorization, content-type"})
+    assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "http://app.test"
+    for origin, allowed in (("http://app.test", True), ("http://evil.test", False)):
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": RAW, "max_tokens": 1}, timeout=60,
+                       headers={"Origin": origin, "Authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200
+        assert r.headers.get("access-control-allow-origin") == (origin if allowed else None)
+
+
+def test_request_log_and_metrics(server):
+    before = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    r = server.post("/v1/completions", {"prompt": RAW, "max_tokens": 3}).json()
+    server.post("/v1/completions", {"prompt": 5})
+    text = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    assert httpx.get(server.url + "/metrics").status_code == 401
+
+    def value(t: str, name: str) -> float:
+        m = re.search(rf"^{re.escape(name)} (\S+)$", t, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    key = 'tl_requests_total{method="POST",route="/v1/completions",status="200"}'
+    assert value(text, key) == value(before, key) + 1
+    bad = 'tl_requests_total{method="POST",route="/v1/completions",status="400"}'
+    assert value(text, bad) == value(before, bad) + 1
+    assert value(text, "tl_completion_tokens_total") == value(before, "tl_completion_tokens_total") + \
+        r["usage"]["completion_tokens"]
+    assert value(text, "tl_prompt_tokens_total") == value(before, "tl_prompt_tokens_total") + r["usage"]["prompt_tokens"]
+    assert "# TYPE tl_request_duration_seconds histogram" in text and "tl_requests_waiting 0" in text
+    log = server.log.read_text()
+    assert re.search(r"^tl serve: 127\.0\.0\.1 POST /v1/completions 200 \d+\.\d{3}s prompt=\d+ completion=3$", log, re.M)
+    assert re.search(r"^tl serve: 127\.0\.0\.1 POST /v1/completions 400 \d+\.\d{3}s$", log, re.M)
+
+
+# ---------------------------------------------------------------------- item 2: logit_bias, logprobs
+
+@pytest.fixture(scope="module")
+def session(smollm2_path):
+    """The same model in this process: the reference each step's logits come from."""
+    from tensorlogic.apps.llm_session import LlmSession
+
+    s = LlmSession(smollm2_path, context=256)
+    yield s
+    s.close()
+
+
+def _log_softmax(x):
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def test_logprobs_are_log_softmax_of_each_steps_logits(server, session, tok):
+    import numpy as np
+
+    prompt_ids = tok.encode(RAW)
+    want = session.generate(prompt_ids, 4)  # greedy
+    r = server.post("/v1/completions", {"prompt": prompt_ids, "max_tokens": 4, "logprobs": 3}).json()
+    lp = r["choices"][0]["logprobs"]
+    assert r["choices"][0]["text"] == want.text  # recording does not change the greedy choice
+    assert lp["tokens"] == [tok.token_bytes(t).decode() for t in want.ids]
+    assert lp["text_offset"] == list(np.cumsum([0] + [len(t) for t in lp["tokens"]])[:-1])
+    chat = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}],
+                                                "max_tokens": 4, "temperature": 0, "logprobs": True,
+                                                "top_logprobs": 2}).json()
+    chat_ids = session.chat_prompt_ids([{"role": "user", "content": QUESTION}])
+    chat_want = session.generate(chat_ids, 4)
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert "".join(c["token"] for c in content) == chat["choices"][0]["message"]["content"] == chat_want.text
+    for ids, gen, token_lps, tops in ((prompt_ids, want.ids, lp["token_logprobs"], lp["top_logprobs"]),
+                                      (chat_ids, chat_want.ids, [c["logprob"] for c in content],
+                                       [{t["token"]: t["logprob"] for t in c["top_logprobs"]} for c in content])):
+        for k, tid in enumerate(gen):
+            logits = session.generate(ids + gen[:k], 0, keep_logits=True).prompt_logits
+            ref = _log_softmax(logits)
+            assert token_lps[k] == pytest.approx(ref[tid], abs=2e-4)
+            best = np.argsort(-ref, kind="stable")[:len(tops[k])]
+            assert list(tops[k]) == [tok.token_bytes(int(i)).decode("utf-8", "replace") for i in best]
+            assert list(tops[k].values()) == pytest.approx(ref[best], abs=2e-4)
+    # streamed: each chunk carries its tokens' log probabilities
+    streamed = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}],
+                                                    "max_tokens": 4, "temperature": 0, "logprobs": True,
+                                                    "stream": True})
+    got = []
+    for line in streamed.text.splitlines():
+        if line.startswith("data: {"):
+            c = json.loads(line[6:])["choices"][0]
+            if c.get("logprobs"):
+                got += c["logprobs"]["content"]
+    assert [g["logprob"] for g in got] == pytest.approx([c["logprob"] for c in content], abs=2e-4)  # (the prompt cache: float rounding)
+
+
+def test_logit_bias_bans_and_forces_tokens(server, tok):
+    base = server.post("/v1/completions", {"prompt": RAW, "max_tokens": 4}).json()["choices"][0]["text"]
+    first = tok.encode(base, add_special=False)[0]
+    banned = server.post("/v1/completions", {"prompt": RAW, "max_tokens": 4,
+                                             "logit_bias": {str(first): -100}, "logprobs": 0}).json()["choices"][0]
+    ids = [tok.encode(t, add_special=False) for t in banned["logprobs"]["tokens"]]
+    assert banned["text"] and not banned["text"].startswith(tok.decode([first]))
+    assert all(first not in i for i in ids)
+    # sampled too: the banned id never comes, whatever the seed
+    for seed in range(3):
+        r = server.post("/v1/completions", {"prompt": RAW, "max_tokens": 6, "temperature": 1.5, "seed": seed,
+                                            "logit_bias": {str(first): -100}, "logprobs": 0}).json()
+        assert first not in [tok.encode(t, add_special=False)[0] for t in r["choices"][0]["logprobs"]["tokens"]]
+    x = tok.encode(" banana", add_special=False)
+    assert len(x) == 1
+    forced = server.post("/v1/completions", {"prompt": RAW, "max_tokens": 3, "logit_bias": {str(x[0]): 100}}).json()
+    assert forced["choices"][0]["text"] == " banana" * 3
+    for bias in ({"x": 1}, {"1": 101}, {"1": "1"}, [1], {"999999": 1}):
+        e = server.post("/v1/completions", {"prompt": RAW, "max_tokens": 1, "logit_bias": bias})
+        assert e.status_code == 400 and e.json()["error"]["param"] == "logit_bias", (bias, e.text)
+    for body, param in (({"logprobs": 21}, "logprobs"), ({"logprobs": True}, "logprobs")):
+        e = server.post("/v1/completions", {"prompt": RAW, "max_tokens": 1, **body})
+        assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text
+    for body, param in (({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"logprobs": 1}, "logprobs")):
+        e = server.post("/v1/chat/completions", _chat_body(**body))
+        assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text
