@@ -259,3 +259,64 @@ def test_logit_bias_bans_and_forces_tokens(server, tok):
     for body, param in (({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"logprobs": 1}, "logprobs")):
         e = server.post("/v1/chat/completions", _chat_body(**body))
         assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text
+
+
+# ---------------------------------------------------------------------- item 3: response_format
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                           "city": {"enum": ["Paris", "Rome", "Oslo"]},
+                                           "pets": {"type": "array", "items": {"type": "string"}},
+                                           "member": {"type": "boolean"}},
+          "required": ["name", "age", "city"], "additionalProperties": False}
+
+
+def test_json_object_and_json_schema_replies_parse_and_validate(server):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from test_json_grammar import validate  # the independent checker of the grammar's unit tests
+
+    client = server.client()
+    plain = client.chat.completions.create(model="m", max_tokens=40, temperature=0,
+                                           messages=[{"role": "user", "content": "Describe a cat as JSON."}])
+    obj = client.chat.completions.create(model="m", max_tokens=80, temperature=0,
+                                         messages=[{"role": "user", "content": "Describe a cat as JSON."}],
+                                         response_format={"type": "json_object"})
+    assert obj.choices[0].message.content != plain.choices[0].message.content  # the mask did change the reply
+    if obj.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(obj.choices[0].message.content), dict)
+    else:  # cut by max_tokens: a prefix of an object
+        assert obj.choices[0].message.content.lstrip().startswith("{")
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for temperature, seed in ((0, None), (1.0, 1), (1.0, 2), (1.0, 3)):
+        r = client.chat.completions.create(model="m", max_tokens=120, temperature=temperature, seed=seed,
+                                           messages=[{"role": "user", "content": "Give me a person as JSON."}],
+                                           response_format=fmt)
+        c = r.choices[0]
+        assert c.finish_reason == "stop", c.message.content
+        value = json.loads(c.message.content)
+        assert validate(value, PERSON), value
+    # raw completions too (llama-server's schema form), streamed
+    s = server.post("/v1/completions", {"prompt": "A list of three numbers:", "max_tokens": 60, "stream": True,
+                                        "response_format": {"type": "json_object",
+                                                            "schema": {"type": "array", "items": {"type": "number"}}}})
+    text = "".join(json.loads(line[6:])["choices"][0]["text"] for line in s.text.splitlines()
+                   if line.startswith("data: {") and json.loads(line[6:])["choices"])
+    assert isinstance(json.loads(text), list) and all(isinstance(x, (int, float)) for x in json.loads(text))
+
+
+@pytest.mark.parametrize("fmt,param", [
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a"}}},
+     "response_format.json_schema.schema.pattern"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"properties": {"a": {"anyOf": []}}}}},
+     "response_format.json_schema.schema.properties.a.anyOf"),
+    ({"type": "json_schema"}, "response_format.json_schema"),
+    ({"type": "json_schema", "json_schema": {"schema": {}, "extra": 1}}, "response_format.json_schema.extra"),
+    ({"type": "yaml"}, "response_format.type"),
+    ({"type": "text", "x": 1}, "response_format.x"),
+    ("json", "response_format"),
+])
+def test_unsupported_response_formats_are_400_naming_the_field(server, fmt, param):
+    e = server.post("/v1/chat/completions", _chat_body(response_format=fmt))
+    assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text

@@ -105,12 +105,12 @@ def _shown(v: Any) -> str:
 
 # The fields each endpoint honours. Any other field with a value is refused with a 400 naming it
 # (OpenAI refuses arguments it does not know), so that a client never gets a 200 that silently ignored
-# what it asked for (`response_format`, `logit_bias`, ...). Fields whose only honoured value is the
-# default (`n`: 1, `logprobs`: false, penalties: 0, `response_format`: text) are checked one by one.
+# what it asked for. Fields whose only honoured value is the default (penalties: 0, tools: none)
+# are checked one by one.
 _COMMON_FIELDS = {"model", "max_tokens", "n", "stream", "stream_options", "temperature", "top_p", "top_k",
                   "min_p", "repeat_penalty", "seed", "stop", "user", "presence_penalty", "frequency_penalty",
-                  "logprobs", "logit_bias", "tools", "functions"}
-CHAT_FIELDS = _COMMON_FIELDS | {"messages", "max_completion_tokens", "response_format", "top_logprobs",
+                  "logprobs", "logit_bias", "tools", "functions", "response_format"}
+CHAT_FIELDS = _COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs",
                                 "tool_choice", "function_call", "parallel_tool_calls"}
 COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of"}
 MESSAGE_FIELDS = {"role", "content", "name"}  # `name` only labels a participant; templates here take none
@@ -259,7 +259,64 @@ def _common(body: dict, defaults: dict) -> dict:
         stop=_stop_list(body),
     )
     return dict(sampling=sampling, max_tokens=max_tokens, stream=stream, include_usage=include_usage, n=n,
-                logit_bias=_logit_bias(body))
+                logit_bias=_logit_bias(body), response_format=_response_format(body))
+
+
+class ResponseFormat:
+    """A compiled `response_format` schema; `constraint(session)` makes one generation's JsonConstraint
+    (the automaton, with its cached masks, is shared by the requests with the same schema)."""
+
+    _automata: collections.OrderedDict = collections.OrderedDict()  # schema text -> Automaton (LRU, worker only)
+
+    def __init__(self, key: str, root):
+        self.key, self.root = key, root
+
+    def constraint(self, session):
+        from ..models.json_grammar import Automaton, JsonConstraint, token_index
+
+        cache = ResponseFormat._automata
+        automaton = cache.pop(self.key, None) or Automaton(self.root)
+        cache[self.key] = automaton
+        while len(cache) > 8:
+            cache.popitem(last=False)
+        return JsonConstraint(automaton, token_index(session.tokenizer.tok, session.config.vocab_size))
+
+
+def _response_format(body: dict) -> ResponseFormat | None:
+    """`response_format`: {"type": "text"} (None), {"type": "json_object"} (any JSON object), or
+    {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}; llama-server's
+    {"type": "json_object", "schema": ...} too. The schema subset is models/json_grammar.py's."""
+    from ..models.json_grammar import SchemaError, compile_schema
+
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise ApiError(400, "'response_format' must be an object", "response_format", "invalid_type")
+    kind = fmt.get("type")
+    if kind == "text":
+        _no_unknown_fields(fmt, {"type"}, "response_format")
+        return None
+    if kind == "json_object":
+        _no_unknown_fields(fmt, {"type", "schema"}, "response_format")
+        schema, where = fmt.get("schema") or {"type": "object"}, "response_format.schema"
+    elif kind == "json_schema":
+        _no_unknown_fields(fmt, {"type", "json_schema"}, "response_format")
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict):
+            raise ApiError(400, "'response_format.json_schema' must be an object with 'schema'",
+                           "response_format.json_schema", "invalid_type")
+        _no_unknown_fields(spec, {"name", "schema", "strict", "description"}, "response_format.json_schema")
+        schema, where = spec.get("schema", {}), "response_format.json_schema.schema"
+    else:
+        raise ApiError(400, f"'response_format.type' must be text, json_object or json_schema, got {_shown(kind)}",
+                       "response_format.type", "invalid_value")
+    try:
+        root = compile_schema(schema)
+    except SchemaError as e:
+        param = f"{where}.{e.keyword}" if e.keyword else where
+        raise ApiError(400, f"'{where}': {e}", param, "unsupported_schema") from None
+    return ResponseFormat(json.dumps(schema, sort_keys=True), root)
 
 
 MAX_TOP_LOGPROBS = 20
@@ -305,10 +362,6 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
     _default_only(body, "tool_choice", ("none",), "no tools")
     _default_only(body, "function_call", ("none",), "no functions")
     _default_only(body, "parallel_tool_calls", (False, True), "no tools")
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise ApiError(400, "'response_format' is not supported (only {\"type\": \"text\"}, the default)",
-                       "response_format", "unsupported_parameter")
     messages = body.get("messages", _MISSING)
     if messages is _MISSING:
         raise ApiError(400, "'messages' is required", "messages", "missing_required_parameter")
