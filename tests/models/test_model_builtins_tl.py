@@ -111,3 +111,53 @@ main {{
 ''', tmp_path)
     assert r.ok, r.error_text
     assert r.output.splitlines() == ["true", "true", "true 6", "true true", "true"]
+
+
+def test_generate_with_a_json_schema_sampler_from_tl(tiny_bpe_path, tmp_path):
+    # constrained decoding in TL: json_sampler wraps a token_sampler; generate's loop is unchanged.
+    # The tiny model's weights are random, so only the mask makes its output JSON.
+    import json
+
+    schema = ('{"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 30]}}, '
+              '"required": ["ok", "n"], "additionalProperties": false}')
+    outputs = []
+    for seed in (1, 2, 3):
+        r = _run(f'''
+import "{STDLIB}"
+main {{
+    let model = load_model("{tiny_bpe_path}")
+    let tok = load_tokenizer(model)
+    let cache = llama_kv_cache(model, 256)
+    let ids = tokenize(tok, "Answer:", false)
+    let sampler = json_sampler(token_sampler(1.0, 0, 1.0, {seed}), tok, {json.dumps(schema)})
+    let stream = text_stream(tok)
+    let out = generate(model, cache, ids, 0, 200, sampler, tok.eog_ids, stream)
+    stream.finish()
+    print()
+    print(sampler.done)
+}}
+''', tmp_path)
+        assert r.ok, r.error_text
+        text, done = r.output.rstrip("\n").rsplit("\n", 1)
+        assert done == "true"
+        value = json.loads(text)
+        assert set(value) == {"ok", "n"} and isinstance(value["ok"], bool) and value["n"] in (1, 2, 30)
+        outputs.append(text)
+    plain = _run(f'''
+import "{STDLIB}"
+main {{
+    let model = load_model("{tiny_bpe_path}")
+    let tok = load_tokenizer(model)
+    let out = generate(model, llama_kv_cache(model, 64), tokenize(tok, "Answer:", false), 0, 20,
+                       token_sampler(1.0, 0, 1.0, 1), [], text_stream(tok))
+}}
+''', tmp_path)
+    with pytest.raises(ValueError):
+        json.loads(plain.output)  # without the mask: not JSON
+    bad = _run(f'''
+main {{
+    let tok = load_tokenizer(load_model("{tiny_bpe_path}"))
+    json_sampler(token_sampler(0.0), tok, "{{\\"type\\": \\"string\\", \\"format\\": \\"date\\"}}")
+}}
+''', tmp_path)
+    assert not bad.ok and "'format' is not supported" in bad.error_text
