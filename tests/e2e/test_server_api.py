@@ -320,3 +320,46 @@ def test_json_object_and_json_schema_replies_parse_and_validate(server):
 def test_unsupported_response_formats_are_400_naming_the_field(server, fmt, param):
     e = server.post("/v1/chat/completions", _chat_body(response_format=fmt))
     assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text
+
+
+# ---------------------------------------------------------------------- item 4: embeddings
+
+def test_embeddings_are_the_normalized_mean_of_the_final_hidden_states(server, smollm2_path, tok):
+    import base64
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from numpy_llama import NumpyLlama  # the NumPy oracle of the forward pass
+
+    from tensorlogic.models.gguf_file import GGUFFile
+
+    texts = ["The cat sat on the mat.", "A cat was sitting on a rug.", "Stock prices fell sharply today."]
+    server.post("/v1/completions", {"prompt": "Unrelated words", "max_tokens": 1})
+    before = server.post("/v1/completions", {"prompt": texts[0], "max_tokens": 4}).json()["choices"][0]["text"]
+    r = server.client().embeddings.create(model="m", input=texts)
+    vecs = np.array([d.embedding for d in r.data])
+    assert [d.index for d in r.data] == [0, 1, 2] and vecs.shape == (3, 576)
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    with GGUFFile(smollm2_path) as g:
+        oracle = NumpyLlama(g)
+    oracle.out = np.eye(oracle.cfg.d_model, dtype=np.float32)  # "logits" = the normed hidden states
+    for text, v in zip(texts, vecs):
+        oracle.reset()
+        h = oracle.forward(tok.encode(text)).mean(axis=0)
+        assert float(v @ (h / np.linalg.norm(h))) > 0.9999
+    assert r.usage.prompt_tokens == sum(len(tok.encode(t)) for t in texts)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]  # closer in meaning, closer in direction
+    b64 = server.post("/v1/embeddings", {"input": [tok.encode(texts[0])], "encoding_format": "base64"}).json()
+    assert np.allclose(np.frombuffer(base64.b64decode(b64["data"][0]["embedding"]), "<f4"), vecs[0], atol=1e-6)
+    # the KV cache the embedding wrote is reused correctly by a following generation
+    after = server.post("/v1/completions", {"prompt": texts[0], "max_tokens": 4}).json()["choices"][0]["text"]
+    assert after == before
+    for body, param in (({}, "input"), ({"input": ""}, "input"), ({"input": 5}, "input"),
+                        ({"input": "a", "dimensions": 8}, "dimensions"), ({"input": "a", "encoding_format": "x"},
+                                                                           "encoding_format"),
+                        ({"input": "word " * 400}, "input")):
+        e = server.post("/v1/embeddings", body)
+        assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text

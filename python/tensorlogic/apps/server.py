@@ -22,6 +22,7 @@ disconnect detection; no HTTP parsing here). Invariants:
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import hmac
 import json
@@ -402,6 +403,21 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
 MAX_PROMPTS = 16  # prompts in one /v1/completions request
 
 
+def _embedding_inputs(body: dict) -> list[str | list[int]]:
+    """/v1/embeddings' `input`: a string, token ids, or a list of strings or of token-id lists."""
+    v = body.get("input", _MISSING)
+    if v is _MISSING:
+        raise ApiError(400, "'input' is required", "input", "missing_required_parameter")
+    if isinstance(v, str) or _token_ids(v):
+        v = [v]
+    if not (isinstance(v, list) and v and all(isinstance(x, str) or _token_ids(x) for x in v)):
+        raise ApiError(400, "'input' must be a string, token ids, or a list of strings or of token-id lists",
+                       "input", "invalid_type")
+    if any(x == "" for x in v):
+        raise ApiError(400, "'input' has an empty string", "input", "invalid_value")
+    return [x if isinstance(x, str) else list(x) for x in v]
+
+
 def _token_ids(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
 
@@ -612,7 +628,7 @@ class Engine:
 
     def _run(self, job: Job):
         s = self.session
-        param = "messages" if job.kind == "chat" else "prompt"
+        param = {"chat": "messages", "embedding": "input"}.get(job.kind, "prompt")
         if job.kind == "chat":
             if not s.has_chat_template:
                 raise ApiError(400, f"{s.config.name} has no chat template (a base model): use /v1/completions",
@@ -631,6 +647,11 @@ class Engine:
         if len(ids) >= capacity:
             raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context holds {capacity} "
                                 f"(tl serve --context)", param, "context_length_exceeded")
+        if job.kind == "embedding":
+            from .serve_embed import embed
+
+            job.emit("start", len(ids))
+            return embed(s, ids)
         room = capacity - len(ids) + 1  # the last prompt position's logits choose one more
         limits = [room] + [m for m in (job.params["max_tokens"], self.options.max_tokens) if m]
         max_tokens = min(limits)
@@ -773,23 +794,42 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
                 return JSONResponse({}, status_code=499)
         return wrapped
 
-    async def run(request: Request, kind: str, payloads: list, params: dict):
-        n = params["n"]
-        loop = asyncio.get_running_loop()
-        wakeup = asyncio.Event()
-        jobs = [Job(kind, payload, _choice_params(params, j), loop, wakeup, index=i * n + j)
-                for i, payload in enumerate(payloads) for j in range(n)]
+    def submit_all(jobs: list[Job], what: str, param: str) -> JobGroup:
+        """Queue a request's jobs (one per choice or input), all or none."""
         if len(jobs) > options.max_queue + 1:
-            what = f"{len(payloads)} prompts x n = {n}" if len(payloads) > 1 else f"n = {n}"
-            raise ApiError(400, f"this request asks for {len(jobs)} choices ({what}); this server takes at most "
-                                f"{options.max_queue + 1} at once (tl serve --max-queue)",
-                           "n" if len(payloads) == 1 else "prompt", "invalid_value")
+            raise ApiError(400, f"this request asks for {len(jobs)} {what}; this server takes at most "
+                                f"{options.max_queue + 1} at once (tl serve --max-queue)", param, "invalid_value")
         group = JobGroup(jobs)
         for job in jobs:
             if not engine.submit(job):
                 group.cancel()
                 raise ApiError(503, f"the server is busy: {options.max_queue} requests are already waiting "
                                     "(tl serve --max-queue); try again later", code="queue_full")
+        return group
+
+    async def collect(request: Request, group: JobGroup) -> list | None:
+        """Every job's result, in order; None when the client left (the jobs are cancelled); the first
+        error is raised (and the other jobs cancelled)."""
+        results: dict[int, Any] = {}
+        while len(results) < len(group.jobs):
+            index, event = await group.next_event(request)
+            if event[0] == "gone":
+                return None
+            if event[0] == "error":
+                group.cancel()
+                raise event[1]
+            if event[0] == "done":
+                results[index] = event[1]
+        return [results[i] for i in range(len(group.jobs))]
+
+    async def run(request: Request, kind: str, payloads: list, params: dict):
+        n = params["n"]
+        loop = asyncio.get_running_loop()
+        wakeup = asyncio.Event()
+        jobs = [Job(kind, payload, _choice_params(params, j), loop, wakeup, index=i * n + j)
+                for i, payload in enumerate(payloads) for j in range(n)]
+        what = f"{len(payloads)} prompts x n = {n}" if len(payloads) > 1 else f"n = {n}"
+        group = submit_all(jobs, f"choices ({what})", "n" if len(payloads) == 1 else "prompt")
         rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         if params["stream"]:
             # the first choice's start (or its error, answered as a 4xx) before the stream begins
@@ -807,17 +847,9 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
             return StreamingResponse(_stream(request, group, kind, rid, params["include_usage"], early),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        results: dict[int, Any] = {}
-        while len(results) < len(jobs):
-            index, event = await group.next_event(request)
-            if event[0] == "gone":
-                return JSONResponse({}, status_code=499)
-            if event[0] == "error":
-                group.cancel()
-                raise event[1]
-            if event[0] == "done":
-                results[index] = event[1]
-        ordered = [results[i] for i in range(len(jobs))]
+        ordered = await collect(request, group)
+        if ordered is None:
+            return JSONResponse({}, status_code=499)
         usage = _usage(ordered, n)
         request.state.tl_usage = usage
         choices = [_choice(kind, i, jobs[i], r) for i, r in enumerate(ordered)]
@@ -828,6 +860,31 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
             body = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_id,
                     "choices": choices, "usage": usage}
         return JSONResponse(body)
+
+    @endpoint
+    async def embeddings(request: Request):
+        body = await read_json(request)
+        _check_text(body)
+        _no_unknown_fields(body, {"input", "model", "encoding_format", "user"})
+        inputs = _embedding_inputs(body)
+        fmt = body.get("encoding_format") or "float"
+        if fmt not in ("float", "base64"):
+            raise ApiError(400, f"'encoding_format' must be float or base64, got {_shown(fmt)}", "encoding_format",
+                           "invalid_value")
+        loop, wakeup = asyncio.get_running_loop(), asyncio.Event()
+        jobs = [Job("embedding", x, {"stream": False, "n": 1}, loop, wakeup, index=i) for i, x in enumerate(inputs)]
+        results = await collect(request, submit_all(jobs, "embeddings", "input"))
+        if results is None:
+            return JSONResponse({}, status_code=499)
+        data = []
+        for i, r in enumerate(results):
+            vec = base64.b64encode(r.vector.astype("<f4").tobytes()).decode() if fmt == "base64" else \
+                [float(x) for x in r.vector]
+            data.append({"object": "embedding", "index": i, "embedding": vec})
+        tokens = sum(len(r.prompt_ids) for r in results)
+        request.state.tl_usage = {"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens}
+        return JSONResponse({"object": "list", "data": data, "model": model_id,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     async def _stream(request: Request, group: JobGroup, kind: str, rid: str, include_usage: bool,
                       early: list) -> AsyncIterator[str]:
@@ -979,6 +1036,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
 
     # Every OpenAI route also answers without its /v1 prefix (a client whose base URL lacks it).
     openai_routes = [("/chat/completions", chat_completions, "POST"), ("/completions", completions, "POST"),
+                     ("/embeddings", embeddings, "POST"),
                      ("/models", models, "GET"), ("/models/{name:path}", model, "GET")]
     routes = [Route(prefix + path, fn, methods=[method])
               for path, fn, method in openai_routes for prefix in ("/v1", "")]
