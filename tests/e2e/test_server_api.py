@@ -363,3 +363,37 @@ def test_embeddings_are_the_normalized_mean_of_the_final_hidden_states(server, s
                         ({"input": "word " * 400}, "input")):
         e = server.post("/v1/embeddings", body)
         assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text
+
+
+# ---------------------------------------------------------------------- item 4: the Responses API
+
+def test_responses_basic_text_form(server):
+    client = server.client()
+    chat = server.post("/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                                                             {"role": "user", "content": QUESTION}],
+                                                "max_tokens": 8, "temperature": 0}).json()
+    r = client.responses.create(model="m", input=QUESTION, instructions="Be brief.", max_output_tokens=8,
+                                temperature=0)
+    assert r.output_text == chat["choices"][0]["message"]["content"]
+    assert r.output[0].role == "assistant" and r.output[0].content[0].type == "output_text"
+    assert r.status == ("incomplete" if chat["choices"][0]["finish_reason"] == "length" else "completed")
+    assert r.usage.input_tokens == chat["usage"]["prompt_tokens"]
+    assert r.usage.output_tokens == chat["usage"]["completion_tokens"]
+    parts = server.post("/responses", {"input": [{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": [{"type": "input_text",
+                                                                               "text": QUESTION}]}],
+                                       "max_output_tokens": 8, "temperature": 0}).json()
+    assert parts["output"][0]["content"][0]["text"] == r.output_text
+    js = server.post("/v1/responses", {"input": "Give me a person as JSON.", "max_output_tokens": 120,
+                                       "text": {"format": {"type": "json_schema", "name": "p", "schema": PERSON}}})
+    assert js.status_code == 200, js.text
+    assert set(json.loads(js.json()["output_text"])) >= {"name", "age", "city"}
+    for body, param in (({}, "input"), ({"input": "hi", "stream": True}, "stream"),
+                        ({"input": "hi", "store": True}, "store"), ({"input": "hi", "tools": []}, "tools"),
+                        ({"input": [{"type": "function_call"}]}, "input[0].type"),
+                        ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+                        ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x",
+                                                             "schema": {"type": "string", "pattern": "a"}}}},
+                         "text.format.schema.pattern")):
+        e = server.post("/v1/responses", body)
+        assert e.status_code == 400 and e.json()["error"]["param"] == param, (body, e.text)

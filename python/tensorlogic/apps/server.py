@@ -403,6 +403,76 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
 MAX_PROMPTS = 16  # prompts in one /v1/completions request
 
 
+RESPONSES_FIELDS = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "top_k", "min_p",
+                    "repeat_penalty", "seed", "user", "stream", "store", "text", "metadata"}
+
+
+def _responses_as_chat(body: dict) -> dict:
+    """A /v1/responses body as the /v1/chat/completions body it means (validated here where the
+    names differ, so that errors name the Responses API's fields)."""
+    _check_text(body)
+    _no_unknown_fields(body, RESPONSES_FIELDS)
+    _default_only(body, "stream", (False,), "the Responses API is served without streaming here")
+    _default_only(body, "store", (False,), "responses are not stored")
+    if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
+        raise ApiError(400, "'metadata' must be an object", "metadata", "invalid_type")
+    messages = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise ApiError(400, "'instructions' must be a string", "instructions", "invalid_type")
+        messages.append({"role": "system", "content": instructions})
+    items = body.get("input", _MISSING)
+    if items is _MISSING:
+        raise ApiError(400, "'input' is required", "input", "missing_required_parameter")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise ApiError(400, "'input' must be a string or a non-empty list of messages", "input", "invalid_type")
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise ApiError(400, f"{where} must be a message object", where, "invalid_type")
+        _no_unknown_fields(item, {"role", "content", "type"}, where)
+        if item.get("type", "message") != "message":
+            raise ApiError(400, f"{where}.type: only messages are supported, got {_shown(item.get('type'))}",
+                           f"{where}.type", "unsupported_value")
+        content = item.get("content")
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                if not (isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
+                        and isinstance(part.get("text"), str)):
+                    raise ApiError(400, f"{where}.content[{j}]: only text parts are supported",
+                                   f"{where}.content[{j}]", "invalid_value")
+                texts.append(part["text"])
+            content = "".join(texts)
+        messages.append({"role": item.get("role"), "content": content})
+    chat = {"messages": messages, "max_tokens": _integer(body, "max_output_tokens", None, 1, 2**31)}
+    for key in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "user"):
+        if key in body:
+            chat[key] = body[key]
+    text = body.get("text")
+    if text is not None:
+        if not isinstance(text, dict):
+            raise ApiError(400, "'text' must be an object", "text", "invalid_type")
+        _no_unknown_fields(text, {"format"}, "text")
+        fmt = text.get("format")
+        if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+            _no_unknown_fields(fmt, {"type", "name", "schema", "strict", "description"}, "text.format")
+            chat["response_format"] = {"type": "json_schema", "json_schema": {
+                k: v for k, v in fmt.items() if k != "type"}}
+        elif fmt is not None:
+            chat["response_format"] = fmt
+    try:
+        _response_format(chat)
+    except ApiError as e:  # name the field as the Responses API spells it
+        e.param = (e.param or "").replace("response_format.json_schema", "text.format").replace(
+            "response_format", "text.format")
+        raise
+    return chat
+
+
 def _embedding_inputs(body: dict) -> list[str | list[int]]:
     """/v1/embeddings' `input`: a string, token ids, or a list of strings or of token-id lists."""
     v = body.get("input", _MISSING)
@@ -862,6 +932,40 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         return JSONResponse(body)
 
     @endpoint
+    async def responses(request: Request):
+        """The Responses API's basic text form: `input` (a string or messages) and `instructions` in,
+        one assistant message out; `text.format` json_schema / json_object constrain it as
+        response_format does."""
+        body = await read_json(request)
+        chat_body = _responses_as_chat(body)
+        params = _common(chat_body, options.defaults)
+        messages = _chat_messages(chat_body)
+        params["logprobs"] = None
+        job = Job("chat", messages, params, asyncio.get_running_loop())
+        results = await collect(request, submit_all([job], "responses", "input"))
+        if results is None:
+            return JSONResponse({}, status_code=499)
+        r = results[0]
+        usage = _usage(results, 1)
+        request.state.tl_usage = usage
+        cut = FINISH_REASONS[r.stopped_by] == "length"
+        return JSONResponse({
+            "id": "resp_" + uuid.uuid4().hex[:24], "object": "response", "created_at": int(time.time()),
+            "status": "incomplete" if cut else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
+            "model": model_id, "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"), "temperature": params["sampling"]["temperature"],
+            "top_p": params["sampling"]["top_p"], "tools": [], "tool_choice": "none", "parallel_tool_calls": False,
+            "text": {"format": body.get("text", {}).get("format") or {"type": "text"}}, "store": False,
+            "output": [{"type": "message", "id": "msg_" + uuid.uuid4().hex[:24],
+                        "status": "incomplete" if cut else "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": r.text, "annotations": []}]}],
+            "output_text": r.text,
+            "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+                      "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}})
+
+    @endpoint
     async def embeddings(request: Request):
         body = await read_json(request)
         _check_text(body)
@@ -1036,7 +1140,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
 
     # Every OpenAI route also answers without its /v1 prefix (a client whose base URL lacks it).
     openai_routes = [("/chat/completions", chat_completions, "POST"), ("/completions", completions, "POST"),
-                     ("/embeddings", embeddings, "POST"),
+                     ("/embeddings", embeddings, "POST"), ("/responses", responses, "POST"),
                      ("/models", models, "GET"), ("/models/{name:path}", model, "GET")]
     routes = [Route(prefix + path, fn, methods=[method])
               for path, fn, method in openai_routes for prefix in ("/v1", "")]
