@@ -397,3 +397,78 @@ def test_responses_basic_text_form(server):
                          "text.format.schema.pattern")):
         e = server.post("/v1/responses", body)
         assert e.status_code == 400 and e.json()["error"]["param"] == param, (body, e.text)
+
+
+# ---------------------------------------------------------------------- item 4: tools
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "description": "The time in a time zone",
+                                         "parameters": {"type": "object", "properties": {"zone": {"type": "string"}},
+                                                        "required": ["zone"]}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_tools_are_called_through_the_constrained_reply(server):
+    client = server.client()
+    r = client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], tool_choice="required",
+                                       max_tokens=60, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content is None
+    call = c.message.tool_calls[0]
+    assert call.type == "function" and call.function.name == "get_weather" and call.id.startswith("call_")
+    args = json.loads(call.function.arguments)
+    assert isinstance(args, dict) and isinstance(args["city"], str)
+    # a named function among two: its name, its parameters
+    named = client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER, TIME], max_tokens=60,
+                                           temperature=0, tool_choice={"type": "function",
+                                                                       "function": {"name": "get_time"}})
+    call = named.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_time" and isinstance(json.loads(call.function.arguments)["zone"], str)
+    # auto: a call or an answer, never anything else
+    for seed in range(3):
+        a = client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER, TIME], max_tokens=80,
+                                           temperature=1.0, seed=seed)
+        ch = a.choices[0]
+        if ch.finish_reason == "tool_calls":
+            assert ch.message.tool_calls[0].function.name in ("get_weather", "get_time")
+            json.loads(ch.message.tool_calls[0].function.arguments)
+        else:
+            assert ch.finish_reason in ("stop", "length") and isinstance(ch.message.content, str)
+    # the conversation goes on with the tool's result
+    history = ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21 C"}]
+    again = client.chat.completions.create(model="m", messages=history, tools=[WEATHER], max_tokens=40,
+                                           temperature=0)
+    assert again.choices[0].finish_reason in ("tool_calls", "stop", "length")
+    # streamed: the call comes whole in one delta
+    chunks = list(client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], tool_choice="required",
+                                                 max_tokens=60, temperature=0, stream=True))
+    deltas = [ch.choices[0].delta.tool_calls for ch in chunks if ch.choices and ch.choices[0].delta.tool_calls]
+    assert len(deltas) == 1 and deltas[0][0].index == 0 and deltas[0][0].function.name == "get_weather"
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices[0].finish_reason] == ["tool_calls"]
+    # no tools offered with tool_choice none: an ordinary reply
+    plain = server.post("/v1/chat/completions", _chat_body(tools=[WEATHER], tool_choice="none")).json()
+    assert plain["choices"][0]["message"]["content"] == server.post("/v1/chat/completions", _chat_body()).json()[
+        "choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name"),
+    ({"tools": [{"type": "code"}]}, "tools[0]"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "string", "pattern": "a"}}}}}]}, "tools[0].function.parameters.properties.x.pattern"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": [{"role": "tool", "tool_call_id": "c1"}]}, "messages[0].content"),
+    ({"messages": [{"role": "assistant", "tool_calls": "x"}]}, "messages[0].tool_calls"),
+    ({"functions": [{"name": "f"}]}, "functions"),
+])
+def test_bad_tool_requests_are_400_naming_the_field(server, extra, param):
+    e = server.post("/v1/chat/completions", {**_chat_body(), **extra})
+    assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text
+    e = server.post("/v1/completions", {"prompt": RAW, "tools": [WEATHER]})
+    assert e.status_code == 400 and e.json()["error"]["param"] == "tools", e.text

@@ -221,3 +221,14 @@ def test_real_vocabulary_walks_parse_and_validate(smollm2_path):
                 done += 1
                 assert validate(json.loads(text), schema), text
         assert done >= 1, schema
+
+
+def test_a_one_property_object_is_exactly_one_of_its_alternatives():
+    from tensorlogic.models.json_grammar import one_property_object
+
+    node = one_property_object([("tool_call", compile_schema({"type": "object", "properties": {
+        "name": {"enum": ["f"]}}, "required": ["name"]})), ("response", compile_schema({"type": "string"}))])
+    a = Automaton(node)
+    assert a.complete(_state(a, '{"tool_call": {"name": "f"}}')) and a.complete(_state(a, '{"response": "x"}'))
+    assert not _text_ok(a, "{}") and not _text_ok(a, '{"response": "x",')
+    assert not _text_ok(a, '{"other"')

@@ -42,7 +42,7 @@ from typing import Any, AsyncIterator
 from ..interp.deep_stack import deep_thread, run_deep
 from ..models import bounded_json
 from ..models.errors import ModelError
-from . import openai_logprobs
+from . import openai_logprobs, serve_tools
 
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413)
 MAX_JSON_DEPTH = 32  # a body nested deeper is refused (400): real requests nest 4 levels (messages[].content[])
@@ -110,11 +110,12 @@ def _shown(v: Any) -> str:
 # are checked one by one.
 _COMMON_FIELDS = {"model", "max_tokens", "n", "stream", "stream_options", "temperature", "top_p", "top_k",
                   "min_p", "repeat_penalty", "seed", "stop", "user", "presence_penalty", "frequency_penalty",
-                  "logprobs", "logit_bias", "tools", "functions", "response_format"}
-CHAT_FIELDS = _COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs",
+                  "logprobs", "logit_bias", "functions", "response_format"}
+CHAT_FIELDS = _COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "tools",
                                 "tool_choice", "function_call", "parallel_tool_calls"}
 COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of"}
 MESSAGE_FIELDS = {"role", "content", "name"}  # `name` only labels a participant; templates here take none
+TOOL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
 def _no_unknown_fields(body: dict, known: set[str], where: str = "") -> None:
@@ -235,9 +236,8 @@ def _common(body: dict, defaults: dict) -> dict:
         if _number(body, key, 0.0, -2.0, 2.0) != 0.0:
             raise ApiError(400, f"'{key}' is not supported (use 'repeat_penalty', as llama.cpp)", key,
                            "unsupported_parameter")
-    for key in ("tools", "functions"):
-        if body.get(key) not in (None, []):
-            raise ApiError(400, "tools and functions are not supported", key, "unsupported_parameter")
+    if body.get("functions") not in (None, []):
+        raise ApiError(400, "'functions' is not supported (use 'tools')", "functions", "unsupported_parameter")
     max_tokens = _integer(body, "max_completion_tokens", None, 1, 2**31)
     max_tokens = _integer(body, "max_tokens", max_tokens, 1, 2**31)
     stream = _boolean(body, "stream", False)
@@ -360,9 +360,8 @@ def _completion_logprobs(body: dict) -> int | None:
 
 def _chat_messages(body: dict) -> list[dict[str, str]]:
     _no_unknown_fields(body, CHAT_FIELDS)
-    _default_only(body, "tool_choice", ("none",), "no tools")
-    _default_only(body, "function_call", ("none",), "no functions")
-    _default_only(body, "parallel_tool_calls", (False, True), "no tools")
+    _default_only(body, "function_call", ("none",), "no functions; use 'tools'")
+    _boolean(body, "parallel_tool_calls", True)  # either way a reply makes at most one call
     messages = body.get("messages", _MISSING)
     if messages is _MISSING:
         raise ApiError(400, "'messages' is required", "messages", "missing_required_parameter")
@@ -373,14 +372,24 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise ApiError(400, f"{where} must be an object with 'role' and 'content'", where, "invalid_type")
-        _no_unknown_fields(m, MESSAGE_FIELDS, where)
+        role, content = m.get("role"), m.get("content")
+        extra = {"tool_calls"} if role == "assistant" else {"tool_call_id"} if role == "tool" else set()
+        _no_unknown_fields(m, MESSAGE_FIELDS | extra, where)
         if m.get("name") is not None and not isinstance(m["name"], str):
             raise ApiError(400, f"{where}.name must be a string", f"{where}.name", "invalid_type")
-        role, content = m.get("role"), m.get("content")
         if role == "developer":
             role = "system"
+        if role == "assistant" and m.get("tool_calls"):
+            out.append({"role": "assistant", "content": _earlier_tool_calls(m, where)})
+            continue
+        if role == "tool":
+            if not isinstance(content, str) or not isinstance(m.get("tool_call_id", ""), str):
+                raise ApiError(400, f"{where}: a tool message needs 'content' (a string) and 'tool_call_id'",
+                               f"{where}.content", "invalid_type")
+            out.append({"role": "user", "content": serve_tools.tool_result_text(content, m.get("tool_call_id"))})
+            continue
         if role not in ("system", "user", "assistant"):
-            raise ApiError(400, f"{where}.role must be system, user or assistant, got {json.dumps(role)[:40]}",
+            raise ApiError(400, f"{where}.role must be system, user, assistant or tool, got {json.dumps(role)[:40]}",
                            f"{where}.role", "invalid_value")
         if content is None:  # absent or null: OpenAI refuses it too (it means a tool call, not supported)
             raise ApiError(400, f"{where}.content is required (a string or a list of text parts)",
@@ -490,6 +499,73 @@ def _embedding_inputs(body: dict) -> list[str | list[int]]:
 
 def _token_ids(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+
+
+def _earlier_tool_calls(m: dict, where: str) -> str:
+    calls = m["tool_calls"]
+    if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+            and isinstance(c["function"].get("arguments", ""), (str, dict)) for c in calls):
+        raise ApiError(400, f"{where}.tool_calls must be a list of {{\"function\": {{\"name\", \"arguments\"}}}}",
+                       f"{where}.tool_calls", "invalid_type")
+    text = serve_tools.assistant_call_text([{"function": {"name": c["function"]["name"],
+                                                          "arguments": c["function"].get("arguments", "{}")}}
+                                            for c in calls])
+    content = m.get("content")
+    return (content + "\n" + text) if isinstance(content, str) and content else text
+
+
+def _tools(body: dict):
+    """`tools` and `tool_choice`: a serve_tools.ToolSpec, or None when no tool may be called."""
+    from ..models.json_grammar import SchemaError, compile_schema
+
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools in (None, []):
+        if choice not in (None, "none", "auto"):
+            raise ApiError(400, "'tool_choice' needs 'tools'", "tool_choice", "invalid_value")
+        return None
+    if not isinstance(tools, list) or len(tools) > 64:
+        raise ApiError(400, "'tools' must be a list of at most 64 functions", "tools", "invalid_type")
+    specs = []
+    for i, t in enumerate(tools):
+        where = f"tools[{i}]"
+        if not (isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)):
+            raise ApiError(400, f"{where} must be {{\"type\": \"function\", \"function\": {{...}}}}", where,
+                           "invalid_type")
+        _no_unknown_fields(t, {"type", "function"}, where)
+        f = t["function"]
+        _no_unknown_fields(f, {"name", "description", "parameters", "strict"}, f"{where}.function")
+        name = f.get("name")
+        if not (isinstance(name, str) and 0 < len(name) <= 64 and set(name) <= TOOL_NAME_CHARS):
+            raise ApiError(400, f"{where}.function.name must be 1 to 64 letters, digits, _ or -",
+                           f"{where}.function.name", "invalid_value")
+        if f.get("description") is not None and not isinstance(f["description"], str):
+            raise ApiError(400, f"{where}.function.description must be a string", f"{where}.function.description",
+                           "invalid_type")
+        specs.append({"name": name, "description": f.get("description") or "", "parameters": f.get("parameters")})
+    if choice is None:
+        choice = "auto"
+    if choice == "none":
+        return None
+    if isinstance(choice, dict):
+        fn = choice.get("function") if choice.get("type") == "function" else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if name not in [s["name"] for s in specs]:
+            raise ApiError(400, "'tool_choice' must be none, auto, required, or "
+                                "{\"type\": \"function\", \"function\": {\"name\": NAME}} naming one of 'tools'",
+                           "tool_choice", "invalid_value")
+        choice = name
+    elif choice not in ("auto", "required"):
+        raise ApiError(400, f"'tool_choice' must be none, auto, required or a function, got {_shown(choice)}",
+                       "tool_choice", "invalid_value")
+    for i, spec in enumerate(specs):  # every tool's parameters, whichever the reply may call
+        try:
+            if spec["parameters"] is not None:
+                compile_schema(spec["parameters"])
+        except SchemaError as e:
+            param = f"tools[{i}].function.parameters" + (f".{e.keyword}" if e.keyword else "")
+            raise ApiError(400, f"'tools[{i}].function.parameters': {e}", param, "unsupported_schema") from None
+    return serve_tools.build(specs, choice)
 
 
 def _completion_prompts(body: dict) -> list[str | list[int]]:
@@ -763,8 +839,12 @@ def _choice(kind: str, index: int, job: Job, result) -> dict:
         records = openai_logprobs.within_text(tok, job.sampler.records, result.text)
         logprobs = openai_logprobs.chat(tok, records) if kind == "chat" else openai_logprobs.completion(tok, records)
     if kind == "chat":
-        return {"index": index, "message": {"role": "assistant", "content": result.text}, "logprobs": logprobs,
-                "finish_reason": finish}
+        message = {"role": "assistant", "content": result.text}
+        if job.params.get("tools") is not None:
+            message["content"], calls = serve_tools.parse_reply(result.text)
+            if calls:
+                message["tool_calls"], finish = calls, "tool_calls"
+        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish}
     return {"index": index, "text": result.text, "logprobs": logprobs, "finish_reason": finish}
 
 
@@ -1019,7 +1099,8 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
                     yield _sse(chunk(job.index, "", None, role=True))
             while len(results) < len(group.jobs):
                 index, event = pending.popleft() if pending else await group.next_event()
-                if event[0] == "text":
+                tools = group.jobs[index].params.get("tools") is not None
+                if event[0] == "text" and not tools:  # (a tool reply is sent whole, once parsed)
                     yield _sse(chunk(index, event[1], None, logprobs=_stream_logprobs(kind, group.jobs[index],
                                                                                        event)))
                 elif event[0] == "error":
@@ -1027,7 +1108,17 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
                     break
                 elif event[0] == "done":
                     result = results[index] = event[1]
-                    yield _sse(chunk(index, None if kind == "chat" else "", FINISH_REASONS[result.stopped_by]))
+                    finish = FINISH_REASONS[result.stopped_by]
+                    if tools:
+                        content, calls = serve_tools.parse_reply(result.text)
+                        if calls:
+                            finish = "tool_calls"
+                            out = chunk(index, None, None)
+                            out["choices"][0]["delta"]["tool_calls"] = [{"index": k, **c} for k, c in enumerate(calls)]
+                            yield _sse(out)
+                        elif content:
+                            yield _sse(chunk(index, content, None))
+                    yield _sse(chunk(index, None if kind == "chat" else "", finish))
             if len(results) == len(group.jobs):
                 ordered = [results[i] for i in range(len(group.jobs))]
                 usage = _usage(ordered, group.jobs[0].params["n"])
@@ -1045,6 +1136,14 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         params = _common(body, options.defaults)
         messages = _chat_messages(body)
         params["logprobs"] = _chat_logprobs(body)
+        spec = _tools(body)
+        if spec is not None:  # the tools in a system message; the reply constrained to a call or an answer
+            if params["response_format"] is not None:
+                raise ApiError(400, "'response_format' cannot be combined with tools (the reply's form is the "
+                                    "tool call's)", "response_format", "invalid_value")
+            messages = serve_tools.with_tools(messages, spec)
+            params["response_format"] = ResponseFormat(spec.key(), spec.root)
+            params["tools"] = spec
         return await run(request, "chat", [messages], params)
 
     @endpoint

@@ -54,11 +54,18 @@ class Node:
     the JSON texts an enum/const allows (then only those); props: [(name, Node, required)] in order
     (None: free keys with values of `any`); items: the Node of array elements."""
 
-    __slots__ = ("kinds", "literals", "props", "items")
+    __slots__ = ("kinds", "literals", "props", "items", "one")
 
     def __init__(self, kinds: frozenset, literals: tuple | None = None, props: list | None = None,
-                 items: "Node | None" = None):
+                 items: "Node | None" = None, one: bool = False):
         self.kinds, self.literals, self.props, self.items = kinds, literals, props, items
+        self.one = one  # an object with exactly one of `props`, any of them (see one_property_object)
+
+
+def one_property_object(alternatives: list[tuple[str, Node]]) -> Node:
+    """An object with exactly one property, one of `alternatives` (name, value): how `tl serve` lets a
+    reply be either a tool call or an answer (JSON Schema would need oneOf, outside the subset)."""
+    return Node(frozenset({"object"}), props=[(name, node, False) for name, node in alternatives], one=True)
 
 
 ANY_KINDS = frozenset(TYPES) - {"integer"}  # number covers integers
@@ -326,6 +333,8 @@ def _number(int_only: bool, sub: str, ch: str) -> str | None:
 
 def _allowed_keys(node: Node, idx: int) -> list[int]:
     """Indexes of the properties that may come next: from idx up to the first required one."""
+    if node.one:
+        return list(range(len(node.props))) if idx == 0 else []
     out = []
     for i in range(idx, len(node.props)):
         out.append(i)
@@ -335,6 +344,8 @@ def _allowed_keys(node: Node, idx: int) -> list[int]:
 
 
 def _may_close(node: Node, idx: int) -> bool:
+    if node.one:
+        return idx > 0
     return node.props is None or not any(req for _, _, req in node.props[idx:])
 
 
