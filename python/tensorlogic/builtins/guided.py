@@ -126,3 +126,74 @@ def json_sampler(sampler, tok, schema):
         raise BuiltinArgError(f"json_sampler: {e}") from None
     constraint = JsonConstraint(root, token_index(tokenizer))
     return GuidedSampler(sampler, tokenizer.vocab_size, constraint=constraint)
+
+
+class RelationConstraint:
+    """Token ids allowed where a logic relation holds: after id p, the ids y with R(p, y) (before
+    the first one, R(start, y)). An id with no successor may only be followed by the end of
+    generation. The relation is read once, after inference, when the sampler is made."""
+
+    def __init__(self, successors: dict[int, np.ndarray], start: int, vocab: int, eog: list[int]):
+        self.successors, self.last, self.vocab, self.eog = successors, start, vocab, eog
+        self._masks: dict[int, np.ndarray] = {}
+
+    def allowed(self) -> np.ndarray:
+        mask = self._masks.get(self.last)
+        if mask is None:
+            mask = np.zeros(self.vocab, dtype=bool)
+            nxt = self.successors.get(self.last)
+            if nxt is None or nxt.size == 0:
+                mask[self.eog] = True
+            else:
+                mask[nxt] = True
+            self._masks[self.last] = mask
+        return mask
+
+    def advance(self, tid: int) -> None:
+        self.last = tid
+
+    @property
+    def done(self) -> bool:
+        return self.last not in self.successors
+
+
+@builtin("relation_sampler", "relation_sampler(sampler, tok, R, start)",
+         "a sampler whose next id y must satisfy R(previous id, y) for the logic relation R(a, b) over token ids "
+         "(integers, or strings that are one token's text); the first id follows `start`; an id with no successor "
+         "ends the generation (docs/models.md, Constrained decoding)",
+         min_args=4, max_args=4, needs_ctx=True, category="models")
+def relation_sampler(ctx, sampler, tok, relation, start):
+    from .logic import _engine, _relation_name
+
+    if not isinstance(sampler, SamplerValue):
+        raise BuiltinArgError(f"relation_sampler: the first argument must be a token_sampler, got {type_name(sampler)}")
+    tokenizer = getattr(tok, "tok", None)
+    if tokenizer is None:
+        raise BuiltinArgError(f"relation_sampler: the second argument must be a tokenizer, got {type_name(tok)}")
+    engine = _engine(ctx)
+    name = _relation_name(relation)
+    table = engine.relation_tensor(name)
+    axes = engine.relation_axes(name)
+    if len(axes) != 2:
+        raise BuiltinArgError(f"relation_sampler: {name} must relate two token ids, it has {len(axes)} arguments")
+    vocab = tokenizer.vocab_size
+
+    def token_of(c: Any) -> int:
+        if isinstance(c, str):
+            ids = tokenizer.encode(c, add_special=False)
+            if len(ids) != 1:
+                raise BuiltinArgError(f"relation_sampler: {c!r} in {name} is {len(ids)} tokens, not one")
+            return ids[0]
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise BuiltinArgError(f"relation_sampler: {name} holds {type_name(c)}, not token ids")
+        return c
+
+    held = np.asarray(table) > 0
+    rows = [token_of(c) for c in axes[0]]
+    cols = np.array([token_of(c) if held[:, j].any() else 0 for j, c in enumerate(axes[1])], dtype=np.int64)
+    if cols.size and (cols.min() < 0 or cols.max() >= vocab):
+        raise BuiltinArgError(f"relation_sampler: {name}(_, Y) holds a Y outside the token ids 0..{vocab - 1}")
+    successors = {p: cols[held[i]] for i, p in enumerate(rows) if held[i].any()}
+    first = token_of(start)
+    constraint = RelationConstraint(successors, first, vocab, sorted(tokenizer.eog_ids))
+    return GuidedSampler(sampler, vocab, constraint=constraint)
