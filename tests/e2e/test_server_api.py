@@ -472,3 +472,22 @@ def test_bad_tool_requests_are_400_naming_the_field(server, extra, param):
     assert e.status_code == 400 and e.json()["error"]["param"] == param, e.text
     e = server.post("/v1/completions", {"prompt": RAW, "tools": [WEATHER]})
     assert e.status_code == 400 and e.json()["error"]["param"] == "tools", e.text
+
+
+def test_presence_and_frequency_penalties_follow_openais_formula(server, session, tok):
+    import numpy as np
+
+    prompt_ids = tok.encode("la la la la la la la")
+    for presence, frequency in ((0.0, 2.0), (2.0, 0.0), (1.0, 0.5)):
+        r = server.post("/v1/completions", {"prompt": prompt_ids, "max_tokens": 6, "logprobs": 0,
+                                            "presence_penalty": presence, "frequency_penalty": frequency}).json()
+        got = [tok.encode(t, add_special=False)[0] for t in r["choices"][0]["logprobs"]["tokens"]]
+        ids, counts = [], np.zeros(session.config.vocab_size)
+        for _ in range(6):  # greedy over logit - presence * [count > 0] - frequency * count, step by step
+            x = session.generate(prompt_ids + ids, 0, keep_logits=True).prompt_logits.astype(np.float64)
+            tid = int(np.argmax(x - presence * (counts > 0) - frequency * counts))
+            ids.append(tid)
+            counts[tid] += 1
+        assert got == ids, (presence, frequency)
+    plain = server.post("/v1/completions", {"prompt": prompt_ids, "max_tokens": 6}).json()["choices"][0]["text"]
+    assert r["choices"][0]["text"] != plain  # the penalties changed the greedy reply

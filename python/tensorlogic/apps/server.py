@@ -232,10 +232,7 @@ def _common(body: dict, defaults: dict) -> dict:
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise ApiError(400, "'user' must be a string", "user", "invalid_type")
     n = _integer(body, "n", 1, 1, MAX_CHOICES)
-    for key in ("presence_penalty", "frequency_penalty"):
-        if _number(body, key, 0.0, -2.0, 2.0) != 0.0:
-            raise ApiError(400, f"'{key}' is not supported (use 'repeat_penalty', as llama.cpp)", key,
-                           "unsupported_parameter")
+    penalties = {key: _number(body, key, 0.0, -2.0, 2.0) for key in ("presence_penalty", "frequency_penalty")}
     if body.get("functions") not in (None, []):
         raise ApiError(400, "'functions' is not supported (use 'tools')", "functions", "unsupported_parameter")
     max_tokens = _integer(body, "max_completion_tokens", None, 1, 2**31)
@@ -260,7 +257,7 @@ def _common(body: dict, defaults: dict) -> dict:
         stop=_stop_list(body),
     )
     return dict(sampling=sampling, max_tokens=max_tokens, stream=stream, include_usage=include_usage, n=n,
-                logit_bias=_logit_bias(body), response_format=_response_format(body))
+                logit_bias=_logit_bias(body), response_format=_response_format(body), **penalties)
 
 
 class ResponseFormat:
@@ -863,12 +860,14 @@ def _stream_logprobs(kind: str, job: Job, event: tuple) -> Any:
 
 
 def _guided_sampler(session, params: dict):
-    """The sampler a request needs for logprobs, logit_bias or response_format; None (the plain
-    sampler, bit for bit the default path) when it asks for none of them."""
+    """The sampler a request needs for logprobs, logit_bias, response_format or the presence and
+    frequency penalties; None (the plain sampler, bit for bit the default path) when it asks for
+    none of them."""
     from ..builtins.guided import GuidedSampler
     from ..builtins.sampling import SamplerValue
 
-    if params.get("logprobs") is None and not params.get("logit_bias") and params.get("response_format") is None:
+    if params.get("logprobs") is None and not params.get("logit_bias") and params.get("response_format") is None \
+            and not params.get("presence_penalty") and not params.get("frequency_penalty"):
         return None
     vocab = session.config.vocab_size
     bad = next((t for t in params.get("logit_bias", {}) if t >= vocab), None)
@@ -879,7 +878,8 @@ def _guided_sampler(session, params: dict):
     inner = SamplerValue.seeded(sp["temperature"], sp["top_k"], sp["top_p"], sp["seed"], sp["repeat_penalty"],
                                 sp["min_p"])
     constraint = params["response_format"].constraint(session) if params.get("response_format") else None
-    return GuidedSampler(inner, vocab, params.get("logit_bias"), constraint, params.get("logprobs"))
+    return GuidedSampler(inner, vocab, params.get("logit_bias"), constraint, params.get("logprobs"),
+                         params.get("presence_penalty", 0.0), params.get("frequency_penalty", 0.0))
 
 
 def _sse(obj: Any) -> str:

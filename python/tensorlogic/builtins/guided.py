@@ -9,7 +9,8 @@ Invariants: each `.sample(logits)` reads the logits once to the host and then
   log_softmax of the model's logits as given (before the bias, the mask and the temperature: what
   the model says, as OpenAI's and llama-server's logprobs);
 - chooses with the inner sampler's settings (`choose_token`, its generator; its repeat penalty) among
-  the ids the constraint allows, after adding the bias (a bias of -100 or less bans the id outright);
+  the ids the constraint allows, after adding the bias (a bias of -100 or less bans the id outright)
+  and OpenAI's presence and frequency penalties (over the ids this sampler chose);
 - tells the constraint the chosen id. A constraint that is complete allows only end-of-generation
   ids, so `generate`'s loop ends there.
 """
@@ -39,7 +40,8 @@ class GuidedSampler(TLObject):
     tl_type_name = "sampler"
 
     def __init__(self, inner: SamplerValue, vocab: int, bias: dict[int, float] | None = None,
-                 constraint: Any = None, record_top: int | None = None):
+                 constraint: Any = None, record_top: int | None = None, presence: float = 0.0,
+                 frequency: float = 0.0):
         """`constraint`: an object with `allowed() -> bool array [vocab]` and `advance(id)` (e.g.
         models/json_grammar.JsonConstraint); `record_top`: None records nothing, k >= 0 records each
         step with its k most likely alternatives."""
@@ -50,6 +52,9 @@ class GuidedSampler(TLObject):
                 raise BuiltinArgError(f"logit bias: token id {tid} is outside the vocabulary (0..{vocab - 1})")
             self.bias[tid] = -np.inf if b <= BAN else b
         self.records: list[StepRecord] = []
+        # OpenAI's penalties: each id chosen so far loses presence (once) + frequency x its count
+        self.presence, self.frequency = float(presence), float(frequency)
+        self.counts = np.zeros(vocab, dtype=np.float64)
 
     def sample(self, logits: Any) -> int:
         if not isinstance(logits, Tensor):
@@ -60,6 +65,8 @@ class GuidedSampler(TLObject):
         s = self.inner
         x = apply_repeat_penalty(raw, s.recent, s.repeat_penalty) if s.repeat_penalty != 1.0 else raw.copy()
         x += self.bias
+        if self.presence or self.frequency:
+            x -= self.presence * (self.counts > 0) + self.frequency * self.counts
         if self.constraint is not None:
             x[~self.constraint.allowed()] = -np.inf
         if np.isneginf(x).all():
@@ -69,6 +76,7 @@ class GuidedSampler(TLObject):
             s.recent = (s.recent + [tid])[-REPEAT_LAST_N:]
         if self.constraint is not None:
             self.constraint.advance(tid)
+        self.counts[tid] += 1
         if self.record_top is not None:
             self.records.append(_record(raw, tid, self.record_top))
         return tid
