@@ -232,3 +232,44 @@ def test_a_one_property_object_is_exactly_one_of_its_alternatives():
     assert a.complete(_state(a, '{"tool_call": {"name": "f"}}')) and a.complete(_state(a, '{"response": "x"}'))
     assert not _text_ok(a, "{}") and not _text_ok(a, '{"response": "x",')
     assert not _text_ok(a, '{"other"')
+
+
+def test_tl_generate_json_schema(smollm2_path, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root / "python"))
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    path = tmp_path / "person.json"
+    path.write_text(json.dumps(schema))
+
+    def gen(*args):
+        return subprocess.run([sys.executable, "-m", "tensorlogic", "generate", "--model", str(smollm2_path),
+                               "--prompt", "Give me a person as JSON.", "--max-tokens", "150", *args],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    for args in (["--json-schema", str(path)], ["--json-schema", json.dumps(schema), "--temperature", "0.7",
+                                                "--seed", "4"]):
+        r = gen(*args)
+        assert r.returncode == 0, r.stderr
+        assert validate(json.loads(r.stdout), schema), r.stdout
+    r = gen("--json-schema", '{"type": "string", "format": "date"}')
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "tl: error: --json-schema: schema: the JSON schema keyword 'format' is not supported (supported: "
+        "additionalProperties, const, enum, items, properties, required, type)"]
+    r = gen("--json-schema", str(tmp_path / "missing.json"))
+    assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_numbers_have_bounded_digit_runs():
+    from tensorlogic.models.json_grammar import MAX_DIGITS, MAX_EXP_DIGITS
+
+    a = Automaton(compile_schema({"type": "number"}))
+    assert _text_ok(a, "9" * MAX_DIGITS) and not _text_ok(a, "9" * (MAX_DIGITS + 1))
+    assert _text_ok(a, "-1." + "0" * MAX_DIGITS + "e+" + "9" * MAX_EXP_DIGITS)
+    assert not _text_ok(a, "1e" + "9" * (MAX_EXP_DIGITS + 1))
+    assert a.complete(_state(a, "-0.5E-12"))

@@ -51,6 +51,9 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--dump-logits", metavar="FILE.npy",
                      help="save the last prompt position's logits (float32) as .npy")
     gen.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
+    gen.add_argument("--json-schema", metavar="SCHEMA",
+                     help="constrain the reply to JSON valid against SCHEMA (a file, or the schema itself when it "
+                          "starts with '{'; '{}': any JSON object; the subset: docs/models.md)")
     gen.add_argument("--stats", action="store_true", help="print load time and tokens per second to stderr")
     gen.set_defaults(func=_cmd_generate)
 

@@ -11,7 +11,8 @@ Three parts:
   stack of frames (tuples), interned to an int; `step(state, char)` is memoized. Objects with
   `properties` are written in the schema's order: each optional property may be left out, a required
   one may not, so the closing `}` comes only after every required property. At most MAX_WS
-  whitespace characters in a row between tokens of JSON; none after the value ends.
+  whitespace characters in a row between tokens of JSON; none after the value ends; at most
+  MAX_DIGITS digits in a number's integer part and in its fraction, MAX_EXP_DIGITS in its exponent.
 - `JsonConstraint(automaton, index)`: the per-generation state. `allowed()` is a bool mask over
   the vocabulary: ids whose whole text (precomputed by `TokenIndex`: special ids and ids that are
   not whole UTF-8 on their own are never allowed) steps the automaton without dying; the
@@ -32,6 +33,8 @@ from typing import Any
 import numpy as np
 
 MAX_WS = 16  # whitespace characters in a row between JSON tokens (bounds a run of blank tokens)
+MAX_DIGITS = 16  # digits of a number's integer part, and of its fraction
+MAX_EXP_DIGITS = 3  # digits of its exponent
 MASK_CACHE = 512  # masks kept per automaton (each one vocabulary-sized bool array)
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 ANNOTATIONS = {"title", "description", "$schema", "$id", "$comment", "default", "examples"}
@@ -186,7 +189,8 @@ def _properties(schema: dict, path: str, depth: int) -> list | None:
 #   ("V", node, ws)             a value of `node` comes next (ws: whitespace seen)
 #   ("S", esc)                  inside a string: esc 0, "\\" after a backslash, 1..4 hex digits to go
 #   ("L", texts, typed)         one of the literal texts (enum, true/false/null), `typed` so far
-#   ("N", int_only, sub)        a number; sub: "-", "0", "int", ".", "frac", "e", "esign", "exp"
+#   ("N", int_only, sub, k)     a number; sub: "-", "0", "int", ".", "frac", "e", "esign", "exp"; k: digits
+#                               in the current run (at most MAX_DIGITS, MAX_EXP_DIGITS in the exponent)
 #   ("O", node, phase, idx, typed, ws)  an object; phase "open" (after "{"), "key" (after ","),
 #                               "name" (typing a key: `typed`), "colon", "after"; idx: the next
 #                               property that may come (objects with properties)
@@ -276,9 +280,9 @@ def _step(stack: tuple, ch: str) -> tuple | None:
                 continue
             return None
         if kind == "N":
-            nxt = _number(top[1], top[2], ch)
+            nxt = _number(top[1], top[2], top[3], ch)
             if nxt is not None:
-                return rest + (("N", top[1], nxt),)
+                return rest + (("N", top[1]) + nxt,)
             if top[2] in _NUM_DONE:
                 stack = rest
                 continue
@@ -302,7 +306,7 @@ def _start_value(rest: tuple, node: Node, ch: str) -> tuple | None:
         return rest + (("A", node, "open", 0),)
     if (ch == "-" or ch in DIGITS) and ("number" in kinds or "integer" in kinds):
         int_only = "number" not in kinds
-        return rest + (("N", int_only, "-" if ch == "-" else "0" if ch == "0" else "int"),)
+        return rest + (("N", int_only, "-" if ch == "-" else "0" if ch == "0" else "int", 0 if ch == "-" else 1),)
     if ch in "tf" and "boolean" in kinds:
         return _step(rest + (("L", ("true", "false"), ""),), ch)
     if ch == "n" and "null" in kinds:
@@ -310,24 +314,26 @@ def _start_value(rest: tuple, node: Node, ch: str) -> tuple | None:
     return None
 
 
-def _number(int_only: bool, sub: str, ch: str) -> str | None:
+def _number(int_only: bool, sub: str, k: int, ch: str) -> tuple[str, int] | None:
+    """(sub, digits in the run) after `ch`, or None. Runs of digits are bounded (as llama.cpp's JSON
+    grammar bounds them) so that a model cannot write digits forever."""
     digit = ch in DIGITS
     if sub == "-":
-        return ("0" if ch == "0" else "int") if digit else None
+        return (("0" if ch == "0" else "int"), 1) if digit else None
     if sub in ("0", "int", "frac"):
         if digit and sub != "0":
-            return sub
+            return (sub, k + 1) if k < MAX_DIGITS else None
         if ch == "." and sub != "frac" and not int_only:
-            return "."
+            return ".", 0
         if ch in "eE" and not int_only:
-            return "e"
+            return "e", 0
         return None
     if sub == ".":
-        return "frac" if digit else None
+        return ("frac", 1) if digit else None
     if sub == "e":
-        return "esign" if ch in "+-" else "exp" if digit else None
+        return ("esign", 0) if ch in "+-" else ("exp", 1) if digit else None
     if sub in ("esign", "exp"):
-        return "exp" if digit else None
+        return ("exp", k + 1) if digit and k < MAX_EXP_DIGITS else None
     raise AssertionError(sub)
 
 
