@@ -388,7 +388,19 @@ def test_responses_basic_text_form(server):
                                        "text": {"format": {"type": "json_schema", "name": "p", "schema": PERSON}}})
     assert js.status_code == 200, js.text
     assert set(json.loads(js.json()["output_text"])) >= {"name", "age", "city"}
-    for body, param in (({}, "input"), ({"input": "hi", "stream": True}, "stream"),
+    # streamed: the API's typed events, the deltas adding up to the text
+    with client.responses.stream(model="m", input=QUESTION, instructions="Be brief.", max_output_tokens=8,
+                                 temperature=0) as stream:
+        kinds, deltas = [], []
+        for ev in stream:
+            kinds.append(ev.type)
+            if ev.type == "response.output_text.delta":
+                deltas.append(ev.delta)
+        final = stream.get_final_response()
+    assert "".join(deltas) == r.output_text == final.output_text and len(deltas) >= 3
+    assert kinds[0] == "response.created" and kinds[-1] in ("response.completed", "response.incomplete")
+    assert "response.output_text.done" in kinds and final.usage.output_tokens == r.usage.output_tokens
+    for body, param in (({}, "input"), ({"input": "hi", "stream": "yes"}, "stream"),
                         ({"input": "hi", "store": True}, "store"), ({"input": "hi", "tools": []}, "tools"),
                         ({"input": [{"type": "function_call"}]}, "input[0].type"),
                         ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),

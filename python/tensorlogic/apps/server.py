@@ -418,7 +418,7 @@ def _responses_as_chat(body: dict) -> dict:
     names differ, so that errors name the Responses API's fields)."""
     _check_text(body)
     _no_unknown_fields(body, RESPONSES_FIELDS)
-    _default_only(body, "stream", (False,), "the Responses API is served without streaming here")
+    _boolean(body, "stream", False)
     _default_only(body, "store", (False,), "responses are not stored")
     if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
         raise ApiError(400, "'metadata' must be an object", "metadata", "invalid_type")
@@ -455,7 +455,7 @@ def _responses_as_chat(body: dict) -> dict:
             content = "".join(texts)
         messages.append({"role": item.get("role"), "content": content})
     chat = {"messages": messages, "max_tokens": _integer(body, "max_output_tokens", None, 1, 2**31)}
-    for key in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "user"):
+    for key in ("stream", "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "user"):
         if key in body:
             chat[key] = body[key]
     text = body.get("text")
@@ -1014,36 +1014,95 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
     @endpoint
     async def responses(request: Request):
         """The Responses API's basic text form: `input` (a string or messages) and `instructions` in,
-        one assistant message out; `text.format` json_schema / json_object constrain it as
-        response_format does."""
+        one assistant message out (streamed as the API's typed events with `stream: true`);
+        `text.format` json_schema / json_object constrain it as response_format does."""
         body = await read_json(request)
         chat_body = _responses_as_chat(body)
         params = _common(chat_body, options.defaults)
         messages = _chat_messages(chat_body)
         params["logprobs"] = None
         job = Job("chat", messages, params, asyncio.get_running_loop())
-        results = await collect(request, submit_all([job], "responses", "input"))
-        if results is None:
+        group = submit_all([job], "responses", "input")
+        rid, mid = "resp_" + uuid.uuid4().hex[:24], "msg_" + uuid.uuid4().hex[:24]
+        created = int(time.time())
+
+        def response(status: str, text: str, usage: dict | None) -> dict:
+            cut = status == "incomplete"
+            return {
+                "id": rid, "object": "response", "created_at": created, "status": status,
+                "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
+                "model": model_id, "instructions": body.get("instructions"),
+                "max_output_tokens": body.get("max_output_tokens"),
+                "temperature": params["sampling"]["temperature"], "top_p": params["sampling"]["top_p"],
+                "tools": [], "tool_choice": "none", "parallel_tool_calls": False,
+                "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}}, "store": False,
+                "output": [] if usage is None else [message(status, text)], "output_text": text,
+                "usage": None if usage is None else {
+                    "input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+                    "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 0}}}
+
+        def message(status: str, text: str | None) -> dict:
+            content = [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]
+            return {"type": "message", "id": mid, "status": status, "role": "assistant", "content": content}
+
+        if not params["stream"]:
+            results = await collect(request, group)
+            if results is None:
+                return JSONResponse({}, status_code=499)
+            usage = _usage(results, 1)
+            request.state.tl_usage = usage
+            status = "incomplete" if FINISH_REASONS[results[0].stopped_by] == "length" else "completed"
+            return JSONResponse(response(status, results[0].text, usage))
+        index, event = await group.next_event(request)  # the start, or an error answered as a 4xx
+        if event[0] == "gone":
             return JSONResponse({}, status_code=499)
-        r = results[0]
-        usage = _usage(results, 1)
-        request.state.tl_usage = usage
-        cut = FINISH_REASONS[r.stopped_by] == "length"
-        return JSONResponse({
-            "id": "resp_" + uuid.uuid4().hex[:24], "object": "response", "created_at": int(time.time()),
-            "status": "incomplete" if cut else "completed",
-            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
-            "model": model_id, "instructions": body.get("instructions"),
-            "max_output_tokens": body.get("max_output_tokens"), "temperature": params["sampling"]["temperature"],
-            "top_p": params["sampling"]["top_p"], "tools": [], "tool_choice": "none", "parallel_tool_calls": False,
-            "text": {"format": body.get("text", {}).get("format") or {"type": "text"}}, "store": False,
-            "output": [{"type": "message", "id": "msg_" + uuid.uuid4().hex[:24],
-                        "status": "incomplete" if cut else "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": r.text, "annotations": []}]}],
-            "output_text": r.text,
-            "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
-                      "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
-                      "output_tokens_details": {"reasoning_tokens": 0}}})
+        if event[0] == "error":
+            group.cancel()
+            raise event[1]
+
+        async def events() -> AsyncIterator[str]:
+            seq = 0
+
+            def sse(kind: str, **fields) -> str:
+                nonlocal seq
+                seq += 1
+                data = json.dumps({"type": kind, "sequence_number": seq - 1, **fields}, ensure_ascii=False)
+                return f"event: {kind}\ndata: {data}\n\n"
+
+            part = {"item_id": mid, "output_index": 0, "content_index": 0}
+            try:
+                yield sse("response.created", response=response("in_progress", "", None))
+                yield sse("response.in_progress", response=response("in_progress", "", None))
+                yield sse("response.output_item.added", output_index=0, item=message("in_progress", None))
+                yield sse("response.content_part.added", **part,
+                          part={"type": "output_text", "text": "", "annotations": []})
+                text = ""
+                while True:
+                    _, ev = await group.next_event()
+                    if ev[0] == "text":
+                        text += ev[1]
+                        yield sse("response.output_text.delta", **part, delta=ev[1])
+                    elif ev[0] == "error":
+                        yield sse("error", code=ev[1].code, message=ev[1].message, param=ev[1].param)
+                        return
+                    elif ev[0] == "done":
+                        r = ev[1]
+                        break
+                usage = _usage([r], 1)
+                request.state.tl_usage = usage
+                status = "incomplete" if FINISH_REASONS[r.stopped_by] == "length" else "completed"
+                yield sse("response.output_text.done", **part, text=r.text)
+                yield sse("response.content_part.done", **part,
+                          part={"type": "output_text", "text": r.text, "annotations": []})
+                yield sse("response.output_item.done", output_index=0, item=message(status, r.text))
+                yield sse("response.completed" if status == "completed" else "response.incomplete",
+                          response=response(status, r.text, usage))
+            finally:
+                group.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @endpoint
     async def embeddings(request: Request):
