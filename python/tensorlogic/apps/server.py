@@ -1,8 +1,14 @@
 """`tl serve`: an OpenAI-compatible HTTP API over one LlmSession.
 
-    POST /v1/chat/completions   messages through the model's chat template (stream: server-sent events)
-    POST /v1/completions        a raw prompt
+    POST /v1/chat/completions   messages through the model's chat template (stream: server-sent events;
+                                tools: serve_tools.py)
+    POST /v1/completions        a raw prompt, token ids, or a list of prompts
+    POST /v1/embeddings         pooled final hidden states (serve_embed.py)
+    POST /v1/responses          the Responses API's basic text form
     GET  /v1/models             the one model served (and /v1/models/ID)
+    (each of these also without /v1)
+    POST /tokenize, /detokenize llama-server's shapes
+    GET  /metrics               Prometheus text (serve_metrics.py, which also writes the request log)
     GET  /health                status, queue, counters (no API key needed)
 
 The HTTP side is Starlette on uvicorn (a well-kept ASGI stack with streaming responses and
@@ -11,7 +17,13 @@ disconnect detection; no HTTP parsing here). Invariants:
   request at a time in arrival order; the event loop only parses, validates and relays. So the
   session, its KV cache (whose common prefix later requests reuse) and the interpreter never see
   two threads at once. Generation is LlmSession.generate, the TL loop of stdlib/generate.tl.
-- At most `max_queue` requests wait while one runs; one more gets 503 at once.
+- At most `max_queue` requests wait while one runs; one more gets 503 at once. A request with
+  several choices (n > 1, a list of prompts, several embedding inputs) is one job per choice, queued
+  all or none (JobGroup); choice j of a prompt samples with seed + j.
+- logprobs, logit_bias, the penalties and response_format / tools choose through a GuidedSampler
+  (builtins/guided.py) made by the worker per job; without them the plain sampler runs, unchanged.
+- /tokenize and /detokenize run on the event loop: they only read the tokenizer (whose one
+  switch, parse_special, is always on), so the worker may use it at the same time.
 - A job's text reaches its response through the event loop (call_soon_threadsafe), chunk by chunk
   as tokens are chosen. A client that goes away cancels its job: a waiting job is skipped, a
   running one stops before its next token (LlmSession's should_stop: stopped_by "interrupt").
