@@ -111,3 +111,97 @@ main {{
 ''', tmp_path)
     assert r.ok, r.error_text
     assert r.output.splitlines() == ["true", "true", "true 6", "true true", "true"]
+
+
+def test_generate_with_a_json_schema_sampler_from_tl(tiny_bpe_path, tmp_path):
+    # constrained decoding in TL: json_sampler wraps a token_sampler; generate's loop is unchanged.
+    # The tiny model's weights are random, so only the mask makes its output JSON.
+    import json
+
+    schema = ('{"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 30]}}, '
+              '"required": ["ok", "n"], "additionalProperties": false}')
+    outputs = []
+    for seed in (1, 2, 3):
+        r = _run(f'''
+import "{STDLIB}"
+main {{
+    let model = load_model("{tiny_bpe_path}")
+    let tok = load_tokenizer(model)
+    let cache = llama_kv_cache(model, 256)
+    let ids = tokenize(tok, "Answer:", false)
+    let sampler = json_sampler(token_sampler(1.0, 0, 1.0, {seed}), tok, {json.dumps(schema)})
+    let stream = text_stream(tok)
+    let out = generate(model, cache, ids, 0, 200, sampler, tok.eog_ids, stream)
+    stream.finish()
+    print()
+    print(sampler.done)
+}}
+''', tmp_path)
+        assert r.ok, r.error_text
+        text, done = r.output.rstrip("\n").rsplit("\n", 1)
+        assert done == "true"
+        value = json.loads(text)
+        assert set(value) == {"ok", "n"} and isinstance(value["ok"], bool) and value["n"] in (1, 2, 30)
+        outputs.append(text)
+    plain = _run(f'''
+import "{STDLIB}"
+main {{
+    let model = load_model("{tiny_bpe_path}")
+    let tok = load_tokenizer(model)
+    let out = generate(model, llama_kv_cache(model, 64), tokenize(tok, "Answer:", false), 0, 20,
+                       token_sampler(1.0, 0, 1.0, 1), [], text_stream(tok))
+}}
+''', tmp_path)
+    with pytest.raises(ValueError):
+        json.loads(plain.output)  # without the mask: not JSON
+    bad = _run(f'''
+main {{
+    let tok = load_tokenizer(load_model("{tiny_bpe_path}"))
+    json_sampler(token_sampler(0.0), tok, "{{\\"type\\": \\"string\\", \\"format\\": \\"date\\"}}")
+}}
+''', tmp_path)
+    assert not bad.ok and "'format' is not supported" in bad.error_text
+
+
+def test_generate_with_a_relation_as_the_constraint(tiny_bpe_path, tmp_path):
+    # tokens allowed where a logic query holds: after id A only ids B with Next(A, B); the chain
+    # must end at 30, which has no successor (then only the end of generation may come)
+    outs = []
+    for seed in (1, 2, 3):
+        r = _run(f'''
+import "{STDLIB}"
+relation Step(a: tok)
+relation Next(a: tok, b: tok)
+for i in range(20, 31) {{ Step(i) }}
+Next(-1, 20)
+Next(A, B) <- Step(A), Step(B), B == A + 1
+Next(A, B) <- Step(A), Step(B), B == A + 3
+main {{
+    let model = load_model("{tiny_bpe_path}")
+    let tok = load_tokenizer(model)
+    let sampler = relation_sampler(token_sampler(1.0, 0, 1.0, {seed}), tok, "Next", -1)
+    let out = generate(model, llama_kv_cache(model, 64), tokenize(tok, "Go:", false), 0, 40, sampler,
+                       tok.eog_ids, text_stream(tok))
+    print()
+    print(out)
+    print(sampler.done)
+}}
+''', tmp_path)
+        assert r.ok, r.error_text
+        lines = r.output.strip().splitlines()
+        ids = [int(x) for x in lines[-2].strip("[]").split(",")]
+        assert lines[-1] == "true"
+        chain, end = ids[:-1], ids[-1]
+        assert chain[0] == 20 and end not in range(20, 31)  # then the end of generation
+        assert all(b - a in (1, 3) for a, b in zip(chain, chain[1:])), ids
+        assert chain[-1] == 30
+        outs.append(ids)
+    assert len({tuple(o) for o in outs}) > 1  # sampled: different chains, all of them allowed
+    bad = _run(f'''
+relation Next(a: tok, b: tok, c: tok)
+Next(1, 2, 3)
+main {{
+    relation_sampler(token_sampler(0.0), load_tokenizer(load_model("{tiny_bpe_path}")), "Next", 1)
+}}
+''', tmp_path)
+    assert not bad.ok and "must relate two token ids" in bad.error_text

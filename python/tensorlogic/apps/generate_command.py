@@ -45,6 +45,39 @@ def no_template_note(session: LlmSession, what: str) -> None:
     print(f"tl: {session.config.name} has no chat template (a base model): {what}", file=sys.stderr)
 
 
+def schema_sampler(session: LlmSession, schema: str, sampling: dict, ignore_eos: bool):
+    """--json-schema: the sampling settings, constrained to JSON valid against the schema."""
+    from pathlib import Path
+
+    from ..builtins.convert import BuiltinArgError
+    from ..builtins.guided import GuidedSampler
+    from ..builtins.sampling import SamplerValue
+    from ..models.json_grammar import JsonConstraint, SchemaError, compile_schema, token_index
+
+    if ignore_eos:
+        raise ModelError("--json-schema cannot be combined with --ignore-eos (the reply ends with the value)")
+    text = schema
+    if not schema.lstrip().startswith("{"):
+        try:
+            text = Path(schema).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ModelError(f"--json-schema: cannot read {schema}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        value = json.loads(text)
+        root = compile_schema(value if value != {} else {"type": "object"})
+    except ValueError as e:  # (SchemaError is one)
+        what = "" if isinstance(e, SchemaError) else "not JSON: "
+        raise ModelError(f"--json-schema: {what}{' '.join(str(e).split())}") from None
+    try:
+        inner = SamplerValue.seeded(sampling.get("temperature", 0.0), sampling.get("top_k", 0),
+                                    sampling.get("top_p", 1.0), sampling.get("seed"),
+                                    sampling.get("repeat_penalty", 1.0), sampling.get("min_p", 0.0))
+    except BuiltinArgError as e:
+        raise ModelError(str(e)) from None
+    vocab = session.config.vocab_size
+    return GuidedSampler(inner, vocab, constraint=JsonConstraint(root, token_index(session.tokenizer.tok, vocab)))
+
+
 def run_generate(session: LlmSession, args, sampling: dict) -> int:
     raw = args.raw or not session.has_chat_template
     system = getattr(args, "system", None)
@@ -57,8 +90,11 @@ def run_generate(session: LlmSession, args, sampling: dict) -> int:
         messages = ([("system", system)] if system else []) + [("user", args.prompt)]
         prompt_ids = session.chat_prompt_ids(messages)
     stream = None if args.json else write_stdout
+    sampler = schema_sampler(session, args.json_schema, sampling, args.ignore_eos) \
+        if getattr(args, "json_schema", None) else None
     result = session.generate(prompt_ids, args.max_tokens, stop_at_eog=not args.ignore_eos, on_text=stream,
-                              keep_logits=bool(args.dump_logits), on_prefill=prefill_progress(), **sampling)
+                              keep_logits=bool(args.dump_logits), on_prefill=prefill_progress(), sampler=sampler,
+                              **sampling)
     if args.dump_logits:
         try:
             np.save(args.dump_logits, result.prompt_logits)

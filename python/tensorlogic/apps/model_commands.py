@@ -51,6 +51,9 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--dump-logits", metavar="FILE.npy",
                      help="save the last prompt position's logits (float32) as .npy")
     gen.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
+    gen.add_argument("--json-schema", metavar="SCHEMA",
+                     help="constrain the reply to JSON valid against SCHEMA (a file, or the schema itself when it "
+                          "starts with '{'; '{}': any JSON object; the subset: docs/models.md)")
     gen.add_argument("--stats", action="store_true", help="print load time and tokens per second to stderr")
     gen.set_defaults(func=_cmd_generate)
 
@@ -75,6 +78,11 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-tokens", type=_positive_int, default=None,
                        help="cap on tokens per reply (default: what is left of the context)")
     serve.add_argument("--name", default=None, help="the model id the API reports (default: the model's name)")
+    serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                       help="let web pages from ORIGIN (e.g. http://localhost:3000; '*': any) call the API "
+                            "(repeatable; default: none)")
+    serve.add_argument("--no-request-log", action="store_true",
+                       help="do not print one line per request on standard error")
     _add_sampling_args(serve, default_temperature=0.0, with_stop=False)
     serve.set_defaults(func=_cmd_serve)
 
@@ -329,7 +337,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options = ServeOptions(model_path=path, name=name, host=args.host, port=args.port,
                            api_key=args.api_key, max_queue=args.max_queue, max_tokens=args.max_tokens,
                            context=args.context, backend=args.backend, kv_dtype=args.kv_dtype, fast=args.fast,
-                           defaults=sampling)
+                           defaults=sampling, cors_origins=tuple(args.cors_origin),
+                           request_log=not args.no_request_log)
     return run_server(options)
 
 

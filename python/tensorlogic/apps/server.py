@@ -1,8 +1,14 @@
 """`tl serve`: an OpenAI-compatible HTTP API over one LlmSession.
 
-    POST /v1/chat/completions   messages through the model's chat template (stream: server-sent events)
-    POST /v1/completions        a raw prompt
+    POST /v1/chat/completions   messages through the model's chat template (stream: server-sent events;
+                                tools: serve_tools.py)
+    POST /v1/completions        a raw prompt, token ids, or a list of prompts
+    POST /v1/embeddings         pooled final hidden states (serve_embed.py)
+    POST /v1/responses          the Responses API's basic text form
     GET  /v1/models             the one model served (and /v1/models/ID)
+    (each of these also without /v1)
+    POST /tokenize, /detokenize llama-server's shapes
+    GET  /metrics               Prometheus text (serve_metrics.py, which also writes the request log)
     GET  /health                status, queue, counters (no API key needed)
 
 The HTTP side is Starlette on uvicorn (a well-kept ASGI stack with streaming responses and
@@ -11,7 +17,13 @@ disconnect detection; no HTTP parsing here). Invariants:
   request at a time in arrival order; the event loop only parses, validates and relays. So the
   session, its KV cache (whose common prefix later requests reuse) and the interpreter never see
   two threads at once. Generation is LlmSession.generate, the TL loop of stdlib/generate.tl.
-- At most `max_queue` requests wait while one runs; one more gets 503 at once.
+- At most `max_queue` requests wait while one runs; one more gets 503 at once. A request with
+  several choices (n > 1, a list of prompts, several embedding inputs) is one job per choice, queued
+  all or none (JobGroup); choice j of a prompt samples with seed + j.
+- logprobs, logit_bias, the penalties and response_format / tools choose through a GuidedSampler
+  (builtins/guided.py) made by the worker per job; without them the plain sampler runs, unchanged.
+- /tokenize and /detokenize run on the event loop: they only read the tokenizer (whose one
+  switch, parse_special, is always on), so the worker may use it at the same time.
 - A job's text reaches its response through the event loop (call_soon_threadsafe), chunk by chunk
   as tokens are chosen. A client that goes away cancels its job: a waiting job is skipped, a
   running one stops before its next token (LlmSession's should_stop: stopped_by "interrupt").
@@ -22,6 +34,7 @@ disconnect detection; no HTTP parsing here). Invariants:
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import hmac
 import json
@@ -41,6 +54,7 @@ from typing import Any, AsyncIterator
 from ..interp.deep_stack import deep_thread, run_deep
 from ..models import bounded_json
 from ..models.errors import ModelError
+from . import openai_logprobs, serve_tools
 
 MAX_BODY_BYTES = 8 << 20  # a request body larger than this is refused (413)
 MAX_JSON_DEPTH = 32  # a body nested deeper is refused (400): real requests nest 4 levels (messages[].content[])
@@ -73,6 +87,8 @@ class ServeOptions:
     kv_dtype: str = "f32"
     fast: bool = False
     defaults: dict = field(default_factory=dict)  # sampling defaults from the command line
+    cors_origins: tuple[str, ...] = ()  # origins browsers may call from (--cors-origin; "*": any)
+    request_log: bool = True  # one line per request on stderr
 
 
 class ApiError(Exception):
@@ -91,6 +107,7 @@ class ApiError(Exception):
 # ---------------------------------------------------------------------- request validation
 
 _MISSING = object()
+MAX_CHOICES = 16  # `n`: independent choices of one request (each its own job in the queue)
 
 
 def _shown(v: Any) -> str:
@@ -101,15 +118,16 @@ def _shown(v: Any) -> str:
 
 # The fields each endpoint honours. Any other field with a value is refused with a 400 naming it
 # (OpenAI refuses arguments it does not know), so that a client never gets a 200 that silently ignored
-# what it asked for (`response_format`, `logit_bias`, ...). Fields whose only honoured value is the
-# default (`n`: 1, `logprobs`: false, penalties: 0, `response_format`: text) are checked one by one.
+# what it asked for. Fields whose only honoured value is the default (penalties: 0, tools: none)
+# are checked one by one.
 _COMMON_FIELDS = {"model", "max_tokens", "n", "stream", "stream_options", "temperature", "top_p", "top_k",
                   "min_p", "repeat_penalty", "seed", "stop", "user", "presence_penalty", "frequency_penalty",
-                  "logprobs", "logit_bias", "tools", "functions"}
-CHAT_FIELDS = _COMMON_FIELDS | {"messages", "max_completion_tokens", "response_format", "top_logprobs",
+                  "logprobs", "logit_bias", "functions", "response_format"}
+CHAT_FIELDS = _COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "tools",
                                 "tool_choice", "function_call", "parallel_tool_calls"}
 COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of"}
 MESSAGE_FIELDS = {"role", "content", "name"}  # `name` only labels a participant; templates here take none
+TOOL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
 def _no_unknown_fields(body: dict, known: set[str], where: str = "") -> None:
@@ -225,20 +243,10 @@ def _common(body: dict, defaults: dict) -> dict:
         raise ApiError(400, "'model' must be a string", "model", "invalid_type")
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise ApiError(400, "'user' must be a string", "user", "invalid_type")
-    if body.get("logit_bias") not in (None, {}):
-        raise ApiError(400, "'logit_bias' is not supported", "logit_bias", "unsupported_parameter")
-    n = _integer(body, "n", 1, -2**63, 2**63)
-    if n != 1:
-        raise ApiError(400, f"only n = 1 is supported, got {n}", "n", "unsupported_value")
-    for key in ("presence_penalty", "frequency_penalty"):
-        if _number(body, key, 0.0, -2.0, 2.0) != 0.0:
-            raise ApiError(400, f"'{key}' is not supported (use 'repeat_penalty', as llama.cpp)", key,
-                           "unsupported_parameter")
-    if body.get("logprobs") not in (None, False, 0):
-        raise ApiError(400, "'logprobs' is not supported", "logprobs", "unsupported_parameter")
-    for key in ("tools", "functions"):
-        if body.get(key) not in (None, []):
-            raise ApiError(400, "tools and functions are not supported", key, "unsupported_parameter")
+    n = _integer(body, "n", 1, 1, MAX_CHOICES)
+    penalties = {key: _number(body, key, 0.0, -2.0, 2.0) for key in ("presence_penalty", "frequency_penalty")}
+    if body.get("functions") not in (None, []):
+        raise ApiError(400, "'functions' is not supported (use 'tools')", "functions", "unsupported_parameter")
     max_tokens = _integer(body, "max_completion_tokens", None, 1, 2**31)
     max_tokens = _integer(body, "max_tokens", max_tokens, 1, 2**31)
     stream = _boolean(body, "stream", False)
@@ -260,19 +268,109 @@ def _common(body: dict, defaults: dict) -> dict:
         seed=(seed % 2**63) if seed is not None else defaults.get("seed"),  # (any integer, as OpenAI)
         stop=_stop_list(body),
     )
-    return dict(sampling=sampling, max_tokens=max_tokens, stream=stream, include_usage=include_usage)
+    return dict(sampling=sampling, max_tokens=max_tokens, stream=stream, include_usage=include_usage, n=n,
+                logit_bias=_logit_bias(body), response_format=_response_format(body), **penalties)
+
+
+class ResponseFormat:
+    """A compiled `response_format` schema; `constraint(session)` makes one generation's JsonConstraint
+    (the automaton, with its cached masks, is shared by the requests with the same schema)."""
+
+    _automata: collections.OrderedDict = collections.OrderedDict()  # schema text -> Automaton (LRU, worker only)
+
+    def __init__(self, key: str, root):
+        self.key, self.root = key, root
+
+    def constraint(self, session):
+        from ..models.json_grammar import Automaton, JsonConstraint, token_index
+
+        cache = ResponseFormat._automata
+        automaton = cache.pop(self.key, None) or Automaton(self.root)
+        cache[self.key] = automaton
+        while len(cache) > 8:
+            cache.popitem(last=False)
+        return JsonConstraint(automaton, token_index(session.tokenizer.tok, session.config.vocab_size))
+
+
+def _response_format(body: dict) -> ResponseFormat | None:
+    """`response_format`: {"type": "text"} (None), {"type": "json_object"} (any JSON object), or
+    {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}; llama-server's
+    {"type": "json_object", "schema": ...} too. The schema subset is models/json_grammar.py's."""
+    from ..models.json_grammar import SchemaError, compile_schema
+
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise ApiError(400, "'response_format' must be an object", "response_format", "invalid_type")
+    kind = fmt.get("type")
+    if kind == "text":
+        _no_unknown_fields(fmt, {"type"}, "response_format")
+        return None
+    if kind == "json_object":
+        _no_unknown_fields(fmt, {"type", "schema"}, "response_format")
+        schema, where = fmt.get("schema") or {"type": "object"}, "response_format.schema"
+    elif kind == "json_schema":
+        _no_unknown_fields(fmt, {"type", "json_schema"}, "response_format")
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict):
+            raise ApiError(400, "'response_format.json_schema' must be an object with 'schema'",
+                           "response_format.json_schema", "invalid_type")
+        _no_unknown_fields(spec, {"name", "schema", "strict", "description"}, "response_format.json_schema")
+        schema, where = spec.get("schema", {}), "response_format.json_schema.schema"
+    else:
+        raise ApiError(400, f"'response_format.type' must be text, json_object or json_schema, got {_shown(kind)}",
+                       "response_format.type", "invalid_value")
+    try:
+        root = compile_schema(schema)
+    except SchemaError as e:
+        param = f"{where}.{e.keyword}" if e.keyword else where
+        raise ApiError(400, f"'{where}': {e}", param, "unsupported_schema") from None
+    return ResponseFormat(json.dumps(schema, sort_keys=True), root)
+
+
+MAX_TOP_LOGPROBS = 20
+
+
+def _logit_bias(body: dict) -> dict[int, float]:
+    """OpenAI's logit_bias: {"token id": bias in [-100, 100]} (ids are checked against the vocabulary
+    by the worker)."""
+    v = body.get("logit_bias")
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ApiError(400, "'logit_bias' must be an object mapping token ids to numbers", "logit_bias",
+                       "invalid_type")
+    if len(v) > 1024:
+        raise ApiError(400, f"'logit_bias' takes at most 1024 entries, got {len(v)}", "logit_bias", "invalid_value")
+    out = {}
+    for key, bias in v.items():
+        if not (key.isascii() and key.isdigit() and len(key) < 10):
+            raise ApiError(400, f"'logit_bias' keys must be token ids, got {_shown(key)}", "logit_bias",
+                           "invalid_value")
+        out[int(key)] = _number({"logit_bias": bias}, "logit_bias", 0.0, -100.0, 100.0)
+    return out
+
+
+def _chat_logprobs(body: dict) -> int | None:
+    """`logprobs` (true: each token's log probability) and `top_logprobs` (0..20 alternatives; needs
+    logprobs): None, or how many alternatives to return."""
+    on = _boolean(body, "logprobs", False)
+    top = _integer(body, "top_logprobs", None, 0, MAX_TOP_LOGPROBS)
+    if top is not None and not on:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
+    return (top or 0) if on else None
+
+
+def _completion_logprobs(body: dict) -> int | None:
+    """/v1/completions' `logprobs`: null, or 0..20 alternatives per token."""
+    return _integer(body, "logprobs", None, 0, MAX_TOP_LOGPROBS)
 
 
 def _chat_messages(body: dict) -> list[dict[str, str]]:
     _no_unknown_fields(body, CHAT_FIELDS)
-    _default_only(body, "top_logprobs", (0,), "no log probabilities are returned")
-    _default_only(body, "tool_choice", ("none",), "no tools")
-    _default_only(body, "function_call", ("none",), "no functions")
-    _default_only(body, "parallel_tool_calls", (False, True), "no tools")
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise ApiError(400, "'response_format' is not supported (only {\"type\": \"text\"}, the default)",
-                       "response_format", "unsupported_parameter")
+    _default_only(body, "function_call", ("none",), "no functions; use 'tools'")
+    _boolean(body, "parallel_tool_calls", True)  # either way a reply makes at most one call
     messages = body.get("messages", _MISSING)
     if messages is _MISSING:
         raise ApiError(400, "'messages' is required", "messages", "missing_required_parameter")
@@ -283,14 +381,24 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise ApiError(400, f"{where} must be an object with 'role' and 'content'", where, "invalid_type")
-        _no_unknown_fields(m, MESSAGE_FIELDS, where)
+        role, content = m.get("role"), m.get("content")
+        extra = {"tool_calls"} if role == "assistant" else {"tool_call_id"} if role == "tool" else set()
+        _no_unknown_fields(m, MESSAGE_FIELDS | extra, where)
         if m.get("name") is not None and not isinstance(m["name"], str):
             raise ApiError(400, f"{where}.name must be a string", f"{where}.name", "invalid_type")
-        role, content = m.get("role"), m.get("content")
         if role == "developer":
             role = "system"
+        if role == "assistant" and m.get("tool_calls"):
+            out.append({"role": "assistant", "content": _earlier_tool_calls(m, where)})
+            continue
+        if role == "tool":
+            if not isinstance(content, str) or not isinstance(m.get("tool_call_id", ""), str):
+                raise ApiError(400, f"{where}: a tool message needs 'content' (a string) and 'tool_call_id'",
+                               f"{where}.content", "invalid_type")
+            out.append({"role": "user", "content": serve_tools.tool_result_text(content, m.get("tool_call_id"))})
+            continue
         if role not in ("system", "user", "assistant"):
-            raise ApiError(400, f"{where}.role must be system, user or assistant, got {json.dumps(role)[:40]}",
+            raise ApiError(400, f"{where}.role must be system, user, assistant or tool, got {json.dumps(role)[:40]}",
                            f"{where}.role", "invalid_value")
         if content is None:  # absent or null: OpenAI refuses it too (it means a tool call, not supported)
             raise ApiError(400, f"{where}.content is required (a string or a list of text parts)",
@@ -310,7 +418,168 @@ def _chat_messages(body: dict) -> list[dict[str, str]]:
     return out
 
 
-def _completion_prompt(body: dict) -> str | list[int]:
+MAX_PROMPTS = 16  # prompts in one /v1/completions request
+
+
+RESPONSES_FIELDS = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "top_k", "min_p",
+                    "repeat_penalty", "seed", "user", "stream", "store", "text", "metadata"}
+
+
+def _responses_as_chat(body: dict) -> dict:
+    """A /v1/responses body as the /v1/chat/completions body it means (validated here where the
+    names differ, so that errors name the Responses API's fields)."""
+    _check_text(body)
+    _no_unknown_fields(body, RESPONSES_FIELDS)
+    _boolean(body, "stream", False)
+    _default_only(body, "store", (False,), "responses are not stored")
+    if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
+        raise ApiError(400, "'metadata' must be an object", "metadata", "invalid_type")
+    messages = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise ApiError(400, "'instructions' must be a string", "instructions", "invalid_type")
+        messages.append({"role": "system", "content": instructions})
+    items = body.get("input", _MISSING)
+    if items is _MISSING:
+        raise ApiError(400, "'input' is required", "input", "missing_required_parameter")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise ApiError(400, "'input' must be a string or a non-empty list of messages", "input", "invalid_type")
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise ApiError(400, f"{where} must be a message object", where, "invalid_type")
+        _no_unknown_fields(item, {"role", "content", "type"}, where)
+        if item.get("type", "message") != "message":
+            raise ApiError(400, f"{where}.type: only messages are supported, got {_shown(item.get('type'))}",
+                           f"{where}.type", "unsupported_value")
+        content = item.get("content")
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                if not (isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
+                        and isinstance(part.get("text"), str)):
+                    raise ApiError(400, f"{where}.content[{j}]: only text parts are supported",
+                                   f"{where}.content[{j}]", "invalid_value")
+                texts.append(part["text"])
+            content = "".join(texts)
+        messages.append({"role": item.get("role"), "content": content})
+    chat = {"messages": messages, "max_tokens": _integer(body, "max_output_tokens", None, 1, 2**31)}
+    for key in ("stream", "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "user"):
+        if key in body:
+            chat[key] = body[key]
+    text = body.get("text")
+    if text is not None:
+        if not isinstance(text, dict):
+            raise ApiError(400, "'text' must be an object", "text", "invalid_type")
+        _no_unknown_fields(text, {"format"}, "text")
+        fmt = text.get("format")
+        if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+            _no_unknown_fields(fmt, {"type", "name", "schema", "strict", "description"}, "text.format")
+            chat["response_format"] = {"type": "json_schema", "json_schema": {
+                k: v for k, v in fmt.items() if k != "type"}}
+        elif fmt is not None:
+            chat["response_format"] = fmt
+    try:
+        _response_format(chat)
+    except ApiError as e:  # name the field as the Responses API spells it
+        e.param = (e.param or "").replace("response_format.json_schema", "text.format").replace(
+            "response_format", "text.format")
+        raise
+    return chat
+
+
+def _embedding_inputs(body: dict) -> list[str | list[int]]:
+    """/v1/embeddings' `input`: a string, token ids, or a list of strings or of token-id lists."""
+    v = body.get("input", _MISSING)
+    if v is _MISSING:
+        raise ApiError(400, "'input' is required", "input", "missing_required_parameter")
+    if isinstance(v, str) or _token_ids(v):
+        v = [v]
+    if not (isinstance(v, list) and v and all(isinstance(x, str) or _token_ids(x) for x in v)):
+        raise ApiError(400, "'input' must be a string, token ids, or a list of strings or of token-id lists",
+                       "input", "invalid_type")
+    if any(x == "" for x in v):
+        raise ApiError(400, "'input' has an empty string", "input", "invalid_value")
+    return [x if isinstance(x, str) else list(x) for x in v]
+
+
+def _token_ids(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+
+
+def _earlier_tool_calls(m: dict, where: str) -> str:
+    calls = m["tool_calls"]
+    if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+            and isinstance(c["function"].get("arguments", ""), (str, dict)) for c in calls):
+        raise ApiError(400, f"{where}.tool_calls must be a list of {{\"function\": {{\"name\", \"arguments\"}}}}",
+                       f"{where}.tool_calls", "invalid_type")
+    text = serve_tools.assistant_call_text([{"function": {"name": c["function"]["name"],
+                                                          "arguments": c["function"].get("arguments", "{}")}}
+                                            for c in calls])
+    content = m.get("content")
+    return (content + "\n" + text) if isinstance(content, str) and content else text
+
+
+def _tools(body: dict):
+    """`tools` and `tool_choice`: a serve_tools.ToolSpec, or None when no tool may be called."""
+    from ..models.json_grammar import SchemaError, compile_schema
+
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools in (None, []):
+        if choice not in (None, "none", "auto"):
+            raise ApiError(400, "'tool_choice' needs 'tools'", "tool_choice", "invalid_value")
+        return None
+    if not isinstance(tools, list) or len(tools) > 64:
+        raise ApiError(400, "'tools' must be a list of at most 64 functions", "tools", "invalid_type")
+    specs = []
+    for i, t in enumerate(tools):
+        where = f"tools[{i}]"
+        if not (isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)):
+            raise ApiError(400, f"{where} must be {{\"type\": \"function\", \"function\": {{...}}}}", where,
+                           "invalid_type")
+        _no_unknown_fields(t, {"type", "function"}, where)
+        f = t["function"]
+        _no_unknown_fields(f, {"name", "description", "parameters", "strict"}, f"{where}.function")
+        name = f.get("name")
+        if not (isinstance(name, str) and 0 < len(name) <= 64 and set(name) <= TOOL_NAME_CHARS):
+            raise ApiError(400, f"{where}.function.name must be 1 to 64 letters, digits, _ or -",
+                           f"{where}.function.name", "invalid_value")
+        if f.get("description") is not None and not isinstance(f["description"], str):
+            raise ApiError(400, f"{where}.function.description must be a string", f"{where}.function.description",
+                           "invalid_type")
+        specs.append({"name": name, "description": f.get("description") or "", "parameters": f.get("parameters")})
+    if choice is None:
+        choice = "auto"
+    if choice == "none":
+        return None
+    if isinstance(choice, dict):
+        fn = choice.get("function") if choice.get("type") == "function" else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if name not in [s["name"] for s in specs]:
+            raise ApiError(400, "'tool_choice' must be none, auto, required, or "
+                                "{\"type\": \"function\", \"function\": {\"name\": NAME}} naming one of 'tools'",
+                           "tool_choice", "invalid_value")
+        choice = name
+    elif choice not in ("auto", "required"):
+        raise ApiError(400, f"'tool_choice' must be none, auto, required or a function, got {_shown(choice)}",
+                       "tool_choice", "invalid_value")
+    for i, spec in enumerate(specs):  # every tool's parameters, whichever the reply may call
+        try:
+            if spec["parameters"] is not None:
+                compile_schema(spec["parameters"])
+        except SchemaError as e:
+            param = f"tools[{i}].function.parameters" + (f".{e.keyword}" if e.keyword else "")
+            raise ApiError(400, f"'tools[{i}].function.parameters': {e}", param, "unsupported_schema") from None
+    return serve_tools.build(specs, choice)
+
+
+def _completion_prompts(body: dict) -> list[str | list[int]]:
+    """The prompts of a /v1/completions request: a string, token ids, or a list of strings and/or
+    lists of token ids (one choice each, in order, as OpenAI)."""
     _no_unknown_fields(body, COMPLETION_FIELDS)
     _default_only(body, "best_of", (1,), "only one completion is made")
     _default_only(body, "echo", (False,), "the prompt is not repeated")
@@ -318,14 +587,15 @@ def _completion_prompt(body: dict) -> str | list[int]:
     prompt = body.get("prompt", _MISSING)
     if prompt is _MISSING:
         raise ApiError(400, "'prompt' is required", "prompt", "missing_required_parameter")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return list(prompt)  # token ids
-    if not isinstance(prompt, str):
-        raise ApiError(400, "'prompt' must be a string, a list of one string, or a list of token ids",
-                       "prompt", "invalid_type")
-    return prompt
+    if isinstance(prompt, str) or _token_ids(prompt):
+        return [prompt if isinstance(prompt, str) else list(prompt)]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) or _token_ids(p) for p in prompt):
+        if len(prompt) > MAX_PROMPTS:
+            raise ApiError(400, f"'prompt' takes at most {MAX_PROMPTS} prompts, got {len(prompt)}", "prompt",
+                           "invalid_value")
+        return [p if isinstance(p, str) else list(p) for p in prompt]
+    raise ApiError(400, "'prompt' must be a string, token ids, or a list of strings or of token-id lists",
+                   "prompt", "invalid_type")
 
 
 # ---------------------------------------------------------------------- the worker
@@ -335,13 +605,23 @@ class Job:
     """One request's generation. The worker pushes events; the request's coroutine reads them:
     ("start", prompt_tokens), ("text", str)..., then ("done", GenerationResult) or ("error", ApiError)."""
 
-    def __init__(self, kind: str, payload: Any, params: dict, loop: asyncio.AbstractEventLoop):
+    def __init__(self, kind: str, payload: Any, params: dict, loop: asyncio.AbstractEventLoop,
+                 wakeup: asyncio.Event | None = None, index: int = 0):
         self.kind, self.payload, self.params, self.loop = kind, payload, params, loop
+        self.index = index  # the choice this job makes in its request's response (n > 1, a list of prompts)
         self.cancelled = threading.Event()
         self.engine: Engine | None = None  # set by Engine.submit
         self.state = "new"  # "waiting" (queued), "taken" (the worker has it), "withdrawn" (gone while waiting)
         self.events: collections.deque = collections.deque()
-        self.wakeup = asyncio.Event()
+        self.wakeup = wakeup or asyncio.Event()  # shared by the jobs of one request (JobGroup)
+        self.sampler = None  # a GuidedSampler when the request asks for logprobs, a bias or a format
+        self.sent_steps = 0  # the sampler's records already sent in a stream
+        self.sent_text = 0  # characters of text already sent in a stream
+
+    def steps(self) -> int:
+        """Ids chosen so far (with a recording sampler; else 0): a text event carries it, so that a
+        stream sends each token's log probabilities with its text."""
+        return len(self.sampler.records) if self.sampler is not None else 0
 
     def emit(self, *event: Any) -> None:  # from the worker thread
         try:
@@ -372,6 +652,34 @@ class Job:
                     self.cancel()
                     return ("gone",)
         return self.events.popleft()
+
+
+class JobGroup:
+    """The jobs of one request (one per choice): their events, read in arrival order. The jobs share
+    one wakeup event, set on the event loop when any of them has a new event."""
+
+    def __init__(self, jobs: list[Job]):
+        self.jobs = jobs
+        self.wakeup = jobs[0].wakeup
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            job.cancel()
+
+    async def next_event(self, request=None) -> tuple[int, tuple]:
+        """(job index, event) of the next event of any job; with `request`, as Job.next_event, a
+        departed client cancels every job and gives (-1, ("gone",))."""
+        while True:
+            for job in self.jobs:
+                if job.events:
+                    return job.index, job.events.popleft()
+            self.wakeup.clear()
+            try:
+                await asyncio.wait_for(self.wakeup.wait(), DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                if request is not None and await request.is_disconnected():
+                    self.cancel()
+                    return -1, ("gone",)
 
 
 class Engine:
@@ -475,7 +783,7 @@ class Engine:
 
     def _run(self, job: Job):
         s = self.session
-        param = "messages" if job.kind == "chat" else "prompt"
+        param = {"chat": "messages", "embedding": "input"}.get(job.kind, "prompt")
         if job.kind == "chat":
             if not s.has_chat_template:
                 raise ApiError(400, f"{s.config.name} has no chat template (a base model): use /v1/completions",
@@ -494,13 +802,19 @@ class Engine:
         if len(ids) >= capacity:
             raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context holds {capacity} "
                                 f"(tl serve --context)", param, "context_length_exceeded")
+        if job.kind == "embedding":
+            from .serve_embed import embed
+
+            job.emit("start", len(ids))
+            return embed(s, ids)
         room = capacity - len(ids) + 1  # the last prompt position's logits choose one more
         limits = [room] + [m for m in (job.params["max_tokens"], self.options.max_tokens) if m]
         max_tokens = min(limits)
         job.emit("start", len(ids))
-        on_text = (lambda text: job.emit("text", text)) if job.params["stream"] else None
+        job.sampler = _guided_sampler(s, job.params)  # None: the plain sampler (the default path)
+        on_text = (lambda text: job.emit("text", text, job.steps())) if job.params["stream"] else None
         return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
-                          **job.params["sampling"])
+                          sampler=job.sampler, **job.params["sampling"])
 
 
 # ---------------------------------------------------------------------- the HTTP app
@@ -508,9 +822,76 @@ class Engine:
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context": "length", "interrupt": "stop"}
 
 
-def _usage(result) -> dict:
-    p, c = len(result.prompt_ids), len(result.ids)
+def _usage(results: list, n: int) -> dict:
+    """Usage of a request's choices (in order; `n` per prompt): each prompt counted once, as OpenAI."""
+    p = sum(len(r.prompt_ids) for r in results[::n])
+    c = sum(len(r.ids) for r in results)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _choice_params(params: dict, j: int) -> dict:
+    """The parameters of a request's j-th choice of a prompt: its own seed (seed + j), so that n > 1
+    gives independent samples that a fixed seed still reproduces."""
+    if j == 0:
+        return params
+    sampling = dict(params["sampling"])
+    if sampling.get("seed") is not None:
+        sampling["seed"] = (sampling["seed"] + j) % 2**63
+    return {**params, "sampling": sampling}
+
+
+def _choice(kind: str, index: int, job: Job, result) -> dict:
+    finish = FINISH_REASONS[result.stopped_by]
+    logprobs = None
+    if job.sampler is not None and job.params.get("logprobs") is not None:
+        tok = job.engine.session.tokenizer.tok
+        records = openai_logprobs.within_text(tok, job.sampler.records, result.text)
+        logprobs = openai_logprobs.chat(tok, records) if kind == "chat" else openai_logprobs.completion(tok, records)
+    if kind == "chat":
+        message = {"role": "assistant", "content": result.text}
+        if job.params.get("tools") is not None:
+            message["content"], calls = serve_tools.parse_reply(result.text)
+            if calls:
+                message["tool_calls"], finish = calls, "tool_calls"
+        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish}
+    return {"index": index, "text": result.text, "logprobs": logprobs, "finish_reason": finish}
+
+
+def _stream_logprobs(kind: str, job: Job, event: tuple) -> Any:
+    """The log probabilities of the ids chosen since the last text chunk, sent with this one."""
+    if job.sampler is None or job.params.get("logprobs") is None or len(event) < 3:
+        return None
+    tok = job.engine.session.tokenizer.tok
+    records = [r for r in job.sampler.records[job.sent_steps:event[2]] if not tok.is_special(r.id)]
+    offset = job.sent_text
+    job.sent_steps = max(job.sent_steps, event[2])
+    job.sent_text += len(event[1])
+    if kind == "chat":
+        return openai_logprobs.chat(tok, records)
+    return openai_logprobs.completion(tok, records, offset)
+
+
+def _guided_sampler(session, params: dict):
+    """The sampler a request needs for logprobs, logit_bias, response_format or the presence and
+    frequency penalties; None (the plain sampler, bit for bit the default path) when it asks for
+    none of them."""
+    from ..builtins.guided import GuidedSampler
+    from ..builtins.sampling import SamplerValue
+
+    if params.get("logprobs") is None and not params.get("logit_bias") and params.get("response_format") is None \
+            and not params.get("presence_penalty") and not params.get("frequency_penalty"):
+        return None
+    vocab = session.config.vocab_size
+    bad = next((t for t in params.get("logit_bias", {}) if t >= vocab), None)
+    if bad is not None:
+        raise ApiError(400, f"'logit_bias' names token {bad}, outside the vocabulary (0..{vocab - 1})", "logit_bias",
+                       "invalid_value")
+    sp = params["sampling"]
+    inner = SamplerValue.seeded(sp["temperature"], sp["top_k"], sp["top_p"], sp["seed"], sp["repeat_penalty"],
+                                sp["min_p"])
+    constraint = params["response_format"].constraint(session) if params.get("response_format") else None
+    return GuidedSampler(inner, vocab, params.get("logit_bias"), constraint, params.get("logprobs"),
+                         params.get("presence_penalty", 0.0), params.get("frequency_penalty", 0.0))
 
 
 def _sse(obj: Any) -> str:
@@ -521,8 +902,14 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
-    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
     from starlette.routing import Route
+
+    from .serve_metrics import Metrics, RequestLog
+
+    metrics = Metrics()
 
     created = int(time.time())
 
@@ -569,94 +956,274 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
                 return JSONResponse({}, status_code=499)
         return wrapped
 
-    async def run(request: Request, kind: str, payload: Any, params: dict):
-        job = Job(kind, payload, params, asyncio.get_running_loop())
-        if not engine.submit(job):
-            raise ApiError(503, f"the server is busy: {options.max_queue} requests are already waiting "
-                                "(tl serve --max-queue); try again later", code="queue_full")
-        event = await job.next_event(request)
+    def submit_all(jobs: list[Job], what: str, param: str) -> JobGroup:
+        """Queue a request's jobs (one per choice or input), all or none."""
+        if len(jobs) > options.max_queue + 1:
+            raise ApiError(400, f"this request asks for {len(jobs)} {what}; this server takes at most "
+                                f"{options.max_queue + 1} at once (tl serve --max-queue)", param, "invalid_value")
+        group = JobGroup(jobs)
+        for job in jobs:
+            if not engine.submit(job):
+                group.cancel()
+                raise ApiError(503, f"the server is busy: {options.max_queue} requests are already waiting "
+                                    "(tl serve --max-queue); try again later", code="queue_full")
+        return group
+
+    async def collect(request: Request, group: JobGroup) -> list | None:
+        """Every job's result, in order; None when the client left (the jobs are cancelled); the first
+        error is raised (and the other jobs cancelled)."""
+        results: dict[int, Any] = {}
+        while len(results) < len(group.jobs):
+            index, event = await group.next_event(request)
+            if event[0] == "gone":
+                return None
+            if event[0] == "error":
+                group.cancel()
+                raise event[1]
+            if event[0] == "done":
+                results[index] = event[1]
+        return [results[i] for i in range(len(group.jobs))]
+
+    async def run(request: Request, kind: str, payloads: list, params: dict):
+        n = params["n"]
+        loop = asyncio.get_running_loop()
+        wakeup = asyncio.Event()
+        jobs = [Job(kind, payload, _choice_params(params, j), loop, wakeup, index=i * n + j)
+                for i, payload in enumerate(payloads) for j in range(n)]
+        what = f"{len(payloads)} prompts x n = {n}" if len(payloads) > 1 else f"n = {n}"
+        group = submit_all(jobs, f"choices ({what})", "n" if len(payloads) == 1 else "prompt")
+        rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        if params["stream"]:
+            # the first choice's start (or its error, answered as a 4xx) before the stream begins
+            early: list = []
+            while True:
+                index, event = await group.next_event(request)
+                if event[0] == "gone":
+                    return JSONResponse({}, status_code=499)
+                if event[0] == "error":
+                    group.cancel()
+                    raise event[1]
+                early.append((index, event))
+                if index == 0:
+                    break
+            return StreamingResponse(_stream(request, group, kind, rid, params["include_usage"], early),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        ordered = await collect(request, group)
+        if ordered is None:
+            return JSONResponse({}, status_code=499)
+        usage = _usage(ordered, n)
+        request.state.tl_usage = usage
+        choices = [_choice(kind, i, jobs[i], r) for i, r in enumerate(ordered)]
+        if kind == "chat":
+            body = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model_id,
+                    "choices": choices, "usage": usage, "system_fingerprint": None}
+        else:
+            body = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_id,
+                    "choices": choices, "usage": usage}
+        return JSONResponse(body)
+
+    @endpoint
+    async def responses(request: Request):
+        """The Responses API's basic text form: `input` (a string or messages) and `instructions` in,
+        one assistant message out (streamed as the API's typed events with `stream: true`);
+        `text.format` json_schema / json_object constrain it as response_format does."""
+        body = await read_json(request)
+        chat_body = _responses_as_chat(body)
+        params = _common(chat_body, options.defaults)
+        messages = _chat_messages(chat_body)
+        params["logprobs"] = None
+        job = Job("chat", messages, params, asyncio.get_running_loop())
+        group = submit_all([job], "responses", "input")
+        rid, mid = "resp_" + uuid.uuid4().hex[:24], "msg_" + uuid.uuid4().hex[:24]
+        created = int(time.time())
+
+        def response(status: str, text: str, usage: dict | None) -> dict:
+            cut = status == "incomplete"
+            return {
+                "id": rid, "object": "response", "created_at": created, "status": status,
+                "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
+                "model": model_id, "instructions": body.get("instructions"),
+                "max_output_tokens": body.get("max_output_tokens"),
+                "temperature": params["sampling"]["temperature"], "top_p": params["sampling"]["top_p"],
+                "tools": [], "tool_choice": "none", "parallel_tool_calls": False,
+                "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}}, "store": False,
+                "output": [] if usage is None else [message(status, text)], "output_text": text,
+                "usage": None if usage is None else {
+                    "input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+                    "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 0}}}
+
+        def message(status: str, text: str | None) -> dict:
+            content = [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]
+            return {"type": "message", "id": mid, "status": status, "role": "assistant", "content": content}
+
+        if not params["stream"]:
+            results = await collect(request, group)
+            if results is None:
+                return JSONResponse({}, status_code=499)
+            usage = _usage(results, 1)
+            request.state.tl_usage = usage
+            status = "incomplete" if FINISH_REASONS[results[0].stopped_by] == "length" else "completed"
+            return JSONResponse(response(status, results[0].text, usage))
+        index, event = await group.next_event(request)  # the start, or an error answered as a 4xx
         if event[0] == "gone":
             return JSONResponse({}, status_code=499)
         if event[0] == "error":
+            group.cancel()
             raise event[1]
-        prompt_tokens = event[1]
-        rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
-        if params["stream"]:
-            return StreamingResponse(_stream(job, kind, rid, params["include_usage"], prompt_tokens),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        while True:
-            event = await job.next_event(request)
-            if event[0] == "gone":
-                return JSONResponse({}, status_code=499)
-            if event[0] == "error":
-                raise event[1]
-            if event[0] == "done":
-                break
-        result = event[1]
-        finish = FINISH_REASONS[result.stopped_by]
-        if kind == "chat":
-            body = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model_id,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                                 "logprobs": None, "finish_reason": finish}],
-                    "usage": _usage(result), "system_fingerprint": None}
-        else:
-            body = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_id,
-                    "choices": [{"index": 0, "text": result.text, "logprobs": None, "finish_reason": finish}],
-                    "usage": _usage(result)}
-        return JSONResponse(body)
 
-    async def _stream(job: Job, kind: str, rid: str, include_usage: bool, prompt_tokens: int) -> AsyncIterator[str]:
+        async def events() -> AsyncIterator[str]:
+            seq = 0
+
+            def sse(kind: str, **fields) -> str:
+                nonlocal seq
+                seq += 1
+                data = json.dumps({"type": kind, "sequence_number": seq - 1, **fields}, ensure_ascii=False)
+                return f"event: {kind}\ndata: {data}\n\n"
+
+            part = {"item_id": mid, "output_index": 0, "content_index": 0}
+            try:
+                yield sse("response.created", response=response("in_progress", "", None))
+                yield sse("response.in_progress", response=response("in_progress", "", None))
+                yield sse("response.output_item.added", output_index=0, item=message("in_progress", None))
+                yield sse("response.content_part.added", **part,
+                          part={"type": "output_text", "text": "", "annotations": []})
+                text = ""
+                while True:
+                    _, ev = await group.next_event()
+                    if ev[0] == "text":
+                        text += ev[1]
+                        yield sse("response.output_text.delta", **part, delta=ev[1])
+                    elif ev[0] == "error":
+                        yield sse("error", code=ev[1].code, message=ev[1].message, param=ev[1].param)
+                        return
+                    elif ev[0] == "done":
+                        r = ev[1]
+                        break
+                usage = _usage([r], 1)
+                request.state.tl_usage = usage
+                status = "incomplete" if FINISH_REASONS[r.stopped_by] == "length" else "completed"
+                yield sse("response.output_text.done", **part, text=r.text)
+                yield sse("response.content_part.done", **part,
+                          part={"type": "output_text", "text": r.text, "annotations": []})
+                yield sse("response.output_item.done", output_index=0, item=message(status, r.text))
+                yield sse("response.completed" if status == "completed" else "response.incomplete",
+                          response=response(status, r.text, usage))
+            finally:
+                group.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @endpoint
+    async def embeddings(request: Request):
+        body = await read_json(request)
+        _check_text(body)
+        _no_unknown_fields(body, {"input", "model", "encoding_format", "user"})
+        inputs = _embedding_inputs(body)
+        fmt = body.get("encoding_format") or "float"
+        if fmt not in ("float", "base64"):
+            raise ApiError(400, f"'encoding_format' must be float or base64, got {_shown(fmt)}", "encoding_format",
+                           "invalid_value")
+        loop, wakeup = asyncio.get_running_loop(), asyncio.Event()
+        jobs = [Job("embedding", x, {"stream": False, "n": 1}, loop, wakeup, index=i) for i, x in enumerate(inputs)]
+        results = await collect(request, submit_all(jobs, "embeddings", "input"))
+        if results is None:
+            return JSONResponse({}, status_code=499)
+        data = []
+        for i, r in enumerate(results):
+            vec = base64.b64encode(r.vector.astype("<f4").tobytes()).decode() if fmt == "base64" else \
+                [float(x) for x in r.vector]
+            data.append({"object": "embedding", "index": i, "embedding": vec})
+        tokens = sum(len(r.prompt_ids) for r in results)
+        request.state.tl_usage = {"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens}
+        return JSONResponse({"object": "list", "data": data, "model": model_id,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def _stream(request: Request, group: JobGroup, kind: str, rid: str, include_usage: bool,
+                      early: list) -> AsyncIterator[str]:
         made = int(time.time())
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
 
-        def chunk(text: str | None, finish: str | None, role: bool = False) -> dict:
+        def chunk(index: int, text: str | None, finish: str | None, role: bool = False,
+                  logprobs: Any = None) -> dict:
             if kind == "chat":
                 delta: dict = {}
                 if role:
                     delta["role"] = "assistant"
                 if text is not None:
                     delta["content"] = text
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             else:
-                choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+                choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
             out = {"id": rid, "object": obj, "created": made, "model": model_id, "choices": [choice]}
             if include_usage:
                 out["usage"] = None
             return out
 
+        results: dict[int, Any] = {}
+        pending = collections.deque(early)
         try:
             if kind == "chat":
-                yield _sse(chunk("", None, role=True))
-            while True:
-                event = await job.next_event()
-                if event[0] == "text":
-                    yield _sse(chunk(event[1], None))
+                for job in group.jobs:
+                    yield _sse(chunk(job.index, "", None, role=True))
+            while len(results) < len(group.jobs):
+                index, event = pending.popleft() if pending else await group.next_event()
+                tools = group.jobs[index].params.get("tools") is not None
+                if event[0] == "text" and not tools:  # (a tool reply is sent whole, once parsed)
+                    yield _sse(chunk(index, event[1], None, logprobs=_stream_logprobs(kind, group.jobs[index],
+                                                                                       event)))
                 elif event[0] == "error":
                     yield _sse(event[1].body())
                     break
                 elif event[0] == "done":
-                    result = event[1]
-                    yield _sse(chunk(None if kind == "chat" else "", FINISH_REASONS[result.stopped_by]))
-                    if include_usage:
-                        yield _sse({"id": rid, "object": obj, "created": made, "model": model_id, "choices": [],
-                                    "usage": _usage(result)})
-                    break
+                    result = results[index] = event[1]
+                    finish = FINISH_REASONS[result.stopped_by]
+                    if tools:
+                        content, calls = serve_tools.parse_reply(result.text)
+                        if calls:
+                            finish = "tool_calls"
+                            out = chunk(index, None, None)
+                            out["choices"][0]["delta"]["tool_calls"] = [{"index": k, **c} for k, c in enumerate(calls)]
+                            yield _sse(out)
+                        elif content:
+                            yield _sse(chunk(index, content, None))
+                    yield _sse(chunk(index, None if kind == "chat" else "", finish))
+            if len(results) == len(group.jobs):
+                ordered = [results[i] for i in range(len(group.jobs))]
+                usage = _usage(ordered, group.jobs[0].params["n"])
+                request.state.tl_usage = usage
+                if include_usage:
+                    yield _sse({"id": rid, "object": obj, "created": made, "model": model_id, "choices": [],
+                                "usage": usage})
             yield "data: [DONE]\n\n"
         finally:
-            job.cancel()  # a no-op once done; stops the generation when the client went away
+            group.cancel()  # a no-op once done; stops the generations when the client went away
 
     @endpoint
     async def chat_completions(request: Request):
         body = await read_json(request)
         params = _common(body, options.defaults)
-        return await run(request, "chat", _chat_messages(body), params)
+        messages = _chat_messages(body)
+        params["logprobs"] = _chat_logprobs(body)
+        spec = _tools(body)
+        if spec is not None:  # the tools in a system message; the reply constrained to a call or an answer
+            if params["response_format"] is not None:
+                raise ApiError(400, "'response_format' cannot be combined with tools (the reply's form is the "
+                                    "tool call's)", "response_format", "invalid_value")
+            messages = serve_tools.with_tools(messages, spec)
+            params["response_format"] = ResponseFormat(spec.key(), spec.root)
+            params["tools"] = spec
+        return await run(request, "chat", [messages], params)
 
     @endpoint
     async def completions(request: Request):
         body = await read_json(request)
         params = _common(body, options.defaults)
-        return await run(request, "completion", _completion_prompt(body), params)
+        prompts = _completion_prompts(body)
+        params["logprobs"] = _completion_logprobs(body)
+        return await run(request, "completion", prompts, params)
 
     model_card = {"id": model_id, "object": "model", "created": created, "owned_by": "tensorlogic"}
 
@@ -695,14 +1262,94 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
     async def server_error(request: Request, exc: Exception):
         return error_response(ApiError(500, f"internal error: {type(exc).__name__}"))
 
-    routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/models/{name:path}", model, methods=["GET"]),
+    tok = engine.session.tokenizer.tok
+
+    @endpoint
+    async def tokenize(request: Request):
+        body = await read_json(request)
+        _check_text(body)
+        _no_unknown_fields(body, {"content", "add_special", "parse_special", "with_pieces"})
+        content = body.get("content", _MISSING)
+        if not isinstance(content, str):
+            raise ApiError(400, "'content' must be a string", "content",
+                           "missing_required_parameter" if content is _MISSING else "invalid_type")
+        add_special = _boolean(body, "add_special", False)
+        # Special tokens written in the text are always recognised: the tokenizer's switch for that
+        # is shared with the worker, which tokenizes with it on.
+        _default_only(body, "parse_special", (True,), "special tokens in the text are always recognised")
+        with_pieces = _boolean(body, "with_pieces", False)
+        ids = tok.encode(content, add_special=add_special)
+        if not with_pieces:
+            return JSONResponse({"tokens": ids})
+        return JSONResponse({"tokens": [{"id": t, "piece": _piece(tok, t)} for t in ids]})
+
+    @endpoint
+    async def detokenize(request: Request):
+        body = await read_json(request)
+        _no_unknown_fields(body, {"tokens"})
+        ids = body.get("tokens", _MISSING)
+        if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)):
+            raise ApiError(400, "'tokens' must be a list of token ids", "tokens",
+                           "missing_required_parameter" if ids is _MISSING else "invalid_type")
+        bad = next((t for t in ids if not 0 <= t < tok.vocab_size), None)
+        if bad is not None:
+            raise ApiError(400, f"token id {_shown(bad)} is outside the vocabulary (0..{tok.vocab_size - 1})",
+                           "tokens", "invalid_value")
+        return JSONResponse({"content": tok.decode(ids)})
+
+    @endpoint
+    async def metrics_text(request: Request):
+        q = engine.status()
+        with engine.lock:
+            generated = engine.generated_tokens
+        gauges = {"tl_requests_running": ("generations running now", q["running"]),
+                  "tl_requests_waiting": ("generations waiting in the queue", q["waiting"]),
+                  "tl_generated_tokens": ("tokens generated since the start (finished generations)", generated),
+                  "tl_uptime_seconds": ("seconds since the server started", time.time() - engine.started_at)}
+        return PlainTextResponse(metrics.text(gauges), media_type="text/plain; version=0.0.4")
+
+    # Every OpenAI route also answers without its /v1 prefix (a client whose base URL lacks it).
+    openai_routes = [("/chat/completions", chat_completions, "POST"), ("/completions", completions, "POST"),
+                     ("/embeddings", embeddings, "POST"), ("/responses", responses, "POST"),
+                     ("/models", models, "GET"), ("/models/{name:path}", model, "GET")]
+    routes = [Route(prefix + path, fn, methods=[method])
+              for path, fn, method in openai_routes for prefix in ("/v1", "")]
+    routes += [
         Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/metrics", metrics_text, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+    middleware = []
+    if options.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(options.cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_headers=["Authorization", "Content-Type"], max_age=600))
+    app = Starlette(routes=routes, middleware=middleware,
+                    exception_handlers={HTTPException: http_error, Exception: server_error})
+    known = {r.path for r in routes}
+
+    def route_of(path: str) -> str:
+        """The route a path matched (a bounded set of metric labels), or "other"."""
+        if path in known:
+            return path
+        for prefix in ("/v1/models/", "/models/"):
+            if path.startswith(prefix):
+                return prefix + "{name}"
+        return "other"
+
+    return RequestLog(app, metrics, route_of, enabled=options.request_log)
+
+
+def _piece(tok, tid: int) -> Any:
+    """A token's text as llama-server's /tokenize gives it: a string, or its bytes when they are not
+    UTF-8 on their own (a piece of a character)."""
+    data = tok.token_bytes(tid)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
 
 
 # ---------------------------------------------------------------------- connections

@@ -8,3 +8,4 @@ from . import registry  # noqa: F401
 # (tokenizers and attention right after models, whose builtins they were: the table keeps its order)
 from . import (assertions, einsum, files, kvcache, learning, logic, math_ops, memory, models,  # noqa: F401
                tokenizers, attention, nn, sampling, sequences, strings_io, tensors, losses, checkpoints, conv, plotting, batching)
+from . import guided  # noqa: F401  (constrained and recorded sampling: json_sampler)

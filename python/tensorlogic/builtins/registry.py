@@ -37,6 +37,7 @@ _TL_HOST_EFFECTS = frozenset({
     "load_tokenizer", "text_stream", "token_sampler", "llama_kv_cache", "KVCache::new_f32",
     "KVCache::new_f16", "KVCache::with_capacity", "relation_tensor", "infer", "entities", "push", "pop",
     "item", "to_list", "load_relation", "save_relation",
+    "json_sampler", "relation_sampler",
 })
 HOST_EFFECT_BUILTINS = _TL_HOST_EFFECTS | frozenset(op["name"] for op in op_table() if op["host_effect"])
 

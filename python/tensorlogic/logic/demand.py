@@ -146,9 +146,9 @@ def answer_on_demand(engine, atom: Atom) -> QueryResult | None:
             return QueryResult(atom=atom, variables=tuple(dict.fromkeys(
                 t.name for t in query.args if isinstance(t, Var) and t.name != "_")), rows=[], weights=None)
     program, adornment, target = magic_program([_resolved(r, known) for r in rules], derived, query)
-    from .engine import LogicEngine  # (engine.py imports this module)
-    sub = LogicEngine(dense_limit=engine.dense_limit, tolerance=engine.tolerance,
-                      max_soft_iterations=engine.max_soft_iterations, dense_evaluator=engine._dense_evaluator)
+    sub = type(engine)(  # a LogicEngine (engine.py imports this module, not the other way)
+        dense_limit=engine.dense_limit, tolerance=engine.tolerance,
+        max_soft_iterations=engine.max_soft_iterations, dense_evaluator=engine._dense_evaluator)
     sub.domains = engine.domains  # shared: indices agree, and nothing new is added to them
     for name in names - derived:
         info = engine.relations[name]

@@ -108,6 +108,7 @@ _BUILTIN_NO_GRADIENT = {
                                         "positional_encoding causal_mask range range_i map random seed "
                                         "load read_text load_model load_model_f32 load_model_f16 get_tensor "
                                         "load_tokenizer text_stream token_sampler kv_cache llama_kv_cache "
+                                        "json_sampler relation_sampler "
                                         "KVCache::new_f32 KVCache::new_f16 KVCache::with_capacity "
                                         "relation_tensor infer entities env clock args input randperm minibatches",
     "containers (hold values as they are)": "append push pop reverse keys values has_key remove",
