@@ -72,6 +72,7 @@ class ServeOptions:
     backend: str | None = None
     kv_dtype: str = "f32"
     fast: bool = False
+    parallel: int = 1  # slots decoded together (apps/batching.py); 1: one request at a time
     defaults: dict = field(default_factory=dict)  # sampling defaults from the command line
 
 
@@ -433,6 +434,18 @@ class Engine:
         if job is not None:
             job.cancel()
 
+    banner = "one request at a time"
+    worker_text = "one worker thread owns the model: requests run one at a time, in arrival order"
+
+    def slots_report(self) -> dict:
+        """The KV cache's use (/health): one slot, the session's cache (whose prefix a request reuses)."""
+        s = self.session
+        cache = s.cache
+        kv = sum(t.nbytes for t in cache.k + cache.v if t is not None) if cache is not None else 0
+        return {"parallel": 1, "slot_context": s.capacity, "kv_bytes": kv,
+                "slots": [{"id": 0, "state": "busy" if self.running else "idle",
+                           "cached_tokens": len(s.cached_ids)}]}
+
     def status(self) -> dict:
         with self.lock:
             return {"running": self.running, "waiting": self.waiting, "max_queue": self.options.max_queue}
@@ -475,6 +488,15 @@ class Engine:
 
     def _run(self, job: Job):
         s = self.session
+        ids, max_tokens = self._prepare(job, s.capacity)
+        job.emit("start", len(ids))
+        on_text = (lambda text: job.emit("text", text)) if job.params["stream"] else None
+        return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
+                          **job.params["sampling"])
+
+    def _prepare(self, job: Job, capacity: int) -> tuple[list[int], int]:
+        """The job's prompt ids and its token limit in a context of `capacity` positions (4xx if none)."""
+        s = self.session
         param = "messages" if job.kind == "chat" else "prompt"
         if job.kind == "chat":
             if not s.has_chat_template:
@@ -490,17 +512,12 @@ class Engine:
             ids = s.raw_prompt_ids(job.payload)
         if not ids:
             raise ApiError(400, "the prompt is empty (no tokens)", param, "invalid_value")
-        capacity = s.capacity
         if len(ids) >= capacity:
             raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context holds {capacity} "
                                 f"(tl serve --context)", param, "context_length_exceeded")
         room = capacity - len(ids) + 1  # the last prompt position's logits choose one more
         limits = [room] + [m for m in (job.params["max_tokens"], self.options.max_tokens) if m]
-        max_tokens = min(limits)
-        job.emit("start", len(ids))
-        on_text = (lambda text: job.emit("text", text)) if job.params["stream"] else None
-        return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
-                          **job.params["sampling"])
+        return ids, min(limits)
 
 
 # ---------------------------------------------------------------------- the HTTP app
@@ -510,7 +527,9 @@ FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "contex
 
 def _usage(result) -> dict:
     p, c = len(result.prompt_ids), len(result.ids)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    # cached: prompt tokens whose keys and values a previous request left in the cache (not run again)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": p - result.prefilled}}
 
 
 def _sse(obj: Any) -> str:
@@ -680,8 +699,8 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         return JSONResponse({
             "status": "ok", "model": model_id, "context": s.capacity,
             "chat_template": s.has_chat_template,
-            "worker": "one worker thread owns the model: requests run one at a time, in arrival order",
-            "queue": engine.status(),
+            "worker": engine.worker_text,
+            "queue": engine.status(), "slots": engine.slots_report(),
             "requests": {k: counts.get(k, 0) for k in ("served", "cancelled", "rejected", "invalid", "errors")},
             "generated_tokens": generated, "uptime_s": round(time.time() - engine.started_at, 1),
         })
@@ -840,14 +859,24 @@ def run_server(options: ServeOptions) -> int:
     if session.requested_context is None:
         session.requested_context = CHAT_CONTEXT
     model_id = options.name or options.model_path.stem
-    engine = Engine(session, options)
+    try:
+        if options.parallel > 1:
+            from .batching import BatchEngine
+            engine = BatchEngine(session, options)
+        else:
+            engine = Engine(session, options)
+    except ModelError as e:
+        sock.close()
+        session.close()
+        print(f"tl: error: {e}", file=sys.stderr)
+        return 1
     engine.start()
     app = build_app(engine, model_id, options)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     auth = "; API key required" if options.api_key else ""
     print(f"tl serve: {session.config.name} ({options.model_path.name}) on http://{shown}:{port}/v1 "
-          f"(context {session.capacity}; one request at a time, {options.max_queue} may wait{auth})",
+          f"(context {session.capacity}; {engine.banner}, {options.max_queue} may wait{auth})",
           file=sys.stderr, flush=True)
     if not options.api_key and host not in ("127.0.0.1", "::1", "localhost"):
         print(f"tl serve: note: listening on {host} without --api-key: anyone who reaches this port can use it",
