@@ -172,3 +172,18 @@ def test_prompt_cache_one_slot_session_smollm2(smol_session):
     common = _common(p1 + r1.ids[:-1], p2)
     assert r2.prefilled == len(p2) - common and common > len(p1)
     assert r2.ids == _alone(s, p2, 8)
+
+
+def test_fast_mode_steps_each_row_alone_and_equals_alone_smollm2(smollm2_path):
+    """--fast's 8-bit activations apply to one-row products only: the scheduler steps each
+    sequence alone then, so output still equals the request run alone (with --fast)."""
+    with LlmSession(smollm2_path, context=256, fast=True) as s:
+        prompts = [s.raw_prompt_ids(t) for t in ("The capital of France is", "Once upon a time, there was")]
+        alone = [_alone(s, p, 12) for p in prompts]
+        sched = BatchScheduler(s, 2, 128)
+        try:
+            got = _together(sched, prompts, 12, [0, 0])
+        finally:
+            sched.close()
+        assert not sched.batched
+        assert [r.ids for r in got] == alone

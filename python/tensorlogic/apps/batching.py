@@ -24,7 +24,7 @@ import queue
 import time
 from typing import Any
 
-from ..builtins.convert import BuiltinArgError
+from ..builtins.convert import BuiltinArgError, core
 from ..builtins.kvcache import KVCache
 from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
@@ -89,7 +89,10 @@ class BatchScheduler:
             interp.load_file(str(STDLIB_DIR / "batch.tl"))
         except TLError as e:
             raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
-        self._step_fn = interp.functions["model_decode_batch"]
+        # --fast (8-bit activations) applies to one-row products only: a batched step's rows would
+        # take the exact kernel and differ from the same request alone, so each row steps alone
+        self.batched = not core.q8_activations()
+        self._step_fn = interp.functions["model_decode_batch" if self.batched else "model_decode_each"]
         self._piece_fn = interp.functions["prefill_piece"]
         self._forward_fn = interp.functions["model_forward"]
         self.order = collections.deque()  # slots in the order their requests came (prefill goes first-come)
@@ -257,7 +260,7 @@ class BatchScheduler:
         return {
             "parallel": self.parallel, "slot_context": self.slot_context,
             "kv_bytes_per_slot": self.kv_bytes_per_slot, "kv_bytes": self.kv_bytes_per_slot * self.parallel,
-            "decode_steps": self.steps,
+            "batched": self.batched, "decode_steps": self.steps,
             "mean_batch": round(self.batched_tokens / self.steps, 2) if self.steps else 0.0,
             "slots": [{"id": s.index, "state": s.state, "cached_tokens": len(s.cached_ids),
                        "prompt_tokens": len(s.prompt), "generated": len(s.ids), "served": s.served}
@@ -295,7 +298,7 @@ class BatchEngine(_engine_base()):
         # a job that runs alone (Engine._run, on the session's own cache) gets a slot's context too
         session.requested_context = context
         self.scheduler = BatchScheduler(session, options.parallel, context)
-        self.banner = f"{options.parallel} requests at once (batched), {context} positions each"
+        self.banner = f"{options.parallel} requests at once, decoded in batched steps"
         self.worker_text = (f"one worker thread owns the model: up to {options.parallel} requests decode "
                             "together, one batched step per token; more wait in arrival order")
 
