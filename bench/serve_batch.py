@@ -6,8 +6,9 @@ second-turn TTFT of a chat whose first turn is in the prompt cache against the f
 Every request is a streamed chat completion at temperature 0 with max_tokens --tokens, its prompt
 made unique (a request number) so that only the chat template's shared opening is reused from the
 prompt cache; generated tokens are the usage's completion_tokens (stream_options.include_usage).
+The concurrent clients start --stagger seconds apart and then loop, as independent users would.
 
-    python bench/serve_batch.py [--parallel 8] [--clients 8] [--requests 3] [--tokens 64]
+    python bench/serve_batch.py [--parallel 8] [--clients 8] [--requests 3] [--tokens 64] [--stagger 0.25]
                                 [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT] [--json OUT]
 """
 from __future__ import annotations
@@ -59,12 +60,13 @@ def _stream(url: str, messages: list, tokens: int) -> tuple[float, float, int, d
     return (first if first is not None else total), total, usage.get("completion_tokens", 0), usage
 
 
-def _phase(url: str, clients: int, requests: int, tokens: int, tag: str) -> dict:
+def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger: float = 0.0) -> dict:
     ttft: list[float] = []
     generated = [0]
     lock = threading.Lock()
 
     def client(c: int) -> None:
+        time.sleep(c * stagger)  # clients arrive one after the other, not all in the same instant
         for i in range(requests):
             topic = TOPICS[(c + i) % len(TOPICS)]
             msg = [{"role": "user", "content": f"Request {tag}-{c}-{i}. Write a long story about {topic}."}]
@@ -111,6 +113,8 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=3, help="requests per client in each phase")
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--stagger", type=float, default=0.25,
+                    help="seconds between two clients' first requests (default 0.25)")
     ap.add_argument("--model", default=None)
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--url", default=None, help="a running server (then --parallel, --model are its own)")
@@ -141,7 +145,7 @@ def main() -> int:
         _phase(url, 1, 1, 8, "warm")  # the first decode step records the compiled step
         _phase(url, args.clients, 1, 8, "warm8")
         one = _phase(url, 1, args.requests, args.tokens, "one")
-        many = _phase(url, args.clients, args.requests, args.tokens, "many")
+        many = _phase(url, args.clients, args.requests, args.tokens, "many", args.stagger)
         turns = _chat_turns(url, 16)
         health = httpx.get(url + "/health", timeout=30).json()
     finally:

@@ -383,12 +383,14 @@ TL_AVX2 TL_INLINE void rows_block(const uint8_t* w, int64_t b, const float* x, i
   constexpr int64_t kQs = kType == 1 ? 4 : 2;
   const uint8_t* p = w + b * kBytes;
   const float d = half_avx2(p);
+  const float c = kType == 1 ? half_avx2(p + 2) : d;  // the factor of the block sums (Q4_1: m; Q4_0: d)
+  const __m256 vd = _mm256_set1_ps(d);
   __m256 f[4];
   if constexpr (kType == 2) int8_block_floats(p + kQs, f);
   else nibble_block_floats(p + kQs, f);
   for (int m = 0; m < MR; ++m) {
-    acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d), floats_block_dot(f, x + m * ldx + b * 32), acc[m]);
-    if constexpr (kType != 2) sums[m] += (kType == 1 ? half_avx2(p + 2) : d) * xsum[m * nxs + b];
+    acc[m] = _mm256_fmadd_ps(vd, floats_block_dot(f, x + m * ldx + b * 32), acc[m]);
+    if constexpr (kType != 2) sums[m] += c * xsum[m * nxs + b];
   }
 }
 
