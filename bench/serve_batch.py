@@ -155,8 +155,7 @@ def main() -> int:
     out = {"parallel": args.parallel, "one_client": one, "many_clients": many,
            "tokens_per_s_ratio": round(many["tokens_per_s"] / one["tokens_per_s"], 2),
            "ttft_p50_ratio": round(many["ttft_p50_ms"] / one["ttft_p50_ms"], 2),
-           "chat_turns": turns, "mean_batch": health.get("slots", {}).get("mean_batch"),
-           "kv_bytes": health.get("slots", {}).get("kv_bytes")}
+           "chat_turns": turns, "slots": {k: v for k, v in health.get("slots", {}).items() if k != "slots"}}
     print(json.dumps(out, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -98,6 +98,9 @@ class BatchScheduler:
         self.order = collections.deque()  # slots in the order their requests came (prefill goes first-come)
         self.steps = 0
         self.batched_tokens = 0  # tokens decoded by batched steps (over steps: the mean batch)
+        self.decode_seconds = 0.0  # in decode steps (sampling included)
+        self.prefill_seconds = 0.0
+        self.prefilled_tokens = 0
 
     # ------------------------------------------------------------------ admission
     def free_slots(self) -> int:
@@ -151,10 +154,16 @@ class BatchScheduler:
                 break
             if slot.state != "prefill":
                 continue
-            budget -= self._prefill(slot, budget, ended)
+            started = time.perf_counter()
+            ran = self._prefill(slot, budget, ended)
+            self.prefill_seconds += time.perf_counter() - started
+            self.prefilled_tokens += ran
+            budget -= ran
         decoding = [s for s in self.slots if s.state == "decode"]
         if decoding:
+            started = time.perf_counter()
             self._decode(decoding, ended)
+            self.decode_seconds += time.perf_counter() - started
         return ended
 
     def _prefill(self, slot: Slot, budget: int, ended: list) -> int:
@@ -262,6 +271,10 @@ class BatchScheduler:
             "kv_bytes_per_slot": self.kv_bytes_per_slot, "kv_bytes": self.kv_bytes_per_slot * self.parallel,
             "batched": self.batched, "decode_steps": self.steps,
             "mean_batch": round(self.batched_tokens / self.steps, 2) if self.steps else 0.0,
+            "decode_ms_per_step": round(1000 * self.decode_seconds / self.steps, 1) if self.steps else 0.0,
+            "prefill_tokens": self.prefilled_tokens,
+            "prefill_ms_per_token": (round(1000 * self.prefill_seconds / self.prefilled_tokens, 2)
+                                     if self.prefilled_tokens else 0.0),
             "slots": [{"id": s.index, "state": s.state, "cached_tokens": len(s.cached_ids),
                        "prompt_tokens": len(s.prompt), "generated": len(s.ids), "served": s.served}
                       for s in self.slots],

@@ -11,7 +11,9 @@ disconnect detection; no HTTP parsing here). Invariants:
   request at a time in arrival order; the event loop only parses, validates and relays. So the
   session, its KV cache (whose common prefix later requests reuse) and the interpreter never see
   two threads at once. Generation is LlmSession.generate, the TL loop of stdlib/generate.tl.
-- At most `max_queue` requests wait while one runs; one more gets 503 at once.
+  With --parallel N the same thread runs apps/batching.py's BatchEngine instead: N requests at once,
+  each in a slot with its own KV cache, decoded together in one batched step per token.
+- At most `max_queue` requests wait while one runs (N run, with --parallel N); one more gets 503 at once.
 - A job's text reaches its response through the event loop (call_soon_threadsafe), chunk by chunk
   as tokens are chosen. A client that goes away cancels its job: a waiting job is skipped, a
   running one stops before its next token (LlmSession's should_stop: stopped_by "interrupt").
