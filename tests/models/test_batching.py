@@ -119,6 +119,20 @@ def test_together_equals_alone_tiny(tiny_session):
     assert sched.steps > 0 and sched.batched_tokens > sched.steps  # some steps really ran several rows
 
 
+def test_more_slots_than_a_step_takes_step_in_groups_tiny(tiny_session):
+    """10 sequences decode as steps of at most 8 rows (past 8 the CPU kernel is no longer bitwise)."""
+    s = tiny_session
+    prompts = [s.raw_prompt_ids(f"prompt number {i}: " + "word " * i) for i in range(10)]
+    alone = [_alone(s, p, 6) for p in prompts]
+    sched = BatchScheduler(s, 10, 64)
+    try:
+        got = _together(sched, prompts, 6, [0] * 10)
+    finally:
+        sched.close()
+    assert [r.ids for r in got] == alone
+    assert sched.max_rows == 8
+
+
 def test_together_equals_alone_smollm2(smol_session):
     s = smol_session
     questions = ["What is the capital of France?", "Write a haiku about the sea.",

@@ -32,6 +32,9 @@ from ..models.errors import ModelError
 from .llm_session import STDLIB_DIR, GenerationResult, _Stopped, _TokenStream
 
 PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode steps
+# rows of one batched step: the CPU linear kernel keeps a row bitwise equal to the one-row product
+# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp); more slots step in groups
+MAX_STEP_ROWS = 8
 MIN_SLOT_CONTEXT = 16
 SIMILARITY = 0.5  # share of a prompt a slot's cache must hold to be chosen for it (llama-server's default)
 # the job parameters a slot honours; a job with others (a feature only the one-at-a-time path has)
@@ -98,6 +101,7 @@ class BatchScheduler:
         self.order = collections.deque()  # slots in the order their requests came (prefill goes first-come)
         self.steps = 0
         self.batched_tokens = 0  # tokens decoded by batched steps (over steps: the mean batch)
+        self.max_rows = 0  # the most rows one step ran
         self.decode_seconds = 0.0  # in decode steps (sampling included)
         self.prefill_seconds = 0.0
         self.prefilled_tokens = 0
@@ -192,6 +196,10 @@ class BatchScheduler:
         return len(piece)
 
     def _decode(self, decoding: list[Slot], ended: list) -> None:
+        for first in range(0, len(decoding), MAX_STEP_ROWS):
+            self._decode_rows(decoding[first:first + MAX_STEP_ROWS], ended)
+
+    def _decode_rows(self, decoding: list[Slot], ended: list) -> None:
         s = self.session
         tokens = [sl.next_token for sl in decoding]
         positions = [sl.pos for sl in decoding]
@@ -204,6 +212,7 @@ class BatchScheduler:
             return
         self.steps += 1
         self.batched_tokens += len(decoding)
+        self.max_rows = max(self.max_rows, len(decoding))
         for b, sl in enumerate(decoding):
             sl.cached_ids.append(sl.next_token)
             sl.pos += 1
@@ -271,6 +280,7 @@ class BatchScheduler:
             "kv_bytes_per_slot": self.kv_bytes_per_slot, "kv_bytes": self.kv_bytes_per_slot * self.parallel,
             "batched": self.batched, "decode_steps": self.steps,
             "mean_batch": round(self.batched_tokens / self.steps, 2) if self.steps else 0.0,
+            "max_batch": self.max_rows,
             "decode_ms_per_step": round(1000 * self.decode_seconds / self.steps, 1) if self.steps else 0.0,
             "prefill_tokens": self.prefilled_tokens,
             "prefill_ms_per_token": (round(1000 * self.prefill_seconds / self.prefilled_tokens, 2)
