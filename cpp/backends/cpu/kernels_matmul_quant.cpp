@@ -339,6 +339,101 @@ TL_AVX2 float dot_q8_0_avx2(const uint8_t* w, const float* x, const float*, int6
   return hsum256(_mm256_add_ps(acc0, acc1));
 }
 
+// ---------------------------------------------------------------- several rows of x at once
+// A batched decode step (tl serve --parallel) multiplies a few rows of x by each weight row. These
+// kernels unpack each weight block once and run, for every row m, exactly the operations of the
+// one-row kernel above in its order (the block's quants as floats, the same mul/fmadd chain, the
+// same two accumulators), so out[m] is bitwise what the one-row kernel gives for row m alone.
+
+// One block's 32 quants as floats, in the order nibble_block_dot / int8_block_dot use them.
+TL_AVX2 TL_INLINE void nibble_block_floats(const uint8_t* qs, __m256* f) {
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  __m128i lo = _mm_and_si128(q, mask);
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+  f[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+  f[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+  f[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+  f[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+}
+
+TL_AVX2 TL_INLINE void int8_block_floats(const uint8_t* qs, __m256* f) {
+  const __m128i* q = reinterpret_cast<const __m128i*>(qs);
+  __m128i a = _mm_loadu_si128(q), b = _mm_loadu_si128(q + 1);
+  f[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a));
+  f[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8)));
+  f[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  f[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+}
+
+TL_AVX2 TL_INLINE __m256 floats_block_dot(const __m256* f, const float* xb) {
+  __m256 s = _mm256_mul_ps(f[0], _mm256_loadu_ps(xb));
+  s = _mm256_fmadd_ps(f[1], _mm256_loadu_ps(xb + 8), s);
+  s = _mm256_fmadd_ps(f[2], _mm256_loadu_ps(xb + 16), s);
+  s = _mm256_fmadd_ps(f[3], _mm256_loadu_ps(xb + 24), s);
+  return s;
+}
+
+constexpr int64_t kMaxDotRows = 8;  // >= kSmallBatchRows below
+
+// Block b of a weight row into the accumulators (acc, sums) of MR rows of x.
+// kType: 0 Q4_0, 1 Q4_1, 2 Q8_0.
+template <int kType, int MR>
+TL_AVX2 TL_INLINE void rows_block(const uint8_t* w, int64_t b, const float* x, int64_t ldx, const float* xsum,
+                                  int64_t nxs, __m256* acc, float* sums) {
+  constexpr int64_t kBytes = kType == 0 ? 18 : kType == 1 ? 20 : 34;
+  constexpr int64_t kQs = kType == 1 ? 4 : 2;
+  const uint8_t* p = w + b * kBytes;
+  const float d = half_avx2(p);
+  const float c = kType == 1 ? half_avx2(p + 2) : d;  // the factor of the block sums (Q4_1: m; Q4_0: d)
+  const __m256 vd = _mm256_set1_ps(d);
+  __m256 f[4];
+  if constexpr (kType == 2) int8_block_floats(p + kQs, f);
+  else nibble_block_floats(p + kQs, f);
+  for (int m = 0; m < MR; ++m) {
+    acc[m] = _mm256_fmadd_ps(vd, floats_block_dot(f, x + m * ldx + b * 32), acc[m]);
+    if constexpr (kType != 2) sums[m] += c * xsum[m * nxs + b];
+  }
+}
+
+// MR rows at once, MR a constant so that the 2 * MR accumulators stay in registers; the blocks
+// are taken in pairs (even ones into acc0, odd ones into acc1, as the one-row kernels do).
+template <int kType, int MR>
+TL_AVX2 TL_INLINE void dot_rows_block_avx2(const uint8_t* w, const float* x, int64_t ldx, const float* xsum,
+                                           int64_t nxs, int64_t k, float* out, int64_t ldo) {
+  const int64_t nb = k / 32;
+  __m256 acc0[MR], acc1[MR];
+  float s0[MR], s1[MR];
+  for (int m = 0; m < MR; ++m) {
+    acc0[m] = acc1[m] = _mm256_setzero_ps();
+    s0[m] = s1[m] = 0.0f;
+  }
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    rows_block<kType, MR>(w, b, x, ldx, xsum, nxs, acc0, s0);
+    rows_block<kType, MR>(w, b + 1, x, ldx, xsum, nxs, acc1, s1);
+  }
+  if (b < nb) rows_block<kType, MR>(w, b, x, ldx, xsum, nxs, acc0, s0);
+  for (int m = 0; m < MR; ++m) {
+    const float h = hsum256(_mm256_add_ps(acc0[m], acc1[m]));
+    out[m * ldo] = kType == 1 ? h + (s0[m] + s1[m]) : kType == 0 ? h - 8.0f * (s0[m] + s1[m]) : h;
+  }
+}
+
+template <int kType>
+TL_AVX2 void dot_rows_avx2(const uint8_t* w, const float* x, int64_t ldx, const float* xsum, int64_t nxs,
+                           int64_t k, int64_t rows, float* out, int64_t ldo) {
+  int64_t m = 0;
+  for (; m + 4 <= rows; m += 4)
+    dot_rows_block_avx2<kType, 4>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo);
+  switch (rows - m) {
+    case 3: dot_rows_block_avx2<kType, 3>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
+    case 2: dot_rows_block_avx2<kType, 2>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
+    case 1: dot_rows_block_avx2<kType, 1>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
+    default: break;
+  }
+}
+
 // sum_j v_j * x_j for 32 signed bytes v (element j is byte j) and 32 floats.
 TL_AVX2 TL_INLINE __m256 i8x32_dot(__m256i v, const float* xb) {
   const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
@@ -632,9 +727,15 @@ void gemm_nt_portable(const float* a, int64_t lda, int64_t m_rows, const float* 
     for (int64_t n = 0; n < n_rows; ++n) c[m * ldc + n] = dot_inline(a + m * lda, b + n * ldb, k);
 }
 
+// out[m * ldo] = dot(w, row m of x) for rows <= kMaxDotRows rows of x (stride ldx, block sums xsum
+// with stride nxs), bitwise the one-row dot of each.
+using RowsDotFn = void (*)(const uint8_t* w, const float* x, int64_t ldx, const float* xsum, int64_t nxs,
+                           int64_t k, int64_t rows, float* out, int64_t ldo);
+
 struct WeightKernels {
   RowDotFn dot = nullptr;
   DequantRowFn dequantize = nullptr;
+  RowsDotFn dot_rows = nullptr;  // only where written (x86-64 AVX2: Q4_0, Q4_1, Q8_0)
 };
 
 template <DType T>
@@ -644,17 +745,22 @@ WeightKernels kernels_for() {
   if (cpu_has_avx2()) {
     k.dot = &dot_row_avx2_generic<T>;
     k.dequantize = &dequantize_row_avx2<T>;
-    if constexpr (T == DType::Q4_0) k.dot = &dot_q4_0_avx2;
+    if constexpr (T == DType::Q4_0) {
+      k.dot = &dot_q4_0_avx2;
+      k.dot_rows = &dot_rows_avx2<0>;
+    }
     if constexpr (T == DType::Q5_0) k.dot = &dot_q5_0_avx2;
     if constexpr (T == DType::Q4_K) k.dot = &dot_q4_k_avx2;
     if constexpr (T == DType::Q5_K) k.dot = &dot_q5_k_avx2;
     if constexpr (T == DType::Q6_K) k.dot = &dot_q6_k_avx2;
     if constexpr (T == DType::Q4_1) {
       k.dot = &dot_q4_1_avx2;
+      k.dot_rows = &dot_rows_avx2<1>;
       k.dequantize = &dequantize_q4_1_avx2;
     }
     if constexpr (T == DType::Q8_0) {
       k.dot = &dot_q8_0_avx2;
+      k.dot_rows = &dot_rows_avx2<2>;
       k.dequantize = &dequantize_q8_0_avx2;
     }
     if constexpr (T == DType::F16) k.dot = &dot_f16_avx2;
@@ -693,6 +799,9 @@ void gemm_nt(const float* a, int64_t lda, int64_t m_rows, const float* b, int64_
 constexpr int64_t kTileRows = 24;  // a multiple of the 3-row register tile
 // Rows of x multiplied against one tile at a time (keeps those x rows in L1/L2).
 constexpr int64_t kXRowsPerPass = 64;
+// Up to this many rows of x take the matvec path with a several-row kernel (weights streamed once,
+// each block unpacked once) rather than dequantizing tiles for a GEMM.
+constexpr int64_t kSmallBatchRows = 8;  // at most kMaxDotRows (the several-row kernels' arrays)
 
 }  // namespace
 
@@ -778,15 +887,21 @@ void CpuKernels::linear(const View& x, const View& w, const View& out) {
   const float* xd = static_cast<const float*>(x.data);
   float* od = static_cast<float*>(out.data);
 
-  if (M == 1) {
+  if (M <= kSmallBatchRows) {
+    // M == 1 (decode), and a few rows (a batched decode step of several sequences, tl serve
+    // --parallel): the weights stream once, and each row of the result is bitwise what M == 1
+    // gives for that row alone (the several-row kernels where written, else one dot per row), so
+    // a batched step chooses exactly the tokens of the sequences decoded one by one.
+    const int64_t nxs = (K + 31) / 32;
     thread_local std::vector<float> xsum_buf;
-    xsum_buf.resize(static_cast<size_t>((K + 31) / 32));
+    xsum_buf.resize(static_cast<size_t>(M * nxs));
     float* xsum = xsum_buf.data();
-    for (int64_t b = 0; b < K / 32; ++b) {
-      float s = 0.0f;
-      for (int j = 0; j < 32; ++j) s += xd[b * 32 + j];
-      xsum[b] = s;
-    }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t b = 0; b < K / 32; ++b) {
+        float s = 0.0f;
+        for (int j = 0; j < 32; ++j) s += xd[m * K + b * 32 + j];
+        xsum[m * nxs + b] = s;
+      }
     // One row at a time: the weights stream through memory in order, which the hardware
     // prefetchers follow best (kernels reading 2 or 4 rows at once measured 15-40 % slower per
     // token once the weights come from DRAM rather than cache).
@@ -796,7 +911,12 @@ void CpuKernels::linear(const View& x, const View& w, const View& out) {
       for (int64_t n = n0; n < n1; ++n) {
         const size_t at = static_cast<size_t>(n) * wrow, ahead = at + kMatvecPrefetchBytes;
         if (ahead < total) prefetch_bytes(wdata + ahead, std::min(wrow, total - ahead));
-        od[n] = wk.dot(wdata + at, xd, xsum, K);
+        if (M == 1)
+          od[n] = wk.dot(wdata + at, xd, xsum, K);
+        else if (wk.dot_rows != nullptr)
+          wk.dot_rows(wdata + at, xd, K, xsum, nxs, K, M, od + n, N);
+        else
+          for (int64_t m = 0; m < M; ++m) od[m * N + n] = wk.dot(wdata + at, xd + m * K, xsum + m * nxs, K);
       }
     });
     return;

@@ -75,6 +75,9 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
                        help="require `Authorization: Bearer KEY` on /v1/ requests (default: TL_API_KEY if set)")
     serve.add_argument("--max-queue", type=_non_negative_int, default=16,
                        help="requests that may wait while one runs (default 16); more get 503")
+    serve.add_argument("--parallel", "-np", type=_positive_int, default=1,
+                       help="requests served at once, decoded together in one batched step per token "
+                            "(default 1); --context is divided among them")
     serve.add_argument("--max-tokens", type=_positive_int, default=None,
                        help="cap on tokens per reply (default: what is left of the context)")
     serve.add_argument("--name", default=None, help="the model id the API reports (default: the model's name)")
@@ -337,7 +340,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options = ServeOptions(model_path=path, name=name, host=args.host, port=args.port,
                            api_key=args.api_key, max_queue=args.max_queue, max_tokens=args.max_tokens,
                            context=args.context, backend=args.backend, kv_dtype=args.kv_dtype, fast=args.fast,
-                           defaults=sampling, cors_origins=tuple(args.cors_origin),
+                           parallel=args.parallel, defaults=sampling, cors_origins=tuple(args.cors_origin),
                            request_log=not args.no_request_log)
     return run_server(options)
 

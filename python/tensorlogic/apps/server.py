@@ -17,13 +17,17 @@ disconnect detection; no HTTP parsing here). Invariants:
   request at a time in arrival order; the event loop only parses, validates and relays. So the
   session, its KV cache (whose common prefix later requests reuse) and the interpreter never see
   two threads at once. Generation is LlmSession.generate, the TL loop of stdlib/generate.tl.
-- At most `max_queue` requests wait while one runs; one more gets 503 at once. A request with
+- At most `max_queue` requests wait while one runs (N run, with --parallel N); one more gets 503 at once. A request with
   several choices (n > 1, a list of prompts, several embedding inputs) is one job per choice, queued
   all or none (JobGroup); choice j of a prompt samples with seed + j.
 - logprobs, logit_bias, the penalties and response_format / tools choose through a GuidedSampler
   (builtins/guided.py) made by the worker per job; without them the plain sampler runs, unchanged.
 - /tokenize and /detokenize run on the event loop: they only read the tokenizer (whose one
   switch, parse_special, is always on), so the worker may use it at the same time.
+  With --parallel N the same thread runs apps/batching.py's BatchEngine instead: N requests at once,
+  each in a slot with its own KV cache, decoded together in one batched step per token; a job that
+  needs a guided sampler (logprobs, logit_bias, penalties, response_format, tools) or is an
+  embedding runs alone on the one-at-a-time path while the slots wait.
 - A job's text reaches its response through the event loop (call_soon_threadsafe), chunk by chunk
   as tokens are chosen. A client that goes away cancels its job: a waiting job is skipped, a
   running one stops before its next token (LlmSession's should_stop: stopped_by "interrupt").
@@ -86,6 +90,7 @@ class ServeOptions:
     backend: str | None = None
     kv_dtype: str = "f32"
     fast: bool = False
+    parallel: int = 1  # slots decoded together (apps/batching.py); 1: one request at a time
     defaults: dict = field(default_factory=dict)  # sampling defaults from the command line
     cors_origins: tuple[str, ...] = ()  # origins browsers may call from (--cors-origin; "*": any)
     request_log: bool = True  # one line per request on stderr
@@ -741,6 +746,18 @@ class Engine:
         if job is not None:
             job.cancel()
 
+    banner = "one request at a time"
+    worker_text = "one worker thread owns the model: requests run one at a time, in arrival order"
+
+    def slots_report(self) -> dict:
+        """The KV cache's use (/health): one slot, the session's cache (whose prefix a request reuses)."""
+        s = self.session
+        cache = s.cache
+        kv = sum(t.nbytes for t in cache.k + cache.v if t is not None) if cache is not None else 0
+        return {"parallel": 1, "slot_context": s.capacity, "kv_bytes": kv,
+                "slots": [{"id": 0, "state": "busy" if self.running else "idle",
+                           "cached_tokens": len(s.cached_ids)}]}
+
     def status(self) -> dict:
         with self.lock:
             return {"running": self.running, "waiting": self.waiting, "max_queue": self.options.max_queue}
@@ -783,6 +800,21 @@ class Engine:
 
     def _run(self, job: Job):
         s = self.session
+        ids, max_tokens = self._prepare(job, s.capacity)
+        job.emit("start", len(ids))
+        if job.kind == "embedding":
+            from .serve_embed import embed
+
+            return embed(s, ids)
+        job.sampler = _guided_sampler(s, job.params)  # None: the plain sampler (the default path)
+        on_text = (lambda text: job.emit("text", text, job.steps())) if job.params["stream"] else None
+        return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
+                          sampler=job.sampler, **job.params["sampling"])
+
+    def _prepare(self, job: Job, capacity: int) -> tuple[list[int], int]:
+        """The job's prompt ids and its token limit in a context of `capacity` positions (4xx if none;
+        the limit is 0 for an embedding, which generates nothing)."""
+        s = self.session
         param = {"chat": "messages", "embedding": "input"}.get(job.kind, "prompt")
         if job.kind == "chat":
             if not s.has_chat_template:
@@ -798,23 +830,14 @@ class Engine:
             ids = s.raw_prompt_ids(job.payload)
         if not ids:
             raise ApiError(400, "the prompt is empty (no tokens)", param, "invalid_value")
-        capacity = s.capacity
         if len(ids) >= capacity:
             raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context holds {capacity} "
                                 f"(tl serve --context)", param, "context_length_exceeded")
         if job.kind == "embedding":
-            from .serve_embed import embed
-
-            job.emit("start", len(ids))
-            return embed(s, ids)
+            return ids, 0
         room = capacity - len(ids) + 1  # the last prompt position's logits choose one more
         limits = [room] + [m for m in (job.params["max_tokens"], self.options.max_tokens) if m]
-        max_tokens = min(limits)
-        job.emit("start", len(ids))
-        job.sampler = _guided_sampler(s, job.params)  # None: the plain sampler (the default path)
-        on_text = (lambda text: job.emit("text", text, job.steps())) if job.params["stream"] else None
-        return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
-                          sampler=job.sampler, **job.params["sampling"])
+        return ids, min(limits)
 
 
 # ---------------------------------------------------------------------- the HTTP app
@@ -823,10 +846,13 @@ FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "contex
 
 
 def _usage(results: list, n: int) -> dict:
-    """Usage of a request's choices (in order; `n` per prompt): each prompt counted once, as OpenAI."""
+    """Usage of a request's choices (in order; `n` per prompt): each prompt counted once, as OpenAI;
+    cached: prompt tokens whose keys and values a previous request left in the cache (not run again)."""
     p = sum(len(r.prompt_ids) for r in results[::n])
     c = sum(len(r.ids) for r in results)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    cached = sum(len(r.prompt_ids) - r.prefilled for r in results[::n])
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def _choice_params(params: dict, j: int) -> dict:
@@ -871,6 +897,14 @@ def _stream_logprobs(kind: str, job: Job, event: tuple) -> Any:
     return openai_logprobs.completion(tok, records, offset)
 
 
+def needs_guided_sampler(params: dict) -> bool:
+    """Whether a job asks for logprobs, logit_bias, response_format (tools too) or a presence or
+    frequency penalty: what the plain sampler (and a batch slot) does not do."""
+    return params.get("logprobs") is not None or bool(params.get("logit_bias")) \
+        or params.get("response_format") is not None or bool(params.get("presence_penalty")) \
+        or bool(params.get("frequency_penalty"))
+
+
 def _guided_sampler(session, params: dict):
     """The sampler a request needs for logprobs, logit_bias, response_format or the presence and
     frequency penalties; None (the plain sampler, bit for bit the default path) when it asks for
@@ -878,8 +912,7 @@ def _guided_sampler(session, params: dict):
     from ..builtins.guided import GuidedSampler
     from ..builtins.sampling import SamplerValue
 
-    if params.get("logprobs") is None and not params.get("logit_bias") and params.get("response_format") is None \
-            and not params.get("presence_penalty") and not params.get("frequency_penalty"):
+    if not needs_guided_sampler(params):
         return None
     vocab = session.config.vocab_size
     bad = next((t for t in params.get("logit_bias", {}) if t >= vocab), None)
@@ -1247,8 +1280,8 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         return JSONResponse({
             "status": "ok", "model": model_id, "context": s.capacity,
             "chat_template": s.has_chat_template,
-            "worker": "one worker thread owns the model: requests run one at a time, in arrival order",
-            "queue": engine.status(),
+            "worker": engine.worker_text,
+            "queue": engine.status(), "slots": engine.slots_report(),
             "requests": {k: counts.get(k, 0) for k in ("served", "cancelled", "rejected", "invalid", "errors")},
             "generated_tokens": generated, "uptime_s": round(time.time() - engine.started_at, 1),
         })
@@ -1487,14 +1520,24 @@ def run_server(options: ServeOptions) -> int:
     if session.requested_context is None:
         session.requested_context = CHAT_CONTEXT
     model_id = options.name or options.model_path.stem
-    engine = Engine(session, options)
+    try:
+        if options.parallel > 1:
+            from .batching import BatchEngine
+            engine = BatchEngine(session, options)
+        else:
+            engine = Engine(session, options)
+    except ModelError as e:
+        sock.close()
+        session.close()
+        print(f"tl: error: {e}", file=sys.stderr)
+        return 1
     engine.start()
     app = build_app(engine, model_id, options)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     auth = "; API key required" if options.api_key else ""
     print(f"tl serve: {session.config.name} ({options.model_path.name}) on http://{shown}:{port}/v1 "
-          f"(context {session.capacity}; one request at a time, {options.max_queue} may wait{auth})",
+          f"(context {session.capacity}; {engine.banner}, {options.max_queue} may wait{auth})",
           file=sys.stderr, flush=True)
     if not options.api_key and host not in ("127.0.0.1", "::1", "localhost"):
         print(f"tl serve: note: listening on {host} without --api-key: anyone who reaches this port can use it",

@@ -1,0 +1,166 @@
+"""Load benchmark of `tl serve --parallel N` (not a test): one client alone, then --clients concurrent
+streaming clients, against one server; reports generated tokens/s and time to first token (p50) of
+each phase and their ratios (issue #26's targets: tokens/s >= 3x, TTFT p50 <= 2x), and the
+second-turn TTFT of a chat whose first turn is in the prompt cache against the first turn's.
+
+Every request is a streamed chat completion at temperature 0 with max_tokens --tokens, its prompt
+made unique (a request number) so that only the chat template's shared opening is reused from the
+prompt cache; generated tokens are the usage's completion_tokens (stream_options.include_usage).
+The concurrent clients start --stagger seconds apart and then loop, as independent users would.
+
+    python bench/serve_batch.py [--parallel 8] [--clients 8] [--requests 3] [--tokens 64] [--stagger 0.25]
+                                [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPICS = ["a dragon who learns to cook", "the history of the bicycle", "a robot lost in a city",
+          "why the sky is blue", "a journey across the ocean", "the life of a honey bee",
+          "a lighthouse keeper's night", "how bread is made"]
+
+
+def _stream(url: str, messages: list, tokens: int) -> tuple[float, float, int, dict]:
+    """(time to first token, total time, completion tokens, usage) of one streamed chat request."""
+    body = {"messages": messages, "max_tokens": tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    first = None
+    usage: dict = {}
+    text = []
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                usage = event["usage"]
+            for choice in event.get("choices", []):
+                piece = choice.get("delta", {}).get("content")
+                if piece:
+                    text.append(piece)
+                    if first is None:
+                        first = time.perf_counter() - start
+    total = time.perf_counter() - start
+    usage["text"] = "".join(text)
+    return (first if first is not None else total), total, usage.get("completion_tokens", 0), usage
+
+
+def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger: float = 0.0) -> dict:
+    ttft: list[float] = []
+    generated = [0]
+    lock = threading.Lock()
+
+    def client(c: int) -> None:
+        time.sleep(c * stagger)  # clients arrive one after the other, not all in the same instant
+        for i in range(requests):
+            topic = TOPICS[(c + i) % len(TOPICS)]
+            msg = [{"role": "user", "content": f"Request {tag}-{c}-{i}. Write a long story about {topic}."}]
+            t, _, n, _ = _stream(url, msg, tokens)
+            with lock:
+                ttft.append(t)
+                generated[0] += n
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    return {"clients": clients, "requests": clients * requests, "generated_tokens": generated[0],
+            "seconds": round(wall, 2), "tokens_per_s": round(generated[0] / wall, 1),
+            "ttft_p50_ms": round(1000 * statistics.median(ttft), 1),
+            "ttft_max_ms": round(1000 * max(ttft), 1)}
+
+
+def _chat_turns(url: str, tokens: int, repeats: int = 3) -> dict:
+    """First turn (a long system prompt, nothing cached) and second turn (the first in the cache)."""
+    system = ("You are a careful assistant for a small library. " * 12).strip()
+    first, second = [], []
+    for r in range(repeats):
+        turn1 = [{"role": "system", "content": f"[{r}] {system}"},
+                 {"role": "user", "content": "Recommend a book about the sea and say why in two sentences."}]
+        t1, _, _, u1 = _stream(url, turn1, tokens)
+        turn2 = turn1 + [{"role": "assistant", "content": u1["text"]},
+                         {"role": "user", "content": "And one about mountains?"}]
+        t2, _, _, u2 = _stream(url, turn2, tokens)
+        first.append(t1)
+        second.append(t2)
+    m1, m2 = statistics.median(first), statistics.median(second)
+    return {"first_turn_ttft_ms": round(1000 * m1, 1), "second_turn_ttft_ms": round(1000 * m2, 1),
+            "ratio": round(m2 / m1, 3), "second_turn_prompt_tokens": u2.get("prompt_tokens"),
+            "second_turn_cached_tokens": (u2.get("prompt_tokens_details") or {}).get("cached_tokens")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=3, help="requests per client in each phase")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--stagger", type=float, default=0.25,
+                    help="seconds between two clients' first requests (default 0.25)")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--url", default=None, help="a running server (then --parallel, --model are its own)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    proc = None
+    url = args.url
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    if url is None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+        cmd = [sys.executable, "-m", "tensorlogic", "serve", "--port", "0", "--parallel", str(args.parallel),
+               "--context", str(args.context), "--max-queue", "64"]
+        if args.model:
+            cmd += ["--model", args.model]
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        deadline = time.time() + 300
+        while True:
+            m = re.search(r"on http://127\.0\.0\.1:(\d+)/v1", Path(log.name).read_text())
+            if m:
+                url = f"http://127.0.0.1:{m.group(1)}"
+                break
+            if proc.poll() is not None or time.time() > deadline:
+                print(Path(log.name).read_text(), file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+    try:
+        _phase(url, 1, 1, 8, "warm")  # the first decode step records the compiled step
+        _phase(url, args.clients, 1, 8, "warm8")
+        one = _phase(url, 1, args.requests, args.tokens, "one")
+        many = _phase(url, args.clients, args.requests, args.tokens, "many", args.stagger)
+        turns = _chat_turns(url, 16)
+        health = httpx.get(url + "/health", timeout=30).json()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+    out = {"parallel": args.parallel, "one_client": one, "many_clients": many,
+           "tokens_per_s_ratio": round(many["tokens_per_s"] / one["tokens_per_s"], 2),
+           "ttft_p50_ratio": round(many["ttft_p50_ms"] / one["ttft_p50_ms"], 2),
+           "chat_turns": turns, "slots": {k: v for k, v in health.get("slots", {}).items() if k != "slots"}}
+    print(json.dumps(out, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

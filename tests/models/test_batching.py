@@ -1,0 +1,203 @@
+"""Continuous batching and the prompt cache (apps/batching.py, stdlib/batch.tl), in process.
+
+- A batched decode step's logits are, row for row, bitwise the logits of each sequence's own
+  step (the CPU linear kernel gives each row of a small batch the one-row result).
+- Requests run together through the scheduler, joining at different steps, produce token for
+  token what LlmSession.generate produces for each alone (greedy), on a tiny generated model and
+  on the real SmolLM2.
+- A prompt that shares a prefix with what a slot (or the one-slot session) holds reuses it: the
+  output is the same as without the cache, and `prefilled` counts only the rest."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorlogic._core")
+
+from tensorlogic.apps.batching import BatchScheduler  # noqa: E402
+from tensorlogic.apps.llm_session import STDLIB_DIR, LlmSession  # noqa: E402
+from tensorlogic.builtins.kvcache import KVCache  # noqa: E402
+
+GREEDY = dict(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=None, stop=[])
+
+
+class FakeJob:
+    def __init__(self):
+        self.cancelled = threading.Event()
+
+
+def _alone(session: LlmSession, prompt: list[int], max_tokens: int) -> list[int]:
+    session.cached_ids = []  # no reuse: each request from position 0
+    return session.generate(prompt, max_tokens, stop_at_eog=True).ids
+
+
+def _together(sched: BatchScheduler, prompts: list[list[int]], max_tokens: int, join_after: list[int]):
+    """Run the prompts through the scheduler; prompt i joins after join_after[i] iterations.
+    Returns the results in prompt order."""
+    jobs = [FakeJob() for _ in prompts]
+    results: dict[int, object] = {}
+    waiting = list(range(len(prompts)))
+    it = 0
+    while len(results) < len(prompts):
+        for i in [i for i in waiting if join_after[i] <= it and sched.free_slots()]:
+            sched.admit(jobs[i], prompts[i], max_tokens, GREEDY, None)
+            waiting.remove(i)
+        for job, outcome in sched.iterate():
+            assert not isinstance(outcome, Exception), outcome
+            results[jobs.index(job)] = outcome
+        it += 1
+        assert it < 10_000
+    return [results[i] for i in range(len(prompts))]
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]]) -> None:
+    interp = session.interp
+    interp.load_file(str(STDLIB_DIR / "batch.tl"))
+    f = interp.functions
+    cfg = session.config
+    caches = [KVCache(cfg.n_layers, 64, cfg.n_kv_heads, cfg.head_dim) for _ in prompts]
+    alone = [KVCache(cfg.n_layers, 64, cfg.n_kv_heads, cfg.head_dim) for _ in prompts]
+    for c, a, p in zip(caches, alone, prompts):
+        interp.call_value(f["prefill_piece"], [session.model, c, p, 0])
+        interp.call_value(f["prefill_piece"], [session.model, a, p, 0])
+    tokens = [p[-1] for p in prompts]
+    positions = [len(p) for p in prompts]
+    for _ in range(3):  # the first call records, the later ones replay
+        batched = interp.call_value(f["model_decode_batch"], [session.model, caches, tokens, positions]).numpy()
+        for b, (a, t, pos) in enumerate(zip(alone, tokens, positions)):
+            row = interp.call_value(f["model_decode_step"], [session.model, a, t, pos]).numpy().reshape(-1)
+            assert np.array_equal(batched[b], row), f"row {b}: max diff {np.abs(batched[b] - row).max()}"
+        positions = [p + 1 for p in positions]
+        tokens = [int(np.argmax(r)) for r in batched]
+
+
+@pytest.fixture(scope="module")
+def tiny_session(tmp_path_factory):
+    from tensorlogic.models.testing import write_tiny_llama
+
+    path = write_tiny_llama(tmp_path_factory.mktemp("batch") / "tiny.gguf", tokenizer="gpt2")
+    with LlmSession(path, context=128) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def smol_session(smollm2_path):
+    with LlmSession(smollm2_path, context=512) as s:
+        yield s
+
+
+def test_batched_step_rows_are_bitwise_single_steps_tiny(tiny_session):
+    ids = tiny_session.raw_prompt_ids
+    _decode_rows_vs_steps(tiny_session, [ids("Hello"), ids("The capital of France is"), ids("a b c d e f g h")])
+
+
+def test_batched_step_rows_are_bitwise_single_steps_smollm2(smol_session):
+    ids = smol_session.raw_prompt_ids
+    _decode_rows_vs_steps(smol_session, [ids("Hello"), ids("The capital of France is"), ids("Once upon a time")])
+
+
+def test_together_equals_alone_tiny(tiny_session):
+    s = tiny_session
+    prompts = [s.raw_prompt_ids(t) for t in ("Hello", "The capital of France is Paris. The capital of",
+                                             "x", "TensorLogic runs tensors and logic rules.", "a b c")]
+    alone = [_alone(s, p, 12) for p in prompts]
+    sched = BatchScheduler(s, 3, 64)
+    try:
+        got = _together(sched, prompts, 12, [0, 0, 1, 3, 3])  # more requests than slots: some wait
+    finally:
+        sched.close()
+    assert [r.ids for r in got] == alone
+    assert sched.steps > 0 and sched.batched_tokens > sched.steps  # some steps really ran several rows
+
+
+def test_more_slots_than_a_step_takes_step_in_groups_tiny(tiny_session):
+    """10 sequences decode as steps of at most 8 rows (past 8 the CPU kernel is no longer bitwise)."""
+    s = tiny_session
+    prompts = [s.raw_prompt_ids(f"prompt number {i}: " + "word " * i) for i in range(10)]
+    alone = [_alone(s, p, 6) for p in prompts]
+    sched = BatchScheduler(s, 10, 64)
+    try:
+        got = _together(sched, prompts, 6, [0] * 10)
+    finally:
+        sched.close()
+    assert [r.ids for r in got] == alone
+    assert sched.max_rows == 8
+
+
+def test_together_equals_alone_smollm2(smol_session):
+    s = smol_session
+    questions = ["What is the capital of France?", "Write a haiku about the sea.",
+                 "List three fruits, one per line, and say which one is the sweetest and why.", "Hi"]
+    prompts = [s.chat_prompt_ids([{"role": "user", "content": q}]) for q in questions]
+    alone = [_alone(s, p, 24) for p in prompts]
+    sched = BatchScheduler(s, 4, 128)
+    try:
+        got = _together(sched, prompts, 24, [0, 0, 2, 5])
+    finally:
+        sched.close()
+    assert [r.ids for r in got] == alone
+    assert [r.prefilled for r in got] == [len(p) for p in prompts]  # nothing was cached yet
+
+
+def test_prompt_cache_slot_reuses_prefix_smollm2(smol_session):
+    s = smol_session
+    system = {"role": "system", "content": "You are a terse assistant. Answer in one short sentence."}
+    turn1 = [system, {"role": "user", "content": "What is the capital of France?"}]
+    first_prompt = s.chat_prompt_ids(turn1)
+    sched = BatchScheduler(s, 2, 256)
+    try:
+        (first,) = _together(sched, [first_prompt], 16, [0])
+        turn2 = turn1 + [{"role": "assistant", "content": first.text},
+                         {"role": "user", "content": "And of Italy?"}]
+        second_prompt = s.chat_prompt_ids(turn2)
+        other = s.chat_prompt_ids([{"role": "user", "content": "Unrelated question: what is 2 + 2?"}])
+        # the unrelated prompt joins first and takes the other (empty) slot; the second turn finds its prefix
+        got = _together(sched, [other, second_prompt], 16, [0, 1])
+    finally:
+        sched.close()
+    held = first_prompt + first.ids[:-1]  # what the slot's cache holds after turn 1 (the last id never ran)
+    common = _common(held, second_prompt)
+    assert common > len(first_prompt)  # the system prompt, turn 1 and part of the reply
+    assert got[1].prefilled == len(second_prompt) - common  # cached_tokens = common
+    assert got[1].ids == _alone(s, second_prompt, 16)  # identical to a run without the cache
+    assert got[0].ids == _alone(s, other, 16)
+
+
+def test_prompt_cache_one_slot_session_smollm2(smol_session):
+    """The one-at-a-time path (tl serve without --parallel) keeps the longest common prefix too."""
+    s = smol_session
+    turn1 = [{"role": "user", "content": "Name a color."}]
+    p1 = s.chat_prompt_ids(turn1)
+    s.cached_ids = []
+    r1 = s.generate(p1, 8)
+    assert r1.prefilled == len(p1)
+    p2 = s.chat_prompt_ids(turn1 + [{"role": "assistant", "content": r1.text},
+                                    {"role": "user", "content": "Another one?"}])
+    r2 = s.generate(p2, 8)
+    common = _common(p1 + r1.ids[:-1], p2)
+    assert r2.prefilled == len(p2) - common and common > len(p1)
+    assert r2.ids == _alone(s, p2, 8)
+
+
+def test_fast_mode_steps_each_row_alone_and_equals_alone_smollm2(smollm2_path):
+    """--fast's 8-bit activations apply to one-row products only: the scheduler steps each
+    sequence alone then, so output still equals the request run alone (with --fast)."""
+    with LlmSession(smollm2_path, context=256, fast=True) as s:
+        prompts = [s.raw_prompt_ids(t) for t in ("The capital of France is", "Once upon a time, there was")]
+        alone = [_alone(s, p, 12) for p in prompts]
+        sched = BatchScheduler(s, 2, 128)
+        try:
+            got = _together(sched, prompts, 12, [0, 0])
+        finally:
+            sched.close()
+        assert not sched.batched
+        assert [r.ids for r in got] == alone
