@@ -1,7 +1,8 @@
 // Scaled dot-product attention with grouped-query heads, and the causal mask builder.
-// One block per (query row, query head) and key split; each warp walks a strided subset of the
-// block's keys with an online softmax (running max, running sum, f32 accumulators of D/32 values
-// per lane), and the warps' partial results are merged in shared memory. With few (row, head)
+// One block per (query row, query head) and key split; each warp walks the block's keys 32 at a
+// time, one key per lane for the scores (one max and one sum reduction per 32 keys), with an
+// online softmax (running max, running sum, f32 accumulators of D/32 values per lane), and the
+// warps' partial results are merged in shared memory. With few (row, head)
 // tasks (decode) the keys are split over several blocks that write (max, sum, accumulators) to
 // the backend's attention scratch; the last block of a task to finish (a per-task counter, after
 // a memory fence: flash-decoding's split-K in one launch) merges the records, or, without
@@ -42,20 +43,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   __shared__ bool s_last;
   __shared__ float s_sum[kAttnWarps];
   __shared__ float s_acc[kAttnWarps][kPerLane * 32];
+  __shared__ float s_q[kPerLane * 32];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t group = Hq / Hkv;
+  // Keys as float4 when k is contiguous f32 along D with 16-byte aligned rows (a KV cache).
+  const bool k_vec4 = k.dtype == DType::F32 && k.s2 == 1 && (D & 3) == 0 && ((k.s0 | k.s1) & 3) == 0 &&
+                      (reinterpret_cast<uintptr_t>(k.data) & 15) == 0;
   for (int64_t task = blockIdx.x; task < Sq * Hq; task += gridDim.x) {
     const int64_t i = task / Hq;
     const int64_t h = task - i * Hq;
     const int64_t hk = h / group;
-    float qv[kPerLane], acc[kPerLane];
+    float acc[kPerLane];
 #pragma unroll
-    for (int r = 0; r < kPerLane; ++r) {
-      const int64_t d = lane + 32 * r;
-      qv[r] = d < D ? load_float(q.data, q.dtype, i * q.s0 + h * q.s1 + d * q.s2) : 0.0f;
-      acc[r] = 0.0f;
+    for (int r = 0; r < kPerLane; ++r) acc[r] = 0.0f;
+    for (int64_t d = threadIdx.x; d < kPerLane * 32; d += blockDim.x) {
+      s_q[d] = d < D ? load_float(q.data, q.dtype, i * q.s0 + h * q.s1 + d * q.s2) : 0.0f;
     }
+    __syncthreads();
     int64_t keys = Sk;
     if (causal) {
       const int64_t last = q_pos_offset + i;  // keys j <= last are visible
@@ -66,28 +71,52 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const int64_t j0 = blockIdx.y * chunk;
     const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
     float m = -INFINITY, l = 0.0f;
-    for (int64_t j = j0 + warp; j < j1; j += kAttnWarps) {
-      const int64_t kbase = j * k.s0 + hk * k.s1;
-      float part = 0.0f;
-#pragma unroll
-      for (int r = 0; r < kPerLane; ++r) {
-        const int64_t d = lane + 32 * r;
-        if (d < D) part = fmaf(qv[r], load_float(k.data, k.dtype, kbase + d * k.s2), part);
+    // Each warp takes 32 keys at a time, one key per lane: a lane computes its key's whole score
+    // (q from shared memory), the warp reduces max and sum once per 32 keys, then every lane adds
+    // the 32 weighted value rows for its dims (value rows read coalesced across the lanes).
+    for (int64_t c0 = j0 + warp * 32; c0 < j1; c0 += kAttnWarps * 32) {
+      const int64_t j = c0 + lane;
+      float s = -INFINITY;
+      if (j < j1) {
+        const int64_t kbase = j * k.s0 + hk * k.s1;
+        float part = 0.0f;
+        if (k_vec4) {
+          const float4* kr = reinterpret_cast<const float4*>(static_cast<const float*>(k.data) + kbase);
+#pragma unroll 4
+          for (int64_t d4 = 0; d4 < D / 4; ++d4) {
+            const float4 kv = kr[d4];
+            part = fmaf(s_q[4 * d4], kv.x, part);
+            part = fmaf(s_q[4 * d4 + 1], kv.y, part);
+            part = fmaf(s_q[4 * d4 + 2], kv.z, part);
+            part = fmaf(s_q[4 * d4 + 3], kv.w, part);
+          }
+        } else {
+#pragma unroll 4
+          for (int64_t d = 0; d < D; ++d) part = fmaf(s_q[d], load_float(k.data, k.dtype, kbase + d * k.s2), part);
+        }
+        s = part * scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
       }
-      float s = warp_sum(part) * scale;
-      if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-      if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
-      if (s == -INFINITY) continue;  // contributes nothing (uniform across the warp)
-      const float m_new = fmaxf(m, s);
-      const float corr = expf(m - m_new);
-      const float p = expf(s - m_new);
-      l = l * corr + p;
-      const int64_t vbase = j * v.s0 + hk * v.s1;
+      const float cmax = warp_max(s);
+      if (cmax == -INFINITY) continue;  // nothing visible in these 32 keys (uniform across the warp)
+      const float m_new = fmaxf(m, cmax);
+      const float corr = expf(m - m_new);  // 0 while m is still -inf
+      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      l = l * corr + warp_sum(p);
 #pragma unroll
-      for (int r = 0; r < kPerLane; ++r) {
-        const int64_t d = lane + 32 * r;
-        const float vv = d < D ? load_float(v.data, v.dtype, vbase + d * v.s2) : 0.0f;
-        acc[r] = fmaf(p, vv, acc[r] * corr);
+      for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
+      const int n_here = static_cast<int>(j1 - c0 < 32 ? j1 - c0 : 32);
+#pragma unroll 4
+      for (int jj = 0; jj < n_here; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+        if (pj == 0.0f) continue;  // uniform: every lane reads the same pj
+        const int64_t vbase = (c0 + jj) * v.s0 + hk * v.s1;
+#pragma unroll
+        for (int r = 0; r < kPerLane; ++r) {
+          const int64_t d = lane + 32 * r;
+          if (d < D) acc[r] = fmaf(pj, load_float(v.data, v.dtype, vbase + d * v.s2), acc[r]);
+        }
       }
       m = m_new;
     }
@@ -227,7 +256,7 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   int64_t splits = 1;
   if (attention_scratch_ != nullptr && tasks < 2 * sm_count_ && Sk >= 128) {
     splits = (2 * sm_count_ + tasks - 1) / tasks;
-    const int64_t by_keys = (Sk + 63) / 64;  // at least ~64 keys per block
+    const int64_t by_keys = (Sk + 127) / 128;  // at least ~128 keys per block: 32 per warp
     const int64_t by_scratch = static_cast<int64_t>(attention_scratch_floats_) / (tasks * (D + 2));
     splits = std::min<int64_t>({splits, by_keys, by_scratch, 64});
     if (splits < 1) splits = 1;

@@ -671,7 +671,7 @@ std::string run_cmds(Backend& b, std::vector<Command> cmds) {
 }
 
 void test_graph_replay() {
-  const int64_t H = 4, Hkv = 2, Dh = 32, Smax = 24, d = H * Dh, V = 40, steps = 8;
+  const int64_t H = 4, Hkv = 2, Dh = 32, Smax = 24, d = H * Dh, V = d, steps = 8;  // ids < d
   auto kc = contiguous(DType::F32, {Smax, Hkv, Dh});
   auto vc = contiguous(DType::F32, {Smax, Hkv, Dh});
   auto xin = contiguous(DType::F32, {steps, Hkv * Dh});
