@@ -3,7 +3,8 @@
 # checkout two levels up, i.e. the repository the device tool sends when this tree is its
 # .carry/NAME) built side by side with CUDA; then, for the after, test_cuda_vs_cpu (graph counters
 # on stderr), the cross-backend pytest files on CUDA, and the kernels-only decode benchmark
-# (`--bench`) of both trees, the after also with TL_CUDA_GRAPHS=0, and `--bench-kernels`.
+# (`--bench`) of both trees, the after also with TL_CUDA_GRAPHS=1, and (KERNELS=1) `--bench-kernels`.
+# NO_GRAPHS_RUN=1 skips the graphs run, NO_BEFORE=1 the before's benchmark.
 # Wheels the device lacks (lark, gguf, diskcache) are taken from ../whl*/ when present.
 # Usage (from this tree's root): bash bench/gpu/quick_ab.sh [all|build|check|bench]
 set -u
@@ -54,10 +55,13 @@ do_check() {
 }
 
 do_bench() {
-  echo "== --bench after (graphs on)"
+  echo "== --bench after (graphs off, the default)"
   timeout 200 "$W/build/cpp/backends/cuda/test_cuda_vs_cpu" --bench 2>&1 | tee "$OUTDIR/bench_after.log" | grep BENCH
-  echo "== --bench after, TL_CUDA_GRAPHS=0"
-  TL_CUDA_GRAPHS=0 timeout 200 "$W/build/cpp/backends/cuda/test_cuda_vs_cpu" --bench 2>&1 | tee "$OUTDIR/bench_after_nographs.log" | grep "BENCH decode"
+  if [ -z "${NO_GRAPHS_RUN:-}" ]; then
+    echo "== --bench after, TL_CUDA_GRAPHS=1"
+    TL_CUDA_GRAPHS=1 timeout 200 "$W/build/cpp/backends/cuda/test_cuda_vs_cpu" --bench 2>&1 | tee "$OUTDIR/bench_after_graphs.log" | grep "BENCH decode"
+  fi
+  [ -n "${NO_BEFORE:-}" ] && return 0
   echo "== --bench before"
   timeout 200 "$W/base-build/cpp/backends/cuda/test_cuda_vs_cpu" --bench 2>&1 | tee "$OUTDIR/bench_before.log" | grep "BENCH decode"
   if [ -n "${KERNELS:-}" ]; then

@@ -32,6 +32,41 @@ Strided3 strided3(const View& v) {
   return Strided3{v.data, v.dtype, v.strides[0], v.strides[1], v.strides[2]};
 }
 
+// acc[r] += p_jj * v[c0 + jj][hk][lane + 32 r] over the chunk's n_here keys, p_jj in lane jj.
+// Eight value rows at a time, their loads issued before any use (a load behind a branch on its
+// weight would wait out the memory latency once per key); f32 values are read without the
+// per-element dtype switch. A key of weight 0 (masked, or past the range) adds nothing, even
+// where its row holds a NaN.
+template <int kPerLane, bool kF32>
+__device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_here, int64_t hk,
+                                           int64_t D, int lane, float p, float (&acc)[kPerLane]) {
+  for (int jb = 0; jb < n_here; jb += 8) {
+    float vv[8][kPerLane];
+    float pp[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int jj = jb + u;
+      pp[u] = __shfl_sync(0xffffffffu, p, jj & 31);
+      if (jj >= n_here) pp[u] = 0.0f;
+      const int64_t vbase = (c0 + (jj < n_here ? jj : 0)) * v.s0 + hk * v.s1;
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int64_t d = lane + 32 * r;
+        if constexpr (kF32) {
+          vv[u][r] = d < D ? __ldg(static_cast<const float*>(v.data) + vbase + d * v.s2) : 0.0f;
+        } else {
+          vv[u][r] = d < D ? load_float(v.data, v.dtype, vbase + d * v.s2) : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) acc[r] = pp[u] != 0.0f ? fmaf(pp[u], vv[u][r], acc[r]) : acc[r];
+    }
+  }
+}
+
 template <int kPerLane>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
@@ -82,7 +117,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         float part = 0.0f;
         if (k_vec4) {
           const float4* kr = reinterpret_cast<const float4*>(static_cast<const float*>(k.data) + kbase);
-#pragma unroll 4
+#pragma unroll 8
           for (int64_t d4 = 0; d4 < D / 4; ++d4) {
             const float4 kv = kr[d4];
             part = fmaf(s_q[4 * d4], kv.x, part);
@@ -91,7 +126,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
             part = fmaf(s_q[4 * d4 + 3], kv.w, part);
           }
         } else {
-#pragma unroll 4
+#pragma unroll 8
           for (int64_t d = 0; d < D; ++d) part = fmaf(s_q[d], load_float(k.data, k.dtype, kbase + d * k.s2), part);
         }
         s = part * scale;
@@ -107,16 +142,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 #pragma unroll
       for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
       const int n_here = static_cast<int>(j1 - c0 < 32 ? j1 - c0 : 32);
-#pragma unroll 4
-      for (int jj = 0; jj < n_here; ++jj) {
-        const float pj = __shfl_sync(0xffffffffu, p, jj);
-        if (pj == 0.0f) continue;  // uniform: every lane reads the same pj
-        const int64_t vbase = (c0 + jj) * v.s0 + hk * v.s1;
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r) {
-          const int64_t d = lane + 32 * r;
-          if (d < D) acc[r] = fmaf(pj, load_float(v.data, v.dtype, vbase + d * v.s2), acc[r]);
-        }
+      if (v.dtype == DType::F32) {
+        add_values<kPerLane, true>(v, c0, n_here, hk, D, lane, p, acc);
+      } else {
+        add_values<kPerLane, false>(v, c0, n_here, hk, D, lane, p, acc);
       }
       m = m_new;
     }

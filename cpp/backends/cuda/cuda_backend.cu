@@ -6,13 +6,13 @@
 // a failed launch, an asynchronous device fault, or an id-out-of-range flag from a kernel).
 // Buffer lifetimes are the runtime's business (docs/runtime.md R1-R3); this file never frees memory
 // it was not asked to.
-// CUDA graphs: a command buffer of at least kMinGraphCommands commands whose size was seen before
-// is captured (its commands launch into a private capture stream, so nothing runs), and the graph
+// CUDA graphs (TL_CUDA_GRAPHS=1; off by default, see the README's measurements): a command
+// buffer of at least kMinGraphCommands commands whose size was seen before is captured (its commands launch into a private capture stream, so nothing runs), and the graph
 // replaces the executable graph kept for that size by cudaGraphExecUpdate (new kernel arguments:
 // positions, buffers, grid sizes), or is instantiated when the update is refused (another
 // sequence of kernels); the executable graph is then one launch on the stream. Launch by launch
-// instead, in one place (launch_as_graph): TL_CUDA_GRAPHS=0, small or first-seen command buffers,
-// a command that throws while captured (cuBLAS, scratch growth: CaptureUnsupported, or any
+// instead, in one place (launch_as_graph): graphs off (the default), small or first-seen command
+// buffers, a command that throws while captured (cuBLAS, scratch growth: CaptureUnsupported, or any
 // error, which the launch-by-launch run then reports as before), a failed capture or
 // instantiation, and a size whose graph had to be re-instantiated kMaxGraphMisses times in a row.
 #include <cuda_runtime.h>

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -1180,6 +1181,9 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--bench-kernels") == 0) bench_k = true;
     else rng.seed(std::strtoull(argv[i], nullptr, 10));
   }
+  // The checks run with CUDA graphs on (opt-in for users) unless TL_CUDA_GRAPHS is set: command
+  // buffers of 16 or more commands then go through the graph path (test_graph_replay).
+  if (!bench && !bench_k) setenv("TL_CUDA_GRAPHS", "1", 0);
   std::unique_ptr<Backend> gpu;
   try {
     gpu = make_cuda_backend();
