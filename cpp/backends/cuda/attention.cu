@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kAttnWarps = 4;
 constexpr int kMaxHeadDim = 512;
+constexpr int kMaxSplits = 64;  // key splits of one (row, head) task
 
 struct Strided3 {
   const void* data;
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   __shared__ float s_sum[kAttnWarps];
   __shared__ float s_acc[kAttnWarps][kPerLane * 32];
   __shared__ float s_q[kPerLane * 32];
+  __shared__ float s_split_max[kMaxSplits], s_split_sum[kMaxSplits];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t group = Hq / Hkv;
@@ -195,20 +197,32 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         __syncthreads();
         if (s_last) {
           __threadfence();
+          // Merge: one thread per split reads that split's (max, sum) into shared memory, so the
+          // records' latency is paid once, not once per split; then each output dim sums its
+          // splits' accumulators with loads that do not wait on each other.
           const float* base = partial + task * splits * (D + 2);
-          float m_all = -INFINITY;
-          for (int64_t s = 0; s < splits; ++s) m_all = fmaxf(m_all, __ldcg(base + s * (D + 2)));
-          float l_all = 0.0f;
-          for (int64_t s = 0; s < splits; ++s) {
-            const float ms = __ldcg(base + s * (D + 2));
-            if (ms != -INFINITY) l_all += __ldcg(base + s * (D + 2) + 1) * expf(ms - m_all);
+          for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
+            s_split_max[s] = __ldcg(base + s * (D + 2));
+            s_split_sum[s] = __ldcg(base + s * (D + 2) + 1);
           }
+          __syncthreads();
+          float m_all = -INFINITY;
+          for (int64_t s = 0; s < splits; ++s) m_all = fmaxf(m_all, s_split_max[s]);
+          __syncthreads();  // every thread has read the maxima before they become weights
+          for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
+            const float ms = s_split_max[s];
+            s_split_max[s] = ms == -INFINITY ? 0.0f : expf(ms - m_all);  // the split's weight
+          }
+          __syncthreads();
+          float l_all = 0.0f;
+          for (int64_t s = 0; s < splits; ++s) l_all = fmaf(s_split_sum[s], s_split_max[s], l_all);
           const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
           for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             float o = 0.0f;
+#pragma unroll 8
             for (int64_t s = 0; s < splits; ++s) {
-              const float ms = __ldcg(base + s * (D + 2));
-              if (ms != -INFINITY) o = fmaf(__ldcg(base + s * (D + 2) + 2 + d), expf(ms - m_all), o);
+              const float w = s_split_max[s];
+              if (w != 0.0f) o = fmaf(__ldcg(base + s * (D + 2) + 2 + d), w, o);
             }
             out[task * D + d] = o * inv;
           }
@@ -284,10 +298,10 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   // Split the keys over more blocks when the (row, head) tasks alone can't fill the GPU.
   int64_t splits = 1;
   if (attention_scratch_ != nullptr && tasks < 2 * sm_count_ && Sk >= 128) {
-    splits = (2 * sm_count_ + tasks - 1) / tasks;
+    splits = (4 * sm_count_ + tasks - 1) / tasks;  // blocks enough for a few per multiprocessor
     const int64_t by_keys = (Sk + 127) / 128;  // at least ~128 keys per block: 32 per warp
     const int64_t by_scratch = static_cast<int64_t>(attention_scratch_floats_) / (tasks * (D + 2));
-    splits = std::min<int64_t>({splits, by_keys, by_scratch, 64});
+    splits = std::min<int64_t>({splits, by_keys, by_scratch, kMaxSplits});
     if (splits < 1) splits = 1;
   }
   float* partial = splits > 1 ? attention_scratch_ : nullptr;
