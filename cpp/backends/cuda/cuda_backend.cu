@@ -447,6 +447,9 @@ class CudaBackend final : public Backend {
         ++graph_updates_;
         g.misses = 0;
       } else {
+        // A refused update leaves its error as the thread's last error: clear it, or the next
+        // launch check would report it as that kernel's failure.
+        (void)cudaGetLastError();
         (void)cudaGraphExecDestroy(g.exec);
         g.exec = nullptr;
         if (++g.misses >= kMaxGraphMisses) g.eager = true;  // different kernels each time
