@@ -495,6 +495,9 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-ids-json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
+    if args.worker and args.worker.startswith("llama.cpp"):
+        # Before tensorlogic (which imports numpy): numpy first segfaults llama.cpp's CUDA build.
+        import llama_cpp  # noqa: F401
     from tensorlogic.models.fetch import resolve_model
 
     args.model = str(resolve_model(args.model))  # a path, a known name (fetched), or the default

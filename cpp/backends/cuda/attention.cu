@@ -1,7 +1,8 @@
 // Scaled dot-product attention with grouped-query heads, and the causal mask builder.
-// One block per (query row, query head) and key split; each warp walks a strided subset of the
-// block's keys with an online softmax (running max, running sum, f32 accumulators of D/32 values
-// per lane), and the warps' partial results are merged in shared memory. With few (row, head)
+// One block per (query row, query head) and key split; each warp walks the block's keys 32 at a
+// time, one key per lane for the scores (one max and one sum reduction per 32 keys), with an
+// online softmax (running max, running sum, f32 accumulators of D/32 values per lane), and the
+// warps' partial results are merged in shared memory. With few (row, head)
 // tasks (decode) the keys are split over several blocks that write (max, sum, accumulators) to
 // the backend's attention scratch; the last block of a task to finish (a per-task counter, after
 // a memory fence: flash-decoding's split-K in one launch) merges the records, or, without
@@ -20,6 +21,7 @@ namespace {
 
 constexpr int kAttnWarps = 4;
 constexpr int kMaxHeadDim = 512;
+constexpr int kMaxSplits = 64;  // key splits of one (row, head) task
 
 struct Strided3 {
   const void* data;
@@ -29,6 +31,41 @@ struct Strided3 {
 
 Strided3 strided3(const View& v) {
   return Strided3{v.data, v.dtype, v.strides[0], v.strides[1], v.strides[2]};
+}
+
+// acc[r] += p_jj * v[c0 + jj][hk][lane + 32 r] over the chunk's n_here keys, p_jj in lane jj.
+// Eight value rows at a time, their loads issued before any use (a load behind a branch on its
+// weight would wait out the memory latency once per key); f32 values are read without the
+// per-element dtype switch. A key of weight 0 (masked, or past the range) adds nothing, even
+// where its row holds a NaN.
+template <int kPerLane, bool kF32>
+__device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_here, int64_t hk,
+                                           int64_t D, int lane, float p, float (&acc)[kPerLane]) {
+  for (int jb = 0; jb < n_here; jb += 8) {
+    float vv[8][kPerLane];
+    float pp[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int jj = jb + u;
+      pp[u] = __shfl_sync(0xffffffffu, p, jj & 31);
+      if (jj >= n_here) pp[u] = 0.0f;
+      const int64_t vbase = (c0 + (jj < n_here ? jj : 0)) * v.s0 + hk * v.s1;
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int64_t d = lane + 32 * r;
+        if constexpr (kF32) {
+          vv[u][r] = d < D ? __ldg(static_cast<const float*>(v.data) + vbase + d * v.s2) : 0.0f;
+        } else {
+          vv[u][r] = d < D ? load_float(v.data, v.dtype, vbase + d * v.s2) : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) acc[r] = pp[u] != 0.0f ? fmaf(pp[u], vv[u][r], acc[r]) : acc[r];
+    }
+  }
 }
 
 template <int kPerLane>
@@ -42,20 +79,25 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   __shared__ bool s_last;
   __shared__ float s_sum[kAttnWarps];
   __shared__ float s_acc[kAttnWarps][kPerLane * 32];
+  __shared__ float s_q[kPerLane * 32];
+  __shared__ float s_split_max[kMaxSplits], s_split_sum[kMaxSplits];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t group = Hq / Hkv;
+  // Keys as float4 when k is contiguous f32 along D with 16-byte aligned rows (a KV cache).
+  const bool k_vec4 = k.dtype == DType::F32 && k.s2 == 1 && (D & 3) == 0 && ((k.s0 | k.s1) & 3) == 0 &&
+                      (reinterpret_cast<uintptr_t>(k.data) & 15) == 0;
   for (int64_t task = blockIdx.x; task < Sq * Hq; task += gridDim.x) {
     const int64_t i = task / Hq;
     const int64_t h = task - i * Hq;
     const int64_t hk = h / group;
-    float qv[kPerLane], acc[kPerLane];
+    float acc[kPerLane];
 #pragma unroll
-    for (int r = 0; r < kPerLane; ++r) {
-      const int64_t d = lane + 32 * r;
-      qv[r] = d < D ? load_float(q.data, q.dtype, i * q.s0 + h * q.s1 + d * q.s2) : 0.0f;
-      acc[r] = 0.0f;
+    for (int r = 0; r < kPerLane; ++r) acc[r] = 0.0f;
+    for (int64_t d = threadIdx.x; d < kPerLane * 32; d += blockDim.x) {
+      s_q[d] = d < D ? load_float(q.data, q.dtype, i * q.s0 + h * q.s1 + d * q.s2) : 0.0f;
     }
+    __syncthreads();
     int64_t keys = Sk;
     if (causal) {
       const int64_t last = q_pos_offset + i;  // keys j <= last are visible
@@ -66,28 +108,46 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const int64_t j0 = blockIdx.y * chunk;
     const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
     float m = -INFINITY, l = 0.0f;
-    for (int64_t j = j0 + warp; j < j1; j += kAttnWarps) {
-      const int64_t kbase = j * k.s0 + hk * k.s1;
-      float part = 0.0f;
-#pragma unroll
-      for (int r = 0; r < kPerLane; ++r) {
-        const int64_t d = lane + 32 * r;
-        if (d < D) part = fmaf(qv[r], load_float(k.data, k.dtype, kbase + d * k.s2), part);
+    // Each warp takes 32 keys at a time, one key per lane: a lane computes its key's whole score
+    // (q from shared memory), the warp reduces max and sum once per 32 keys, then every lane adds
+    // the 32 weighted value rows for its dims (value rows read coalesced across the lanes).
+    for (int64_t c0 = j0 + warp * 32; c0 < j1; c0 += kAttnWarps * 32) {
+      const int64_t j = c0 + lane;
+      float s = -INFINITY;
+      if (j < j1) {
+        const int64_t kbase = j * k.s0 + hk * k.s1;
+        float part = 0.0f;
+        if (k_vec4) {
+          const float4* kr = reinterpret_cast<const float4*>(static_cast<const float*>(k.data) + kbase);
+#pragma unroll 8
+          for (int64_t d4 = 0; d4 < D / 4; ++d4) {
+            const float4 kv = kr[d4];
+            part = fmaf(s_q[4 * d4], kv.x, part);
+            part = fmaf(s_q[4 * d4 + 1], kv.y, part);
+            part = fmaf(s_q[4 * d4 + 2], kv.z, part);
+            part = fmaf(s_q[4 * d4 + 3], kv.w, part);
+          }
+        } else {
+#pragma unroll 8
+          for (int64_t d = 0; d < D; ++d) part = fmaf(s_q[d], load_float(k.data, k.dtype, kbase + d * k.s2), part);
+        }
+        s = part * scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
       }
-      float s = warp_sum(part) * scale;
-      if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-      if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
-      if (s == -INFINITY) continue;  // contributes nothing (uniform across the warp)
-      const float m_new = fmaxf(m, s);
-      const float corr = expf(m - m_new);
-      const float p = expf(s - m_new);
-      l = l * corr + p;
-      const int64_t vbase = j * v.s0 + hk * v.s1;
+      const float cmax = warp_max(s);
+      if (cmax == -INFINITY) continue;  // nothing visible in these 32 keys (uniform across the warp)
+      const float m_new = fmaxf(m, cmax);
+      const float corr = expf(m - m_new);  // 0 while m is still -inf
+      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      l = l * corr + warp_sum(p);
 #pragma unroll
-      for (int r = 0; r < kPerLane; ++r) {
-        const int64_t d = lane + 32 * r;
-        const float vv = d < D ? load_float(v.data, v.dtype, vbase + d * v.s2) : 0.0f;
-        acc[r] = fmaf(p, vv, acc[r] * corr);
+      for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
+      const int n_here = static_cast<int>(j1 - c0 < 32 ? j1 - c0 : 32);
+      if (v.dtype == DType::F32) {
+        add_values<kPerLane, true>(v, c0, n_here, hk, D, lane, p, acc);
+      } else {
+        add_values<kPerLane, false>(v, c0, n_here, hk, D, lane, p, acc);
       }
       m = m_new;
     }
@@ -137,20 +197,32 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         __syncthreads();
         if (s_last) {
           __threadfence();
+          // Merge: one thread per split reads that split's (max, sum) into shared memory, so the
+          // records' latency is paid once, not once per split; then each output dim sums its
+          // splits' accumulators with loads that do not wait on each other.
           const float* base = partial + task * splits * (D + 2);
-          float m_all = -INFINITY;
-          for (int64_t s = 0; s < splits; ++s) m_all = fmaxf(m_all, __ldcg(base + s * (D + 2)));
-          float l_all = 0.0f;
-          for (int64_t s = 0; s < splits; ++s) {
-            const float ms = __ldcg(base + s * (D + 2));
-            if (ms != -INFINITY) l_all += __ldcg(base + s * (D + 2) + 1) * expf(ms - m_all);
+          for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
+            s_split_max[s] = __ldcg(base + s * (D + 2));
+            s_split_sum[s] = __ldcg(base + s * (D + 2) + 1);
           }
+          __syncthreads();
+          float m_all = -INFINITY;
+          for (int64_t s = 0; s < splits; ++s) m_all = fmaxf(m_all, s_split_max[s]);
+          __syncthreads();  // every thread has read the maxima before they become weights
+          for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
+            const float ms = s_split_max[s];
+            s_split_max[s] = ms == -INFINITY ? 0.0f : expf(ms - m_all);  // the split's weight
+          }
+          __syncthreads();
+          float l_all = 0.0f;
+          for (int64_t s = 0; s < splits; ++s) l_all = fmaf(s_split_sum[s], s_split_max[s], l_all);
           const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
           for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             float o = 0.0f;
+#pragma unroll 8
             for (int64_t s = 0; s < splits; ++s) {
-              const float ms = __ldcg(base + s * (D + 2));
-              if (ms != -INFINITY) o = fmaf(__ldcg(base + s * (D + 2) + 2 + d), expf(ms - m_all), o);
+              const float w = s_split_max[s];
+              if (w != 0.0f) o = fmaf(__ldcg(base + s * (D + 2) + 2 + d), w, o);
             }
             out[task * D + d] = o * inv;
           }
@@ -226,10 +298,10 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   // Split the keys over more blocks when the (row, head) tasks alone can't fill the GPU.
   int64_t splits = 1;
   if (attention_scratch_ != nullptr && tasks < 2 * sm_count_ && Sk >= 128) {
-    splits = (2 * sm_count_ + tasks - 1) / tasks;
-    const int64_t by_keys = (Sk + 63) / 64;  // at least ~64 keys per block
+    splits = (4 * sm_count_ + tasks - 1) / tasks;  // blocks enough for a few per multiprocessor
+    const int64_t by_keys = (Sk + 127) / 128;  // at least ~128 keys per block: 32 per warp
     const int64_t by_scratch = static_cast<int64_t>(attention_scratch_floats_) / (tasks * (D + 2));
-    splits = std::min<int64_t>({splits, by_keys, by_scratch, 64});
+    splits = std::min<int64_t>({splits, by_keys, by_scratch, kMaxSplits});
     if (splits < 1) splits = 1;
   }
   float* partial = splits > 1 ? attention_scratch_ : nullptr;

@@ -6,6 +6,15 @@
 // a failed launch, an asynchronous device fault, or an id-out-of-range flag from a kernel).
 // Buffer lifetimes are the runtime's business (docs/runtime.md R1-R3); this file never frees memory
 // it was not asked to.
+// CUDA graphs (TL_CUDA_GRAPHS=1; off by default, see the README's measurements): a command
+// buffer of at least kMinGraphCommands commands whose size was seen before is captured (its commands launch into a private capture stream, so nothing runs), and the graph
+// replaces the executable graph kept for that size by cudaGraphExecUpdate (new kernel arguments:
+// positions, buffers, grid sizes), or is instantiated when the update is refused (another
+// sequence of kernels); the executable graph is then one launch on the stream. Launch by launch
+// instead, in one place (launch_as_graph): graphs off (the default), small or first-seen command
+// buffers, a command that throws while captured (cuBLAS, scratch growth: CaptureUnsupported, or any
+// error, which the launch-by-launch run then reports as before), a failed capture or
+// instantiation, and a size whose graph had to be re-instantiated kMaxGraphMisses times in a row.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -19,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "blas.h"
@@ -240,6 +250,13 @@ class CudaBackend final : public Backend {
         });
       }
     }
+    graphs_enabled_ = env_cuda_graphs();
+    if (graphs_enabled_ &&
+        cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking) != cudaSuccess) {
+      (void)cudaGetLastError();
+      capture_stream_ = nullptr;
+      graphs_enabled_ = false;
+    }
     completion_thread_ = std::thread(&CompletionState::run, state_);
     launch_thread_ = std::thread([this, device] { launch_loop(device); });
   }
@@ -251,6 +268,12 @@ class CudaBackend final : public Backend {
       std::fprintf(stderr, "tl-cuda: %llu device operations (kernel launches and copies) in %llu command buffers\n",
                    static_cast<unsigned long long>(g_device_ops.load() - device_ops_at_start_),
                    static_cast<unsigned long long>(state_->submitted));
+      std::fprintf(stderr, "tl-cuda: %llu command buffers as CUDA graphs (%llu instantiated, %llu updated), "
+                   "%llu captures abandoned\n",
+                   static_cast<unsigned long long>(graph_launches_),
+                   static_cast<unsigned long long>(graph_instantiations_),
+                   static_cast<unsigned long long>(graph_updates_),
+                   static_cast<unsigned long long>(graph_abandoned_));
     }
     {
       std::lock_guard<std::mutex> lock(launch_mutex_);
@@ -268,8 +291,12 @@ class CudaBackend final : public Backend {
     } else {
       completion_thread_.join();
     }
+    for (auto& entry : graphs_) {
+      if (entry.second.exec != nullptr) (void)cudaGraphExecDestroy(entry.second.exec);
+    }
     kernels_.set_blas(nullptr);
     blas_.reset();  // before the stream it is bound to
+    if (capture_stream_ != nullptr) (void)cudaStreamDestroy(capture_stream_);
     (void)cudaStreamDestroy(stream_);  // pending work still completes; resources go after it
     if (attention_scratch_ != nullptr) (void)cudaFree(attention_scratch_);  // waits for the device
   }
@@ -378,7 +405,95 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // The executable graph kept for command buffers of one size, and how that size has fared.
+  struct GraphEntry {
+    cudaGraphExec_t exec = nullptr;
+    int seen = 0;     // command buffers of this size so far
+    int misses = 0;   // consecutive re-instantiations (the update was refused)
+    int failures = 0; // captures abandoned
+    bool eager = false;  // given up: always launch by launch
+  };
+  static constexpr size_t kMinGraphCommands = 16;
+  static constexpr int kMaxGraphMisses = 4;
+  static constexpr int kMaxCaptureFailures = 3;
+
+  // Runs the command buffer as one CUDA graph launch on stream_; false when it must run launch by
+  // launch instead (nothing of it was queued then, and the error slot is not taken).
+  bool launch_as_graph(LaunchJob& job) {
+    if (!graphs_enabled_ || job.commands.size() < kMinGraphCommands) return false;
+    GraphEntry& g = graphs_[job.commands.size()];
+    if (g.eager || ++g.seen < 2) return false;  // one-off command buffers never pay for a capture
+    encoding_slot_ = -1;
+    encode_stream_ = capture_stream_;
+    bool captured = cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (captured) {
+      kernels_.begin_capture(capture_stream_);
+      try {
+        for (Command& command : job.commands) command(kernels_);
+      } catch (...) {
+        captured = false;  // CaptureUnsupported or a real error: the eager run decides which
+      }
+      kernels_.end_capture();
+    }
+    // End the capture whenever one is open (also after a throw or an invalidated capture), so the
+    // capture stream is usable again.
+    cudaGraph_t graph = nullptr;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(capture_stream_, &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+      if (cudaStreamEndCapture(capture_stream_, &graph) != cudaSuccess) captured = false;
+    }
+    encode_stream_ = stream_;
+    bool ok = captured && graph != nullptr;
+    if (ok && g.exec != nullptr) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(g.exec, graph, &info) == cudaSuccess) {
+        ++graph_updates_;
+        g.misses = 0;
+      } else {
+        // A refused update leaves its error as the thread's last error: clear it, or the next
+        // launch check would report it as that kernel's failure.
+        (void)cudaGetLastError();
+        (void)cudaGraphExecDestroy(g.exec);
+        g.exec = nullptr;
+        if (++g.misses >= kMaxGraphMisses) g.eager = true;  // different kernels each time
+      }
+    }
+    if (ok && g.exec == nullptr) {
+      if (cudaGraphInstantiate(&g.exec, graph, 0) == cudaSuccess) {
+        ++graph_instantiations_;
+      } else {
+        g.exec = nullptr;
+        ok = false;
+      }
+    }
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    if (ok && cudaGraphLaunch(g.exec, stream_) != cudaSuccess) {
+      // Nothing was queued (a launch that fails returns before enqueuing): run it eagerly.
+      (void)cudaGraphExecDestroy(g.exec);
+      g.exec = nullptr;
+      ok = false;
+    }
+    if (!ok) {
+      (void)cudaGetLastError();  // clear what the failed capture left behind
+      if (encoding_slot_ >= 0) state_->slots.release(encoding_slot_);
+      encoding_slot_ = -1;
+      ++graph_abandoned_;
+      if (++g.failures >= kMaxCaptureFailures) g.eager = true;
+      return false;
+    }
+    g.failures = 0;
+    ++graph_launches_;
+    return true;
+  }
+
   void launch(LaunchJob& job) {
+    encoding_slot_ = -1;
+    if (!launch_as_graph(job)) run_commands(job);
+    finish_launch(job);
+  }
+
+  void run_commands(LaunchJob& job) {
     CompletionState::Pending& pending = job.pending;
     encoding_slot_ = -1;
     for (Command& command : job.commands) {
@@ -392,6 +507,10 @@ class CudaBackend final : public Backend {
         break;
       }
     }
+  }
+
+  void finish_launch(LaunchJob& job) {
+    CompletionState::Pending& pending = job.pending;
     pending.slot = encoding_slot_;
     encoding_slot_ = -1;
     if (pending.slot >= 0) {
@@ -420,7 +539,7 @@ class CudaBackend final : public Backend {
     if (encoding_slot_ < 0) {
       encoding_slot_ = state_->slots.acquire();
       const cudaError_t err = cudaMemsetAsync(state_->slots.device(encoding_slot_), 0,
-                                              sizeof(DeviceErrorSlot), stream_);
+                                              sizeof(DeviceErrorSlot), encode_stream_);
       if (err != cudaSuccess) throw KernelError(cuda_message("error slot reset", err));
     }
     return state_->slots.device(encoding_slot_);
@@ -432,6 +551,12 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   void* attention_scratch_ = nullptr;
+  // Graphs (launch thread only, but for the counters read at teardown).
+  bool graphs_enabled_ = false;
+  cudaStream_t capture_stream_ = nullptr;
+  cudaStream_t encode_stream_ = stream_;  // where the error slot's reset goes: stream_ or the capture
+  std::unordered_map<size_t, GraphEntry> graphs_;
+  uint64_t graph_launches_ = 0, graph_instantiations_ = 0, graph_updates_ = 0, graph_abandoned_ = 0;
   std::unique_ptr<Blas> blas_;  // cuBLAS handle on stream_ (unset: TL_CUDA_BLAS=0)
   CudaKernels kernels_;
   std::shared_ptr<CompletionState> state_;

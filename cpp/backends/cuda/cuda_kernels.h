@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 
 #include "runtime/kernels.h"
 
@@ -27,6 +28,13 @@ struct DeviceErrorSlot {
 constexpr int32_t kErrorIdOutOfRange = 1;         // gather_rows (embedding)
 constexpr int32_t kErrorScatterIdOutOfRange = 2;  // scatter_add_rows
 constexpr int32_t kErrorExpertIdOutOfRange = 3;   // expert_linear
+
+// Thrown while a command buffer is being captured into a CUDA graph by a command the graph cannot
+// hold (cuBLAS, whose handle is bound to the backend's stream; growing a device scratch, which
+// frees and allocates). The backend then runs that command buffer launch by launch.
+struct CaptureUnsupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class CudaKernels final : public Kernels {
  public:
@@ -101,16 +109,34 @@ class CudaKernels final : public Kernels {
   void set_blas(Blas* blas) { blas_ = blas; }
   ~CudaKernels();
 
+  // Graph capture (launch thread only): between these, launches go to `capture_stream` (a stream
+  // being captured, so nothing runs) and capture_guard() throws CaptureUnsupported.
+  void begin_capture(cudaStream_t capture_stream) {
+    saved_stream_ = stream_;
+    stream_ = capture_stream;
+    capturing_ = true;
+  }
+  void end_capture() {
+    if (!capturing_) return;
+    stream_ = saved_stream_;
+    capturing_ = false;
+  }
+
  private:
   // A device scratch of at least `floats` floats, reused in stream order by every linear that
   // converts its weight rows to f32 for cuBLAS; grown (never shrunk) on the launch thread.
   float* weight_scratch(size_t floats);
   bool linear_blas(const View& x, const View& w, const View& out);
+  void capture_guard(const char* what) const {
+    if (capturing_) throw CaptureUnsupported(what);
+  }
 
   Blas* blas_ = nullptr;
   float* weight_scratch_ = nullptr;
   size_t weight_scratch_floats_ = 0;
   cudaStream_t stream_;
+  cudaStream_t saved_stream_ = nullptr;
+  bool capturing_ = false;
   std::function<DeviceErrorSlot*()> error_slot_;
   float* attention_scratch_ = nullptr;
   size_t attention_scratch_floats_ = 0;

@@ -325,11 +325,22 @@ struct Matvec32Launcher {
     const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS>;
     // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
     // more would only stage x again.
+    // The occupancy query costs host time on every launch (about a microsecond, ~120 launches a
+    // decode step) for a handful of distinct shared sizes: remember the answers, per launch thread.
+    struct Known { size_t shared; int per_sm; };
+    thread_local Known known[8];
+    thread_local int n_known = 0;
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMatvec32Threads, shared) !=
-            cudaSuccess || per_sm < 1) {
-      (void)cudaGetLastError();
-      per_sm = 1;
+    for (int i = 0; i < n_known; ++i) {
+      if (known[i].shared == shared) per_sm = known[i].per_sm;
+    }
+    if (per_sm == 0) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMatvec32Threads, shared) !=
+              cudaSuccess || per_sm < 1) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+      }
+      known[n_known < 8 ? n_known++ : 7] = Known{shared, per_sm};
     }
     const int64_t cols = kMatvec32Threads / LPR * COLS;
     int64_t blocks = (N + cols - 1) / cols;

@@ -354,6 +354,7 @@ CudaKernels::~CudaKernels() {
 
 float* CudaKernels::weight_scratch(size_t floats) {
   if (weight_scratch_floats_ >= floats) return weight_scratch_;
+  capture_guard("linear: growing the weight scratch");
   if (weight_scratch_ != nullptr) {
     (void)cudaFree(weight_scratch_);  // waits for the device, so no queued kernel still reads it
     weight_scratch_ = nullptr;
@@ -372,6 +373,7 @@ float* CudaKernels::weight_scratch(size_t floats) {
 // linear through cuBLAS: out [M, N] = x [M, K] @ w^T. An f32 w is read in place (as w^T: unit
 // row stride); other weights are converted to f32 slices of rows first. False: not done.
 bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
+  capture_guard("linear through cuBLAS");
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   const GemmOperand xa{x.data, DType::F32, 0, K, 1};
   if (w.dtype == DType::F32) {
@@ -418,6 +420,7 @@ void CudaKernels::matmul(const View& a, const View& b, const View& out) {
     fill(out, 0.0);
     return;
   }
+  if (blas_ != nullptr && blas_->available()) capture_guard("matmul through cuBLAS");
   if (blas_ != nullptr && blas_->available() &&
       blas_->gemm(GemmOperand{a.data, a.dtype, a.strides[0], a.strides[1], a.strides[2]},
                   GemmOperand{b.data, b.dtype, b.strides[0], b.strides[1], b.strides[2]},

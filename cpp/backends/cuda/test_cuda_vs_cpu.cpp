@@ -11,6 +11,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -693,6 +694,112 @@ void test_attention() {
   }
 }
 
+// Decode-like command buffers of 20 commands, submitted once per step with a new position, new
+// cache rows and a new step input: on CUDA the second and later of one size run as one CUDA graph
+// (captured, then updated with the new kernel arguments), so a stale argument in the graph shows
+// as a mismatch here. Then the same with a matmul (cuBLAS: not captured, launch by launch) and
+// with an id out of range (the device error slot inside a graph).
+std::string run_cmds(Backend& b, std::vector<Command> cmds) {
+  auto error = std::make_shared<std::string>();
+  b.submit(std::move(cmds), [error](const std::string& e) { *error = e; });
+  b.synchronize();
+  return *error;
+}
+
+void test_graph_replay() {
+  const int64_t H = 4, Hkv = 2, Dh = 32, Smax = 24, d = H * Dh, V = d, steps = 8;  // ids < d
+  auto kc = contiguous(DType::F32, {Smax, Hkv, Dh});
+  auto vc = contiguous(DType::F32, {Smax, Hkv, Dh});
+  auto xin = contiguous(DType::F32, {steps, Hkv * Dh});
+  auto qin = contiguous(DType::F32, {steps, H, Dh});
+  auto q = contiguous(DType::F32, {1, H, Dh});
+  auto att = contiguous(DType::F32, {1, H, Dh});
+  auto acc = contiguous(DType::F32, {1, d});
+  auto act = contiguous(DType::F32, {1, d});
+  auto ids = contiguous(DType::I64, {1});
+  auto table = contiguous(DType::F32, {V, 8});
+  auto emb = contiguous(DType::F32, {1, 8});
+  auto ma = contiguous(DType::F32, {1, 8, 8});
+  auto mo = contiguous(DType::F32, {1, 8, 8});
+  auto rowv = [](View v, int64_t row, std::vector<int64_t> shape) {
+    View r = v;
+    r.data = static_cast<float*>(v.data) + row * v.strides[0];
+    r.ndim = static_cast<int>(shape.size());
+    int64_t st = 1;
+    for (int i = r.ndim - 1; i >= 0; --i) {
+      r.shape[i] = shape[i];
+      r.strides[i] = st;
+      st *= shape[i];
+    }
+    return r;
+  };
+  // variant 0: plain; 1: with a matmul; 2: gather of a fixed out-of-range id (an error).
+  auto step_cmds = [&](int side, int64_t t, int variant) {
+    const int64_t pos = 4 + t;
+    std::vector<Command> c;
+    View qv = q->view(side), attv = att->view(side), accv = acc->view(side), actv = act->view(side);
+    View k_all = kc->view(side), v_all = vc->view(side);
+    k_all.shape[0] = pos + 1;
+    v_all.shape[0] = pos + 1;
+    const View qsrc = rowv(qin->view(side), t, {1, 1, H, Dh}), q4 = rowv(qv, 0, {1, 1, H, Dh});
+    const View x = rowv(xin->view(side), t, {1, Hkv * Dh}), kslot = rowv(kc->view(side), pos, {1, Hkv * Dh});
+    const View kslot4 = rowv(kc->view(side), pos, {1, 1, Hkv, Dh});
+    const View vslot = rowv(vc->view(side), pos, {1, Hkv * Dh});
+    const View att_flat = rowv(attv, 0, {1, d});
+    const View idv = ids->view(side), tab = table->view(side), embv = emb->view(side);
+    const View mav = ma->view(side), mov = mo->view(side);
+    c.push_back([=](Kernels& k) { k.rope(qsrc, pos, 10000.0f, false, q4); });
+    c.push_back([=](Kernels& k) { k.copy(x, kslot); });
+    c.push_back([=](Kernels& k) { k.rope(kslot4, pos, 10000.0f, false, kslot4); });
+    c.push_back([=](Kernels& k) { k.binary(BinaryOp::Mul, x, x, vslot); });
+    c.push_back([=](Kernels& k) { k.attention(qv, k_all, v_all, View{}, 0.17f, true, pos, attv); });
+    for (int i = 0; i < 11; ++i) {
+      c.push_back([=](Kernels& k) { k.binary(BinaryOp::Add, accv, att_flat, accv); });
+    }
+    c.push_back([=](Kernels& k) { k.unary(UnaryOp::Silu, accv, actv); });
+    if (variant == 1) {
+      c.push_back([=](Kernels& k) { k.matmul(mav, mav, mov); });
+    } else {
+      c.push_back([=](Kernels& k) { k.binary_scalar(BinaryOp::Mul, actv, 0.5, false, actv); });
+    }
+    if (variant == 2) {
+      c.push_back([=](Kernels& k) { k.fill(idv, static_cast<double>(V + 3)); });
+    } else {
+      c.push_back([=](Kernels& k) { k.reduce(ReduceOp::ArgMax, actv, 1, d, 1, idv); });
+    }
+    c.push_back([=](Kernels& k) { k.gather_rows(tab, idv, embv); });
+    return c;
+  };
+  for (int variant : {0, 2, 1}) {  // the matmul last: it turns graphs off for this size
+    for (int64_t t = 0; t < steps; ++t) {
+      const std::string what = "graph replay variant " + std::to_string(variant) + " step " + std::to_string(t);
+      std::string err[2];
+      for (int s = 0; s < 2; ++s) err[s] = run_cmds(*g_backends[s], step_cmds(s, t, variant));
+      ++checks;
+      if (variant == 2) {
+        if (err[0].empty() || err[1].empty()) {
+          ++failures;
+          std::printf("FAIL %s: expected an id error on both; cpu '%s' cuda '%s'\n", what.c_str(),
+                      err[0].c_str(), err[1].c_str());
+        }
+        continue;
+      }
+      if (!err[0].empty() || !err[1].empty()) {
+        ++failures;
+        std::printf("FAIL %s: cpu error '%s', cuda error '%s'\n", what.c_str(), err[0].c_str(), err[1].c_str());
+        continue;
+      }
+      compare(what + " k cache", *kc, 1e-5, 1e-5);
+      compare(what + " v cache", *vc, 1e-5, 1e-5);
+      compare(what + " attention", *att, 1e-4, 1e-5);
+      compare(what + " accumulator", *acc, 1e-4, 1e-4);
+      compare(what + " ids", *ids, 0, 0);
+      compare(what + " gathered row", *emb, 0, 0);
+      if (variant == 1) compare(what + " matmul", *mo, 1e-4, 1e-4);
+    }
+  }
+}
+
 // The CUDA Backend's own contract.
 void test_backend_contract(Backend& gpu) {
   auto expect = [](bool ok, const std::string& what) {
@@ -795,7 +902,7 @@ void test_destroy_from_completion() {
 // A SmolLM2-135M-shaped decode step at the Kernels level (30 layers, d 576, 9/3 heads of 64,
 // FFN 1536, Q4_1 weights, Q8_0 tied embedding/logits), timed over many tokens.
 void bench_decode(Backend& gpu, int ctx) {
-  const int64_t d = 576, H = 9, Hkv = 3, Dh = 64, F = 1536, V = 49152, L = 30, Smax = 2048;
+  const int64_t d = 576, H = 9, Hkv = 3, Dh = 64, F = 1536, V = 49152, L = 30, Smax = 8192;
   struct Buf { void* p; size_t n; };
   std::vector<Buf> bufs;
   auto alloc = [&](size_t bytes, bool random_q = false, DType qt = DType::F32) {
@@ -922,6 +1029,16 @@ void bench_decode(Backend& gpu, int ctx) {
            k.attention(view(q.data, DType::F32, {1, H, Dh}), kall, vall, View{}, 0.125f, true, pos,
                        view(att.data, DType::F32, {1, H, Dh}));
          }},
+        {"(attention, 2048 keys)", 0, [=](Kernels& k) {
+           k.attention(view(q.data, DType::F32, {1, H, Dh}), view(ly.kc, DType::F32, {2048, Hkv, Dh}),
+                       view(ly.vc, DType::F32, {2048, Hkv, Dh}), View{}, 0.125f, true, 2047,
+                       view(att.data, DType::F32, {1, H, Dh}));
+         }},
+        {"(attention, 8192 keys)", 0, [=](Kernels& k) {
+           k.attention(view(q.data, DType::F32, {1, H, Dh}), view(ly.kc, DType::F32, {8192, Hkv, Dh}),
+                       view(ly.vc, DType::F32, {8192, Hkv, Dh}), View{}, 0.125f, true, 8191,
+                       view(att.data, DType::F32, {1, H, Dh}));
+         }},
         {"rms_norm 576", 2 * 30 + 1, [=](Kernels& k) { k.rms_norm(xres, ly.n1, 1e-5f, h); }},
         {"rope 9 heads", 2 * 30, [=](Kernels& k) { k.rope(view(q.data, DType::F32, {1, 1, H, Dh}), pos, 100000.f, false, view(q.data, DType::F32, {1, 1, H, Dh})); }},
         {"binary add 576", 2 * 30, [=](Kernels& k) { k.binary(BinaryOp::Add, xres, h, xres); }},
@@ -932,8 +1049,10 @@ void bench_decode(Backend& gpu, int ctx) {
     double total_us = 0;
     for (const Item& it : items) {
       std::vector<Command> c(300, it.cmd);
-      gpu.submit(c, [](const std::string&) {});
-      gpu.synchronize();
+      for (int warm = 0; warm < 2; ++warm) {  // the second is captured when graphs are on
+        gpu.submit(c, [](const std::string&) {});
+        gpu.synchronize();
+      }
       const auto a = std::chrono::steady_clock::now();
       gpu.submit(c, [](const std::string&) {});
       gpu.synchronize();
@@ -1097,6 +1216,9 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--bench-kernels") == 0) bench_k = true;
     else rng.seed(std::strtoull(argv[i], nullptr, 10));
   }
+  // The checks run with CUDA graphs on (opt-in for users) unless TL_CUDA_GRAPHS is set: command
+  // buffers of 16 or more commands then go through the graph path (test_graph_replay).
+  if (!bench && !bench_k) setenv("TL_CUDA_GRAPHS", "1", 0);
   std::unique_ptr<Backend> gpu;
   try {
     gpu = make_cuda_backend();
@@ -1127,6 +1249,7 @@ int main(int argc, char** argv) {
   test_training();
   test_norm_rope_mask();
   test_attention();
+  test_graph_replay();
   test_backend_contract(*gpu);
   test_destroy_from_completion();
   std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);
