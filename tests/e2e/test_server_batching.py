@@ -158,3 +158,27 @@ def test_a_context_too_small_for_the_slots_is_one_line(smollm2_path):
     assert r.stderr.strip().splitlines()[-1] == ("tl: error: --context 64 leaves 8 positions to each of 8 slots "
                                                  "(at least 16): raise --context or lower --parallel")
     assert "Traceback" not in r.stderr
+
+
+def test_guided_requests_run_alone_and_keep_what_they_asked_for(server, expected):
+    """logprobs, logit_bias and response_format need the guided sampler, which the slots do not run:
+    such a request takes the one-at-a-time path while the slots wait, and gets its logprobs, its
+    bias and its JSON; a plain request sent at the same time still answers as `tl generate` alone."""
+    client = server.client()
+    plain: list = []
+    t = threading.Thread(target=lambda: plain.append(_ask(server.client(), *REQUESTS[0])))
+    t.start()
+    r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Say hi."}],
+                                       max_tokens=5, temperature=0, logprobs=True, top_logprobs=2)
+    t.join(300)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens and all(len(c.top_logprobs) == 2 for c in content)
+    assert all(c.logprob <= 0.0 for c in content)
+    j = client.chat.completions.create(model="smollm2", max_tokens=40, temperature=0,
+                                       messages=[{"role": "user", "content": "Give a JSON object."}],
+                                       response_format={"type": "json_object"})
+    if j.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(j.choices[0].message.content), dict)
+    else:  # cut by max_tokens: still a prefix of an object
+        assert j.choices[0].message.content.lstrip().startswith("{")
+    assert plain and plain[0][0] == expected[0]["text"]

@@ -42,6 +42,29 @@ def test_expert_linear_matches_numpy(T, k, x_rows, id_dtype):
     np.testing.assert_array_equal(flat.numpy(), got)
 
 
+@pytest.mark.parametrize("qtype", ["F32", "Q4_1", "Q5_1"])
+def test_one_token_wide_enough_for_every_pool_worker(qtype):
+    """One token (the decode path) with enough rows that the CPU pool splits them among its worker
+    threads, which read the token's block sums (the block formats with a minimum use them; workers
+    once read their own empty thread_local copy: a crash, or another call's stale sums)."""
+    import gguf
+
+    E, N, K, k = 4, 1024, 1024, 2
+    w = RNG.standard_normal((E * N, K)).astype(np.float32)
+    if qtype == "F32":
+        wt, deq = core.from_numpy(w), w
+    else:
+        t = gguf.GGMLQuantizationType[qtype]
+        raw = gguf.quants.quantize(w, t)
+        wt = core.from_quantized(raw, qtype.lower(), [E * N, K])
+        deq = gguf.quants.dequantize(raw, t).reshape(E * N, K)
+    for _ in range(20):  # each call's own sums, whichever thread computes a row
+        x = RNG.standard_normal((1, K)).astype(np.float32)
+        ids = RNG.choice(E, (1, k), replace=False)
+        got = core.expert_linear(core.from_numpy(x), wt, core.from_numpy(ids), E).numpy()
+        np.testing.assert_allclose(got, _reference(x, deq.reshape(E, N, K), ids), rtol=1e-4, atol=1e-3)
+
+
 def _k_blocks(qtype: str, rows: int, cols: int) -> np.ndarray:
     """Random K-quant blocks (the gguf package cannot quantize to them) with small f16 scales."""
     block, scales = {"Q4_K": (144, [0, 2]), "Q6_K": (210, [208])}[qtype]

@@ -979,13 +979,16 @@ void CpuKernels::expert_linear(const View& x, const View& w, const View& ids, in
     const WeightKernels wk = weight_kernels(w.dtype);
     const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
     const int64_t nb = (K + 31) / 32;
-    thread_local std::vector<float> xsum;
-    xsum.assign(static_cast<size_t>(X * nb), 0.0f);
+    // (the pool's workers read the block sums through this pointer: a thread_local named inside
+    // the lambda would be each worker's own, empty vector)
+    thread_local std::vector<float> xsum_buf;
+    xsum_buf.assign(static_cast<size_t>(X * nb), 0.0f);
+    const float* xsum = xsum_buf.data();
     for (int64_t r = 0; r < X; ++r)
       for (int64_t b = 0; b < K / 32; ++b) {
         float acc = 0.0f;
         for (int j = 0; j < 32; ++j) acc += xd[r * K + b * 32 + j];
-        xsum[static_cast<size_t>(r * nb + b)] = acc;
+        xsum_buf[static_cast<size_t>(r * nb + b)] = acc;
       }
     const int64_t groups = (N + 3) / 4;
     const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(4 * wrow, 1)));
@@ -993,7 +996,7 @@ void CpuKernels::expert_linear(const View& x, const View& w, const View& ids, in
       for (int64_t g = g0; g < g1; ++g) {
         const int64_t p = g / groups, n0 = (g % groups) * 4, n1 = std::min(N, n0 + 4);
         const uint8_t* base = wdata + static_cast<size_t>(id_at(p) * N) * wrow;
-        const float* xs = xsum.data() + (X == 1 ? 0 : p) * nb;
+        const float* xs = xsum + (X == 1 ? 0 : p) * nb;
         for (int64_t n = n0; n < n1; ++n) od[p * N + n] = wk.dot(base + static_cast<size_t>(n) * wrow, x_row(p), xs, K);
       }
     });

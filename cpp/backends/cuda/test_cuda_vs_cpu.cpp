@@ -6,6 +6,9 @@
 // "SKIP: <reason>" and exits 0. `--bench` instead times a SmolLM2-shaped decode step,
 // `--bench-kernels` the matrix kernels against the bandwidth and FLOP rooflines.
 #include <algorithm>
+#include <csignal>
+#include <execinfo.h>
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -1209,7 +1212,26 @@ void bench_kernels(Backend& gpu) {
 
 }  // namespace
 
+// A crash names the check group it happened in (stderr is unbuffered; stdout may be lost) and the frames.
+const char* g_group = "start-up";
+
+void on_crash(int sig) {
+  const char head[] = "test_cuda_vs_cpu: crashed (signal) in ";
+  ssize_t ignored = write(2, head, sizeof head - 1);
+  ignored = write(2, g_group, std::strlen(g_group));
+  ignored = write(2, "\n", 1);
+  (void)ignored;
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+#define RUN(call) (g_group = #call, std::fprintf(stderr, "-- %s\n", #call), call)
+
 int main(int argc, char** argv) {
+  std::signal(SIGSEGV, on_crash);
+  std::signal(SIGBUS, on_crash);
   bool bench = false, bench_k = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--bench") == 0) bench = true;
@@ -1237,21 +1259,21 @@ int main(int argc, char** argv) {
   auto cpu = make_cpu_backend(0);
   g_backends[0] = cpu.get();
   g_backends[1] = gpu.get();
-  test_binary();
-  test_unary();
-  test_copy_fill_arange_where();
-  test_reduce_softmax();
-  test_matmul();
-  test_linear();
-  test_linear_tall();
-  test_expert_linear();
-  test_gather();
-  test_training();
-  test_norm_rope_mask();
-  test_attention();
-  test_graph_replay();
-  test_backend_contract(*gpu);
-  test_destroy_from_completion();
+  RUN(test_binary());
+  RUN(test_unary());
+  RUN(test_copy_fill_arange_where());
+  RUN(test_reduce_softmax());
+  RUN(test_matmul());
+  RUN(test_linear());
+  RUN(test_linear_tall());
+  RUN(test_expert_linear());
+  RUN(test_gather());
+  RUN(test_training());
+  RUN(test_norm_rope_mask());
+  RUN(test_attention());
+  RUN(test_graph_replay());
+  RUN(test_backend_contract(*gpu));
+  RUN(test_destroy_from_completion());
   std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);
   return failures ? 1 : 0;
 }

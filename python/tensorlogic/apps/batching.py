@@ -30,6 +30,7 @@ from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
 from ..models.errors import ModelError
 from .llm_session import STDLIB_DIR, GenerationResult, _Stopped, _TokenStream
+from .server import ApiError, Engine, needs_guided_sampler
 
 PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode steps
 # rows of one batched step: the CPU linear kernel keeps a row bitwise equal to the one-row product
@@ -300,21 +301,12 @@ class BatchScheduler:
 # ---------------------------------------------------------------------- the worker
 
 
-def _engine_base():
-    from .server import Engine  # server imports this module only when --parallel > 1
-    return Engine
-
-
-class BatchEngine(_engine_base()):
+class BatchEngine(Engine):
     """server.Engine's queue, counters and shutdown, with a loop that serves up to `parallel`
     requests at once through a BatchScheduler instead of one after the other."""
 
     def __init__(self, session, options):
         super().__init__(session, options)
-        from .server import ApiError, needs_guided_sampler
-
-        self._api_error = ApiError
-        self._needs_guided = needs_guided_sampler
         total = session.capacity
         context = total // options.parallel
         if context < MIN_SLOT_CONTEXT:
@@ -371,7 +363,7 @@ class BatchEngine(_engine_base()):
         if job.cancelled.is_set():
             self._conclude(job, None)
             return
-        if job.kind == "embedding" or self._needs_guided(job.params) or not (
+        if job.kind == "embedding" or needs_guided_sampler(job.params) or not (
                 set(job.params) <= SLOT_PARAMS and set(job.params["sampling"]) <= SLOT_SAMPLING):
             self._alone(job)
             return
@@ -396,7 +388,6 @@ class BatchEngine(_engine_base()):
 
     def _conclude(self, job, outcome: Any) -> None:
         """Count the job's end and send its last event, as Engine._loop does."""
-        ApiError = self._api_error
         event: tuple | None = None
         if outcome is None:
             kind = "cancelled"

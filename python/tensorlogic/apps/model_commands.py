@@ -342,7 +342,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                            context=args.context, backend=args.backend, kv_dtype=args.kv_dtype, fast=args.fast,
                            parallel=args.parallel, defaults=sampling, cors_origins=tuple(args.cors_origin),
                            request_log=not args.no_request_log)
-    return run_server(options)
+    engine_class = None
+    if args.parallel > 1:
+        from .batching import BatchEngine
+
+        engine_class = BatchEngine
+    return run_server(options, engine_class)
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:

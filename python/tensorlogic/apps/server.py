@@ -24,7 +24,7 @@ disconnect detection; no HTTP parsing here). Invariants:
   (builtins/guided.py) made by the worker per job; without them the plain sampler runs, unchanged.
 - /tokenize and /detokenize run on the event loop: they only read the tokenizer (whose one
   switch, parse_special, is always on), so the worker may use it at the same time.
-  With --parallel N the same thread runs apps/batching.py's BatchEngine instead: N requests at once,
+  With --parallel N the same thread runs apps/batching.py's BatchEngine (an Engine) instead: N requests at once,
   each in a slot with its own KV cache, decoded together in one batched step per token; a job that
   needs a guided sampler (logprobs, logit_bias, penalties, response_format, tools) or is an
   embedding runs alone on the one-at-a-time path while the slots wait.
@@ -1491,7 +1491,7 @@ def _quiet_accept_errors(loop) -> None:
 # ---------------------------------------------------------------------- the command
 
 
-def run_server(options: ServeOptions) -> int:
+def run_server(options: ServeOptions, engine_class: type | None = None) -> int:
     """`tl serve`: load the model, bind, serve until Ctrl-C (130) or SIGTERM."""
     try:
         import uvicorn
@@ -1521,11 +1521,9 @@ def run_server(options: ServeOptions) -> int:
         session.requested_context = CHAT_CONTEXT
     model_id = options.name or options.model_path.stem
     try:
-        if options.parallel > 1:
-            from .batching import BatchEngine
-            engine = BatchEngine(session, options)
-        else:
-            engine = Engine(session, options)
+        # Engine, or (--parallel N) batching.BatchEngine, an Engine that its caller passes: this
+        # module does not import batching, which builds on it
+        engine = (engine_class or Engine)(session, options)
     except ModelError as e:
         sock.close()
         session.close()
