@@ -99,11 +99,16 @@ def test_expert_linear_quantized_weights_equal_linear_on_each_expert(qtype):
             e = int(ids[tok, j])
             one = core.linear(core.from_numpy(x[tok:tok + 1]), wt[e * N:(e + 1) * N]).numpy()[0]
             np.testing.assert_allclose(got[tok, j], one, rtol=1e-5, atol=1e-5)
-    # one token (decode): linear's matrix-vector numbers exactly
+    # one token (decode): on the CPU, linear's matrix-vector numbers exactly (the same dot kernels);
+    # a GPU backend's kernels may sum in another order than its linear (cuBLAS, tiles)
     one_tok = core.expert_linear(core.from_numpy(x[:1]), wt, core.from_numpy(ids[:1]), E).numpy()[0]
     for j in range(k):
         e = int(ids[0, j])
-        np.testing.assert_array_equal(one_tok[j], core.linear(core.from_numpy(x[:1]), wt[e * N:(e + 1) * N]).numpy()[0])
+        alone = core.linear(core.from_numpy(x[:1]), wt[e * N:(e + 1) * N]).numpy()[0]
+        if core.backend_name() == "cpu":
+            np.testing.assert_array_equal(one_tok[j], alone)
+        else:
+            np.testing.assert_allclose(one_tok[j], alone, rtol=1e-5, atol=1e-5)
 
 
 def test_bad_ids_and_shapes_are_one_line_errors():
