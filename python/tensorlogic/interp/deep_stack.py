@@ -106,10 +106,17 @@ def run_deep(fn: Callable[..., Any], *args: Any, signals: dict[int, Callable[[in
     outcome: list = [None, None]
 
     running = [True]  # fn has not returned: a KeyboardInterrupt may still be sent into it
+    # The deep thread's id, set by the thread itself: it runs TL code (and may print) before
+    # Thread.start() returns in the caller, so a Ctrl-C that early must not depend on that return.
+    deep_ident: list = [None]
+    interrupted: list = []
 
     def target():
+        deep_ident[0] = threading.get_ident()
         try:
             try:
+                if interrupted:  # Ctrl-C before the thread was running: no async exception reached it
+                    raise KeyboardInterrupt
                 outcome[0] = fn(*args, **kwargs)
             finally:
                 running[0] = False
@@ -126,18 +133,15 @@ def run_deep(fn: Callable[..., Any], *args: Any, signals: dict[int, Callable[[in
                 if outcome[1] is None:
                     outcome[1] = e
 
-    interrupted = []
-    thread: threading.Thread | None = None
-
     def on_sigint(signum, frame):
         if interrupted:  # a second Ctrl-C: the deep call did not stop (blocked in C); stop waiting
             raise KeyboardInterrupt
         interrupted.append(signum)
         for hook in list(_hooks):
             hook()
-        if thread is not None and thread.ident is not None and running[0]:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
-                                                       ctypes.py_object(KeyboardInterrupt))
+        ident = deep_ident[0]
+        if ident is not None and running[0]:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
 
     handlers = {signal.SIGINT: on_sigint}
     for signum, handler in (signals or {}).items():
