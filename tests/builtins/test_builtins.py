@@ -167,6 +167,13 @@ def test_builtin_matches_numpy(expr, reference):
         close(got, want, tol)
 
 
+def test_gather_of_integer_tensors_is_exact_and_keeps_the_dtype():
+    got = tl("gather(i32::from_array([[1, 2, 3], [4, 5, 6]]), [1, 0, -1], 1)")
+    assert got.dtype == np.int32 and got.tolist() == [[2, 1, 3], [5, 4, 6]]
+    got = tl("index_select([10, 20, 9007199254740993], 0, [2, 0])")  # beyond 2^53: no float detour
+    assert got.dtype == np.int64 and got.tolist() == [9007199254740993, 10]
+
+
 def test_rope_rotates_adjacent_pairs():
     got = tl("rope(X4, 3, 10000.0)")
     seq, heads, d = X4.shape
