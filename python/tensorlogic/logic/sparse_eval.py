@@ -393,7 +393,10 @@ class SparseStratum:
         def absorb(found: dict) -> dict:
             delta = {}
             for name, parts in found.items():
-                keys = sorted_unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+                parts = [p for p in parts if len(p)]
+                # (one rule's keys are sorted and unique already: no second sort)
+                keys = (parts[0] if len(parts) == 1 else sorted_unique(np.concatenate(parts)) if parts
+                        else np.zeros(0, np.int64))
                 if len(keys):
                     keys = keys[~true_sets[name].contains(keys)]
                 true_sets[name].add(keys)
@@ -448,13 +451,17 @@ class SparseStratum:
         self._runs = None
         for name in heads:
             self.tables[name] = self._materialize(facts[name], derived_runs[name])
-        return {name: sorted_unique(np.concatenate(runs)) for name, runs in derived_runs.items() if runs}
+        if changed is None:
+            return {}
+        return {name: _merge_disjoint(runs) for name, runs in derived_runs.items() if runs}
 
     @staticmethod
     def _materialize(facts: RelationTable, runs: list) -> RelationTable:
         if not runs:
             return facts
-        derived = RelationTable(facts.sizes, sorted_unique(np.concatenate(runs)), None)
+        if facts.values is None:  # the runs are disjoint from each other and from the facts
+            return RelationTable(facts.sizes, _merge_disjoint([facts.keys] + runs), None)
+        derived = RelationTable(facts.sizes, _merge_disjoint(runs), None)
         return facts.union_max(derived)
 
     def _run_soft(self) -> None:
@@ -481,6 +488,16 @@ class SparseStratum:
                                    f"{self.max_iterations} iterations (last change {change:.3g})")
         for name in heads:
             self.tables[name] = current[name]
+
+
+def _merge_disjoint(runs: list) -> np.ndarray:
+    """One sorted array of sorted, pairwise disjoint key runs (a stable sort merges the runs
+    linearly; no deduplication needed)."""
+    if len(runs) == 1:
+        return runs[0]
+    keys = np.concatenate(runs)
+    keys.sort(kind="stable")
+    return keys
 
 
 def _max_change(old: RelationTable, new: RelationTable) -> float:
