@@ -1,0 +1,328 @@
+"""Bitset-row evaluation of a Boolean stratum of binary relations (Andersen-style points-to rules).
+
+Applies when every head of the stratum is binary and every rule that reads the stratum has the
+form H(X, Z) <- rest(X, Y), B(Y, Z) with Z a variable of B and the head only (B binary, positive;
+`rest` is the other atoms and comparisons, and binds X and Y). Each stratum relation is then an
+(n1, words) uint64 matrix, bit z of row x standing for R(x, z), and such a rule is the row update
+H[x] |= B[y] for every pair (x, y) of `rest`: a whole row of B per pair instead of a join per tuple.
+
+Semi-naive in rows: a round ORs, for each rule, B[y] into H[x] for the pairs of `rest` that are new
+(from the sparse evaluator, SparseStratum.evaluate_rule on the rule `pairs(X, Y) <- rest`, with the
+previous round's delta at one recursive position at a time) and for the known pairs whose row y of
+B gained bits in the previous round. All of a head's updates of a round are combined with one
+reduceat; the bits that were not set before are the next round's delta.
+Invariants: a pair is stored once per rule (a KeySet); a bit enters a delta only once, so the
+stratum ends after finitely many rounds; the tables written back hold exactly the tuples the sparse
+evaluator derives (sorted unique keys), so either path may run a stratum.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .compiled import CompiledAtom, CompiledRule
+from .relation_table import KeySet, RelationTable, key_space, sorted_unique
+from .sparse_eval import SparseStratum
+
+ROW_BITS_LIMIT = 1 << 13  # a head's second domain at most this large (a row ORs at most 128 words)
+MATRIX_BYTES_LIMIT = 1 << 26  # each relation's bit matrix at most this many bytes
+
+
+class _Update:
+    """One rule as a row update: head H(X, Z) |= B(Y, Z) over the pairs (X, Y) of `rest`."""
+
+    __slots__ = ("rule", "head", "source", "rest", "recursive_rest", "stored", "pairs_x", "pairs_y",
+                 "started", "chain")
+
+    def __init__(self, rule: CompiledRule, b_index: int, stratum: set):
+        self.rule = rule
+        self.head = rule.head.relation
+        b = rule.body[b_index]
+        self.source = b.relation
+        x, y = rule.head.terms[0][1], b.terms[0][1]
+        atoms = tuple(a for i, a in enumerate(rule.body) if i != b_index)
+        pair_head = CompiledAtom("pairs", (("v", x), ("v", y)), False,
+                                 (rule.var_sizes[x], rule.var_sizes[y]))
+        self.rest = CompiledRule(pair_head, atoms, 0.0, rule.var_names, rule.var_sizes, rule.source,
+                                 rule.comparisons)
+        self.recursive_rest = [i for i, a in enumerate(atoms) if not a.negated and a.relation in stratum]
+        self.stored = KeySet(key_space(pair_head.sizes))
+        self.pairs_x = np.zeros(0, np.int64)
+        self.pairs_y = np.zeros(0, np.int64)
+        self.started = False
+        self.chain = _chain_shape(self.rest, stratum)
+
+
+def _chain_shape(rest: CompiledRule, stratum: set):
+    """(input atom S, recursive atom R, S's position of the other variable, whether S's other variable
+    is the pair's X) when `rest` is S(.., J, ..) and R(J, V) with J their one shared variable, both
+    binary with distinct variables and no comparisons: then its pairs are one merge join on R's
+    first column (R's keys are sorted by it), no general join plan needed. Else None."""
+    if len(rest.body) != 2 or rest.comparisons:
+        return None
+    atoms = rest.body
+    if any(a.negated or len(a.terms) != 2 or any(k != "v" for k, _ in a.terms)
+           or a.terms[0][1] == a.terms[1][1] for a in atoms):
+        return None
+    recursive = [a for a in atoms if a.relation in stratum]
+    if len(recursive) != 1:
+        return None
+    r = recursive[0]
+    s = atoms[0] if atoms[1] is r else atoms[1]
+    j, v = r.terms[0][1], r.terms[1][1]
+    s_vars = [t[1] for t in s.terms]
+    if j not in s_vars or v in s_vars:
+        return None
+    other = s_vars[1 - s_vars.index(j)]
+    x, y = rest.head.terms[0][1], rest.head.terms[1][1]
+    if {other, v} != {x, y}:
+        return None
+    return s, r, s_vars.index(j), other == x
+
+
+def plan_updates(rules: list[CompiledRule], stratum: set, tables: dict):
+    """(base rules, row updates) when the stratum fits this evaluator (see the module docstring),
+    else None. Base rules read no stratum relation: they run once, sparsely."""
+    if any(r.temperature > 0 for r in rules):
+        return None
+    for name in stratum:
+        table = tables[name]
+        if len(table.sizes) != 2 or table.values is not None or not _fits(table.sizes):
+            return None
+    base, updates = [], []
+    for rule in rules:
+        if not any(a.relation in stratum for a in rule.body):
+            base.append(rule)
+            continue
+        b_index = _row_source(rule, stratum)
+        if b_index is None:
+            return None
+        source = rule.body[b_index].relation
+        if source not in stratum:
+            sizes = tables[source].sizes
+            if tables[source].values is not None or not _fits(sizes):
+                return None
+        updates.append(_Update(rule, b_index, stratum))
+    if not any(u.source in stratum for u in updates):
+        return None  # linear chains (B an input, as in transitive closure): the sparse joins are cheaper
+    return base, updates
+
+
+def _fits(sizes: tuple) -> bool:
+    words = (sizes[1] + 63) >> 6
+    return sizes[1] <= ROW_BITS_LIMIT and sizes[0] * words * 8 <= MATRIX_BYTES_LIMIT
+
+
+def _row_source(rule: CompiledRule, stratum: set) -> int | None:
+    """Index of the body atom B(Y, Z) that a row update reads, or None if the rule has none."""
+    head = rule.head.terms
+    if len(head) != 2 or head[0][0] != "v" or head[1][0] != "v" or head[0][1] == head[1][1]:
+        return None
+    x, z = head[0][1], head[1][1]
+    candidates = []
+    for i, atom in enumerate(rule.body):
+        terms = atom.terms
+        if (atom.negated or len(terms) != 2 or terms[0][0] != "v" or terms[1] != ("v", z)
+                or terms[0][1] == z):
+            continue
+        others = [a for j, a in enumerate(rule.body) if j != i]
+        if any(z in a.variables for a in others) or any(z in c.variables for c in rule.comparisons):
+            continue
+        bound = {v for a in others if not a.negated for v in a.variables}
+        if x not in bound or terms[0][1] not in bound:
+            continue  # (the pairs must come from the rest of the body)
+        candidates.append((atom.relation not in stratum, i))
+    return min(candidates)[1] if candidates else None  # a recursive B first
+
+
+class BitsetStratum:
+    """Evaluates the rules of one stratum over `tables` (updated in place); plan from plan_updates."""
+
+    def __init__(self, rules: list[CompiledRule], stratum: set, tables: dict, plan):
+        self.stratum = stratum
+        self.tables = tables
+        self.base, self.updates = plan
+        self.iterations = 0
+        self.sparse = SparseStratum([], stratum, tables, False, 0.0, 1)
+        self._s_index: dict = {}  # id(update) -> (S's table, J column sorted, other column in that order)
+
+    def run(self) -> None:
+        tables = self.tables
+        heads = sorted(self.stratum)
+        matrices = {name: _matrix(tables[name]) for name in set(heads) | {u.source for u in self.updates}}
+        facts = {name: tables[name] for name in heads}
+        runs: dict[str, list] = {name: [] for name in heads}
+        current = dict(tables)
+        for rule in self.base:  # rules over earlier strata only: once, sparsely
+            keys = self.sparse.evaluate_rule(rule, [current[a.relation] for a in rule.body], None).keys
+            name = rule.head.relation
+            fresh = keys[~_contains(matrices[name], keys, facts[name].sizes[1])] if len(keys) else keys
+            if len(fresh):
+                _set_bits(matrices[name], fresh, facts[name].sizes[1])
+                runs[name].append(fresh)
+        delta = {}
+        for name in heads:
+            keys = _merge(facts[name].keys, runs[name])
+            current[name] = RelationTable(facts[name].sizes, keys, None)
+            delta[name] = current[name]
+        self.iterations = 1
+        while True:
+            targets: dict[str, list] = {name: ([], []) for name in heads}
+            changed_rows = {}
+            for name in heads:
+                rows = np.zeros(facts[name].sizes[0], bool)
+                rows[delta[name].keys // facts[name].sizes[1]] = True
+                changed_rows[name] = rows
+            for update in self.updates:
+                new_x, new_y = self._new_pairs(update, current, delta)
+                xs, ys = targets[update.head]
+                if update.source in self.stratum and len(update.pairs_x):  # known pairs, changed rows
+                    hit = np.flatnonzero(changed_rows[update.source][update.pairs_y])
+                    xs.append(update.pairs_x[hit])
+                    ys.append((update.source, update.pairs_y[hit]))
+                xs.append(new_x)
+                ys.append((update.source, new_y))
+                if update.source in self.stratum and len(new_x):
+                    update.pairs_x = np.concatenate([update.pairs_x, new_x])
+                    update.pairs_y = np.concatenate([update.pairs_y, new_y])
+            # (all pairs are gathered before any row changes: a round reads the rows as they were)
+            gathered = {name: [(x, matrices[src][y]) for x, (src, y) in zip(*targets[name]) if len(x)]
+                        for name in heads}
+            delta = {}
+            for name in heads:
+                fresh = _apply(matrices[name], gathered[name], facts[name].sizes[1])
+                if len(fresh):
+                    runs[name].append(fresh)
+                delta[name] = RelationTable(facts[name].sizes, fresh, None)
+            if not any(len(t) for t in delta.values()):
+                break
+            self.iterations += 1
+            if any(u.recursive_rest for u in self.updates):
+                for name in heads:
+                    if len(delta[name]):
+                        keys = np.concatenate([current[name].keys, delta[name].keys])
+                        keys.sort(kind="stable")  # (disjoint sorted pieces: a linear merge)
+                        current[name] = RelationTable(facts[name].sizes, keys, None)
+        for name in heads:
+            keys = _merge(facts[name].keys, runs[name])
+            tables[name] = RelationTable(facts[name].sizes, keys, None)
+
+    def _new_pairs(self, update: _Update, current: dict, delta: dict):
+        """(x, y) arrays of the pairs of `update.rest` not stored yet (then stored)."""
+        rest = update.rest
+        parts = []
+        if update.chain is not None:
+            s, r, j_at, s_is_x = update.chain
+            recursive = current[r.relation] if not update.started else delta[r.relation]
+            update.started = True
+            parts.append(self._chain_pairs(update, current[s.relation], recursive, j_at, s_is_x))
+        elif not update.started:  # the first round: every pair over everything known
+            update.started = True
+            parts.append(self.sparse.evaluate_rule(rest, [current[a.relation] for a in rest.body],
+                                                   None).keys)
+        else:
+            for position in update.recursive_rest:
+                if not len(delta[rest.body[position].relation]):
+                    continue
+                inputs = [delta[a.relation] if i == position else current[a.relation]
+                          for i, a in enumerate(rest.body)]
+                parts.append(self.sparse.evaluate_rule(rest, inputs, position).keys)
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        keys = parts[0] if len(parts) == 1 else sorted_unique(np.concatenate(parts))
+        keys = keys[~update.stored.contains(keys)]
+        update.stored.add(keys)
+        size_y = rest.head.sizes[1]
+        return keys // size_y, keys % size_y
+
+
+    def _chain_pairs(self, update: _Update, s_table: RelationTable, r_table: RelationTable,
+                     j_at: int, s_is_x: bool) -> np.ndarray:
+        """Sorted unique pair keys of S(J, O) / S(O, J) joined with R(J, V) (see _chain_shape)."""
+        if not len(r_table) or not len(s_table):
+            return np.zeros(0, np.int64)
+        index = self._s_index.get(id(update))
+        if index is None or index[0] is not s_table:
+            columns = s_table.columns()
+            order = np.argsort(columns[j_at], kind="stable")
+            index = self._s_index[id(update)] = (s_table, columns[j_at][order], columns[1 - j_at][order])
+        _, s_j, s_other = index
+        width = r_table.sizes[1]
+        r_j, r_v = r_table.keys // width, r_table.keys % width
+        low = np.searchsorted(s_j, r_j, "left")
+        counts = np.searchsorted(s_j, r_j, "right") - low
+        total = int(counts.sum())
+        if not total:
+            return np.zeros(0, np.int64)
+        r_index = np.repeat(np.arange(len(r_j)), counts)
+        s_index = np.arange(total) + np.repeat(low - (np.cumsum(counts) - counts), counts)
+        size_y = update.rest.head.sizes[1]
+        if s_is_x:
+            keys = s_other[s_index] * size_y + r_v[r_index]
+        else:
+            keys = r_v[r_index] * size_y + s_other[s_index]
+        return sorted_unique(keys)
+
+
+def _matrix(table: RelationTable) -> np.ndarray:
+    rows, columns = table.sizes
+    matrix = np.zeros((rows, (columns + 63) >> 6), "<u8")
+    _set_bits(matrix, table.keys, columns)
+    return matrix
+
+
+def _set_bits(matrix: np.ndarray, keys: np.ndarray, columns: int) -> None:
+    rows, cols = keys // columns, keys % columns
+    flat = matrix.reshape(-1)  # (a 1-d index takes ufunc.at's fast path)
+    np.bitwise_or.at(flat, rows * matrix.shape[1] + (cols >> 6),
+                     np.left_shift(np.uint64(1), (cols & 63).astype(np.uint64)))
+
+
+def _contains(matrix: np.ndarray, keys: np.ndarray, columns: int) -> np.ndarray:
+    rows, cols = keys // columns, keys % columns
+    words = matrix.reshape(-1)[rows * matrix.shape[1] + (cols >> 6)]
+    return (np.right_shift(words, (cols & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
+
+
+_EMPTY = np.zeros(0, np.int64)
+
+
+def _apply(matrix: np.ndarray, gathered: list, columns: int) -> np.ndarray:
+    """OR the gathered source rows into `matrix` at their target rows; the sorted keys of the bits
+    that were not set before."""
+    if not gathered:
+        return _EMPTY
+    if len(gathered) == 1:
+        xs, rows = gathered[0]
+    else:
+        xs = np.concatenate([x for x, _ in gathered])
+        rows = np.concatenate([r for _, r in gathered])
+    order = np.argsort(xs, kind="stable")
+    xs, rows = xs[order], rows[order]
+    first = np.empty(len(xs), bool)
+    first[0] = True
+    np.not_equal(xs[1:], xs[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    targets = xs[starts]
+    combined = rows if len(starts) == len(xs) else np.bitwise_or.reduceat(rows, starts, axis=0)
+    before = matrix[targets]
+    new = combined & ~before
+    before |= combined
+    matrix[targets] = before
+    flat = np.flatnonzero(new)
+    if not len(flat):
+        return _EMPTY
+    words = matrix.shape[1]
+    r = flat // words
+    bits = np.flatnonzero(np.unpackbits(new.reshape(-1)[flat].view(np.uint8), bitorder="little"))
+    i = bits >> 6
+    return targets[r[i]] * columns + (flat[i] - r[i] * words) * 64 + (bits & 63)  # row-major: sorted
+
+
+def _merge(keys: np.ndarray, runs: list) -> np.ndarray:
+    """Sorted union of disjoint sorted key arrays."""
+    if not runs:
+        return keys
+    merged = np.concatenate([keys] + runs)
+    merged.sort(kind="stable")
+    return merged
