@@ -23,6 +23,14 @@ from .relation_table import KeySet, RelationTable, check_key_space, encode, key_
 CHUNK_BYTES = 1 << 28
 
 
+# A Boolean piece of head keys is deduplicated by marking a bool array over the head's key space
+# instead of sorting when the space is at most MARK_SPACE_LIMIT keys and the piece has at least
+# 1 / MARK_ROWS_RATIO of them (reading the marks back costs a pass over the space; sorting costs
+# about log2(rows) passes over the rows).
+MARK_SPACE_LIMIT = 1 << 25
+MARK_ROWS_RATIO = 64
+
+
 def chunk_rows(columns: int) -> int:
     """Rows per streamed piece for a binding table of `columns` int64 columns (+ index arrays)."""
     return max(1 << 12, CHUNK_BYTES // (8 * (columns + 3)))
@@ -191,6 +199,7 @@ class SparseStratum:
         self._indexes: dict = {}
         self._runs: dict | None = None
         self._current: dict = {}
+        self._mark_arrays: dict = {}
 
     # -- one rule ---------------------------------------------------------------------------
     def _scan_sorted(self, atom: CompiledAtom, table: RelationTable, shared: list[int], var_sizes,
@@ -295,6 +304,8 @@ class SparseStratum:
         head = rule.head
         parts: list = []  # head keys (and weights in soft mode) of the pieces, compacted as they grow
         held = [0, 0]  # rows held now, rows after the last compaction
+        space = key_space(head.sizes)
+        marks = [None]  # Boolean mode, large pieces: a bool per head key (see MARK_*)
 
         def emit(rows: Bindings):
             for j in ground_negations:
@@ -304,6 +315,11 @@ class SparseStratum:
             columns = [rows.columns[value] if kind == "v" else np.full(rows.rows, value, np.int64)
                        for kind, value in head.terms]
             keys = encode(columns, head.sizes, rows.rows)
+            if not self.soft and space <= MARK_SPACE_LIMIT and rows.rows * MARK_ROWS_RATIO >= space:
+                if marks[0] is None:
+                    marks[0] = self._marks(head.sizes)
+                marks[0][keys] = True  # (deduplicates without sorting; read back in key order)
+                return
             if self.soft:
                 parts.append((keys, rows.weights.astype(np.float64)))
             else:
@@ -341,6 +357,10 @@ class SparseStratum:
             raise out_of_memory(str(rule.source), chunk_rows(len(rule.var_sizes))) from None
         except LogicError as error:
             raise LogicError(f"rule `{rule.source}`: {error.message}", rule.source.pos) from None
+        if marks[0] is not None:
+            marked = np.flatnonzero(marks[0])
+            marks[0][marked] = False  # (the scratch array is all False again for the next rule)
+            parts.append(marked)
         if not parts:
             return RelationTable.empty(head.sizes, self.soft)
         compacted = self._compact(parts)
@@ -350,6 +370,13 @@ class SparseStratum:
         values = rule_step(sums, rule.temperature)
         keep = values > 0
         return RelationTable(head.sizes, unique_keys[keep], values[keep].astype(np.float32))
+
+    def _marks(self, sizes: tuple) -> np.ndarray:
+        """A scratch bool array over the key space of `sizes`, all False (kept for the stratum)."""
+        marks = self._mark_arrays.get(sizes)
+        if marks is None:
+            marks = self._mark_arrays[sizes] = np.zeros(key_space(sizes), bool)
+        return marks
 
     def _compact(self, parts: list):
         """Merge streamed head pieces: sorted unique keys (Boolean) or (unique keys, summed
