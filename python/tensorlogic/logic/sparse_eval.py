@@ -139,6 +139,28 @@ def join_pieces(left: Bindings, right: Bindings, var_sizes, right_sorted=None, s
         yield Bindings(columns, weights, n)
 
 
+def semijoin(left: Bindings, right: Bindings, var_sizes, right_sorted, shared: list[int]) -> Bindings:
+    """The join when every variable of `right` is bound on the left: right's rows (one atom's
+    tuples) are unique on `shared`, so each left row matches at most one; one binary search per
+    left row, no expansion."""
+    left_keys, right_keys = _join_keys(left, right, shared, var_sizes)
+    if right_sorted is None:
+        order = np.argsort(right_keys, kind="stable")
+        sorted_keys = right_keys[order]
+    else:
+        sorted_keys, order = right_sorted
+    if not len(sorted_keys):
+        return left.take(np.zeros(0, np.int64))
+    at = np.searchsorted(sorted_keys, left_keys)
+    np.minimum(at, len(sorted_keys) - 1, out=at)
+    keep = np.flatnonzero(sorted_keys[at] == left_keys)
+    out = left.take(keep)
+    if left.weights is not None:
+        right_index = at[keep] if order is None else order[at[keep]]
+        out.weights = left.weights[keep] * right.weights[right_index]
+    return out
+
+
 def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=None) -> Bindings:
     """The whole natural join at once (small joins; evaluate_rule streams instead)."""
     pieces = list(join_pieces(left, right, var_sizes, right_sorted, shared, max_rows=1 << 62))
@@ -342,7 +364,10 @@ class SparseStratum:
             cacheable = atom.relation not in self.stratum
             right, sorted_pair = self._scan_sorted(atom, inputs[i], shared, rule.var_sizes, cacheable)
             comparisons, negations = checks[step]
-            for piece in join_pieces(rows, right, rule.var_sizes, sorted_pair, shared):
+            pieces = (join_pieces(rows, right, rule.var_sizes, sorted_pair, shared)
+                      if len(shared) < len(atom.variables) or not shared
+                      else (semijoin(rows, right, rule.var_sizes, sorted_pair, shared),))
+            for piece in pieces:
                 for comparison in comparisons:
                     piece = apply_comparison(piece, comparison)
                 for j in negations:
