@@ -196,7 +196,7 @@ class BitsetStratum:
             if not any(len(t) for t in delta.values()):
                 break
             self.iterations += 1
-            if any(u.recursive_rest for u in self.updates):
+            if any(u.recursive_rest and u.chain is None for u in self.updates):  # (chains read deltas)
                 for name in heads:
                     if len(delta[name]):
                         keys = np.concatenate([current[name].keys, delta[name].keys])
@@ -272,10 +272,18 @@ def _matrix(table: RelationTable) -> np.ndarray:
 
 
 def _set_bits(matrix: np.ndarray, keys: np.ndarray, columns: int) -> None:
+    """Set the bits of sorted unique keys (a key's word index grows with the key: the bits of one
+    word are neighbours, combined by one reduceat instead of a slow ufunc.at)."""
+    if not len(keys):
+        return
     rows, cols = keys // columns, keys % columns
-    flat = matrix.reshape(-1)  # (a 1-d index takes ufunc.at's fast path)
-    np.bitwise_or.at(flat, rows * matrix.shape[1] + (cols >> 6),
-                     np.left_shift(np.uint64(1), (cols & 63).astype(np.uint64)))
+    words = rows * matrix.shape[1] + (cols >> 6)
+    bits = np.left_shift(np.uint64(1), (cols & 63).astype(np.uint64))
+    first = np.empty(len(words), bool)
+    first[0] = True
+    np.not_equal(words[1:], words[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    matrix.reshape(-1)[words[starts]] |= np.bitwise_or.reduceat(bits, starts)
 
 
 def _contains(matrix: np.ndarray, keys: np.ndarray, columns: int) -> np.ndarray:

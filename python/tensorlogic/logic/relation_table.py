@@ -162,8 +162,14 @@ class KeySet:
         """Add keys that are sorted, unique and not yet present."""
         if len(new_sorted_unique) == 0:
             return
-        if self.bits is not None:
-            np.bitwise_or.at(self.bits, new_sorted_unique >> 3, _BIT[new_sorted_unique & 7])
+        if self.bits is not None:  # (sorted keys: a byte's bits are neighbours, one reduceat)
+            keys = new_sorted_unique
+            where = keys >> 3
+            first = np.empty(len(keys), bool)
+            first[0] = True
+            np.not_equal(where[1:], where[:-1], out=first[1:])
+            starts = np.flatnonzero(first)
+            self.bits[where[starts]] |= np.bitwise_or.reduceat(_BIT[keys & 7], starts)
             return
         self.runs.append(new_sorted_unique)
         while len(self.runs) >= 2 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
