@@ -222,6 +222,7 @@ class SparseStratum:
         self._runs: dict | None = None
         self._current: dict = {}
         self._mark_arrays: dict = {}
+        self._plans: dict = {}  # (id(rule), delta position) -> a plan that sizes cannot change
 
     # -- one rule ---------------------------------------------------------------------------
     def _scan_sorted(self, atom: CompiledAtom, table: RelationTable, shared: list[int], var_sizes,
@@ -277,7 +278,11 @@ class SparseStratum:
         Order: the delta atom (if any) or else the smallest positive atom, then repeatedly the atom
         whose join is estimated to add the fewest rows per bound row (its size divided by the
         key space of the variables it shares, i.e. uniform keys); an atom sharing no variable
-        (a cross product) comes last. Ties: body order."""
+        (a cross product) comes last. Ties: body order. A plan with no choice of order (at most one
+        positive atom besides the first) is kept for the stratum's later rounds."""
+        fixed = (id(rule), delta_position)
+        if fixed in self._plans:
+            return self._plans[fixed]
         def size(i):
             return len(inputs[i]) if inputs is not None else 0
 
@@ -314,6 +319,8 @@ class SparseStratum:
             comparisons = [c for c in comparisons if c not in ready_c]
             negations = [j for j in negations if j not in ready_n]
             checks.append((ready_c, ready_n))
+        if len(positive) <= (1 if delta_position is None else 2):
+            self._plans[fixed] = (order, checks, negations)
         return order, checks, negations  # (what is left: only ground negated atoms)
 
     def evaluate_rule(self, rule: CompiledRule, inputs: dict, delta_position: int | None,
