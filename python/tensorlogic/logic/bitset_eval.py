@@ -11,9 +11,11 @@ Semi-naive in rows: a round ORs, for each rule, B[y] into H[x] for the pairs of 
 previous round's delta at one recursive position at a time) and for the known pairs whose row y of
 B gained bits in the previous round. All of a head's updates of a round are combined with one
 reduceat; the bits that were not set before are the next round's delta.
-Invariants: a pair is stored once per rule (a KeySet); a bit enters a delta only once, so the
-stratum ends after finitely many rounds; the tables written back hold exactly the tuples the sparse
-evaluator derives (sorted unique keys), so either path may run a stratum.
+The updates with one head and one source share their pairs (they mean the same row update), and
+the two-atom rests S(.., J, ..), R(J, V) over one R share one merge join on R's first column.
+Invariants: a pair is stored once per (head, source) (a KeySet); a bit enters a delta only once,
+so the stratum ends after finitely many rounds; the tables written back hold exactly the tuples the
+sparse evaluator derives (sorted unique keys), so either path may run a stratum.
 """
 from __future__ import annotations
 
@@ -25,16 +27,15 @@ from .sparse_eval import SparseStratum
 
 ROW_BITS_LIMIT = 1 << 13  # a head's second domain at most this large (a row ORs at most 128 words)
 MATRIX_BYTES_LIMIT = 1 << 26  # each relation's bit matrix at most this many bytes
+_EMPTY = np.zeros(0, np.int64)
 
 
 class _Update:
     """One rule as a row update: head H(X, Z) |= B(Y, Z) over the pairs (X, Y) of `rest`."""
 
-    __slots__ = ("rule", "head", "source", "rest", "recursive_rest", "stored", "pairs_x", "pairs_y",
-                 "started", "chain")
+    __slots__ = ("head", "source", "rest", "recursive_rest", "chain")
 
     def __init__(self, rule: CompiledRule, b_index: int, stratum: set):
-        self.rule = rule
         self.head = rule.head.relation
         b = rule.body[b_index]
         self.source = b.relation
@@ -45,11 +46,29 @@ class _Update:
         self.rest = CompiledRule(pair_head, atoms, 0.0, rule.var_names, rule.var_sizes, rule.source,
                                  rule.comparisons)
         self.recursive_rest = [i for i, a in enumerate(atoms) if not a.negated and a.relation in stratum]
-        self.stored = KeySet(key_space(pair_head.sizes))
+        self.chain = _chain_shape(self.rest, stratum)
+
+
+class _Group:
+    """The updates with one head and one source: their pairs mean the same (H[x] |= B[y]), so they
+    share one store, and their chain rests over one recursive relation share one merge join."""
+
+    __slots__ = ("head", "source", "size_y", "updates", "others", "chains", "stored", "pairs_x",
+                 "pairs_y")
+
+    def __init__(self, head: str, source: str, updates: list):
+        self.head, self.source = head, source
+        sizes = updates[0].rest.head.sizes
+        self.size_y = sizes[1]
+        self.updates = updates
+        self.others = [u for u in updates if u.chain is None]
+        self.chains: dict = {}  # R -> (S's J column sorted, S's other column, other is X) of all chains
+        for update in updates:
+            if update.chain is not None:
+                self.chains.setdefault(update.chain[1].relation, []).append(update.chain)
+        self.stored = KeySet(key_space(sizes))
         self.pairs_x = np.zeros(0, np.int64)
         self.pairs_y = np.zeros(0, np.int64)
-        self.started = False
-        self.chain = _chain_shape(self.rest, stratum)
 
 
 def _chain_shape(rest: CompiledRule, stratum: set):
@@ -104,7 +123,10 @@ def plan_updates(rules: list[CompiledRule], stratum: set, tables: dict):
         updates.append(_Update(rule, b_index, stratum))
     if not any(u.source in stratum for u in updates):
         return None  # linear chains (B an input, as in transitive closure): the sparse joins are cheaper
-    return base, updates
+    grouped: dict = {}
+    for update in updates:
+        grouped.setdefault((update.head, update.source), []).append(update)
+    return base, [_Group(head, source, members) for (head, source), members in grouped.items()]
 
 
 def _fits(sizes: tuple) -> bool:
@@ -140,15 +162,16 @@ class BitsetStratum:
     def __init__(self, rules: list[CompiledRule], stratum: set, tables: dict, plan):
         self.stratum = stratum
         self.tables = tables
-        self.base, self.updates = plan
+        self.base, self.groups = plan
         self.iterations = 0
         self.sparse = SparseStratum([], stratum, tables, False, 0.0, 1)
-        self._s_index: dict = {}  # id(update) -> (S's table, J column sorted, other column in that order)
+        self._s_index: dict = {}  # (id(group), R) -> the chains' S columns, merged and sorted by J
 
     def run(self) -> None:
         tables = self.tables
         heads = sorted(self.stratum)
-        matrices = {name: _matrix(tables[name]) for name in set(heads) | {u.source for u in self.updates}}
+        groups = self.groups
+        matrices = {name: _matrix(tables[name]) for name in set(heads) | {g.source for g in groups}}
         facts = {name: tables[name] for name in heads}
         runs: dict[str, list] = {name: [] for name in heads}
         current = dict(tables)
@@ -164,29 +187,25 @@ class BitsetStratum:
             keys = _merge(facts[name].keys, runs[name])
             current[name] = RelationTable(facts[name].sizes, keys, None)
             delta[name] = current[name]
+        needs_full = any(u.recursive_rest for g in groups for u in g.others)
         self.iterations = 1
         while True:
-            targets: dict[str, list] = {name: ([], []) for name in heads}
-            changed_rows = {}
-            for name in heads:
-                rows = np.zeros(facts[name].sizes[0], bool)
-                rows[delta[name].keys // facts[name].sizes[1]] = True
-                changed_rows[name] = rows
-            for update in self.updates:
-                new_x, new_y = self._new_pairs(update, current, delta)
-                xs, ys = targets[update.head]
-                if update.source in self.stratum and len(update.pairs_x):  # known pairs, changed rows
-                    hit = np.flatnonzero(changed_rows[update.source][update.pairs_y])
-                    xs.append(update.pairs_x[hit])
-                    ys.append((update.source, update.pairs_y[hit]))
-                xs.append(new_x)
-                ys.append((update.source, new_y))
-                if update.source in self.stratum and len(new_x):
-                    update.pairs_x = np.concatenate([update.pairs_x, new_x])
-                    update.pairs_y = np.concatenate([update.pairs_y, new_y])
-            # (all pairs are gathered before any row changes: a round reads the rows as they were)
-            gathered = {name: [(x, matrices[src][y]) for x, (src, y) in zip(*targets[name]) if len(x)]
-                        for name in heads}
+            gathered: dict[str, list] = {name: [] for name in heads}
+            for group in groups:
+                new_x, new_y = self._new_pairs(group, current, delta, self.iterations == 1)
+                source = matrices[group.source]
+                if group.source in self.stratum and len(group.pairs_x):  # known pairs, changed rows
+                    changed = np.zeros(len(source), bool)
+                    changed[delta[group.source].keys // facts[group.source].sizes[1]] = True
+                    hit = np.flatnonzero(changed[group.pairs_y])
+                    if len(hit):
+                        gathered[group.head].append((group.pairs_x[hit], source[group.pairs_y[hit]]))
+                if len(new_x):
+                    gathered[group.head].append((new_x, source[new_y]))
+                    if group.source in self.stratum:
+                        group.pairs_x = np.concatenate([group.pairs_x, new_x])
+                        group.pairs_y = np.concatenate([group.pairs_y, new_y])
+            # (every row read above was gathered before any row changes: rounds are Jacobi steps)
             delta = {}
             for name in heads:
                 fresh = _apply(matrices[name], gathered[name], facts[name].sizes[1])
@@ -196,7 +215,7 @@ class BitsetStratum:
             if not any(len(t) for t in delta.values()):
                 break
             self.iterations += 1
-            if any(u.recursive_rest and u.chain is None for u in self.updates):  # (chains read deltas)
+            if needs_full:  # (chain rests read only deltas)
                 for name in heads:
                     if len(delta[name]):
                         keys = np.concatenate([current[name].keys, delta[name].keys])
@@ -206,20 +225,19 @@ class BitsetStratum:
             keys = _merge(facts[name].keys, runs[name])
             tables[name] = RelationTable(facts[name].sizes, keys, None)
 
-    def _new_pairs(self, update: _Update, current: dict, delta: dict):
-        """(x, y) arrays of the pairs of `update.rest` not stored yet (then stored)."""
-        rest = update.rest
+    def _new_pairs(self, group: _Group, current: dict, delta: dict, first: bool):
+        """(x, y) arrays of the group's pairs not stored yet (then stored): in the first round over
+        everything known, later from the previous round's delta."""
         parts = []
-        if update.chain is not None:
-            s, r, j_at, s_is_x = update.chain
-            recursive = current[r.relation] if not update.started else delta[r.relation]
-            update.started = True
-            parts.append(self._chain_pairs(update, current[s.relation], recursive, j_at, s_is_x))
-        elif not update.started:  # the first round: every pair over everything known
-            update.started = True
-            parts.append(self.sparse.evaluate_rule(rest, [current[a.relation] for a in rest.body],
-                                                   None).keys)
-        else:
+        for r_name, chains in group.chains.items():
+            parts.append(self._chain_pairs(group, r_name, chains, current,
+                                           current[r_name] if first else delta[r_name]))
+        for update in group.others:
+            rest = update.rest
+            if first:
+                parts.append(self.sparse.evaluate_rule(rest, [current[a.relation] for a in rest.body],
+                                                       None).keys)
+                continue
             for position in update.recursive_rest:
                 if not len(delta[rest.body[position].relation]):
                     continue
@@ -228,40 +246,53 @@ class BitsetStratum:
                 parts.append(self.sparse.evaluate_rule(rest, inputs, position).keys)
         parts = [p for p in parts if len(p)]
         if not parts:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return _EMPTY, _EMPTY
         keys = parts[0] if len(parts) == 1 else sorted_unique(np.concatenate(parts))
-        keys = keys[~update.stored.contains(keys)]
-        update.stored.add(keys)
-        size_y = rest.head.sizes[1]
-        return keys // size_y, keys % size_y
+        keys = keys[~group.stored.contains(keys)]
+        group.stored.add(keys)
+        return keys // group.size_y, keys % group.size_y
 
-
-    def _chain_pairs(self, update: _Update, s_table: RelationTable, r_table: RelationTable,
-                     j_at: int, s_is_x: bool) -> np.ndarray:
-        """Sorted unique pair keys of S(J, O) / S(O, J) joined with R(J, V) (see _chain_shape)."""
-        if not len(r_table) or not len(s_table):
-            return np.zeros(0, np.int64)
-        index = self._s_index.get(id(update))
-        if index is None or index[0] is not s_table:
-            columns = s_table.columns()
-            order = np.argsort(columns[j_at], kind="stable")
-            index = self._s_index[id(update)] = (s_table, columns[j_at][order], columns[1 - j_at][order])
-        _, s_j, s_other = index
+    def _chain_pairs(self, group: _Group, r_name: str, chains: list, current: dict,
+                     r_table: RelationTable) -> np.ndarray:
+        """Sorted unique pair keys of the chain rests S(J, O) / S(O, J), R(J, V) (see _chain_shape)
+        of one group over one R: a single merge join of R's rows with all their S rows."""
+        if not len(r_table):
+            return _EMPTY
+        index = self._s_index.get((id(group), r_name))
+        if index is None:
+            j_parts, other_parts, is_x_parts = [], [], []
+            for s, _, j_at, s_is_x in chains:
+                columns = current[s.relation].columns()
+                j_parts.append(columns[j_at])
+                other_parts.append(columns[1 - j_at])
+                is_x_parts.append(np.full(len(columns[j_at]), s_is_x))
+            s_j = np.concatenate(j_parts)
+            order = np.argsort(s_j, kind="stable")
+            is_x = np.concatenate(is_x_parts)[order]
+            index = self._s_index[(id(group), r_name)] = (
+                s_j[order], np.concatenate(other_parts)[order],
+                bool(is_x.all()) if is_x.all() or not is_x.any() else is_x)
+        s_j, s_other, is_x = index
+        if not len(s_j):
+            return _EMPTY
         width = r_table.sizes[1]
         r_j, r_v = r_table.keys // width, r_table.keys % width
         low = np.searchsorted(s_j, r_j, "left")
         counts = np.searchsorted(s_j, r_j, "right") - low
         total = int(counts.sum())
         if not total:
-            return np.zeros(0, np.int64)
+            return _EMPTY
         r_index = np.repeat(np.arange(len(r_j)), counts)
         s_index = np.arange(total) + np.repeat(low - (np.cumsum(counts) - counts), counts)
-        size_y = update.rest.head.sizes[1]
-        if s_is_x:
-            keys = s_other[s_index] * size_y + r_v[r_index]
+        other, v = s_other[s_index], r_v[r_index]
+        if is_x is True:
+            x, y = other, v
+        elif is_x is False:
+            x, y = v, other
         else:
-            keys = r_v[r_index] * size_y + s_other[s_index]
-        return sorted_unique(keys)
+            pick = is_x[s_index]
+            x, y = np.where(pick, other, v), np.where(pick, v, other)
+        return sorted_unique(x * group.size_y + y)
 
 
 def _matrix(table: RelationTable) -> np.ndarray:
@@ -291,8 +322,6 @@ def _contains(matrix: np.ndarray, keys: np.ndarray, columns: int) -> np.ndarray:
     words = matrix.reshape(-1)[rows * matrix.shape[1] + (cols >> 6)]
     return (np.right_shift(words, (cols & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
 
-
-_EMPTY = np.zeros(0, np.int64)
 
 
 def _apply(matrix: np.ndarray, gathered: list, columns: int) -> np.ndarray:
