@@ -346,12 +346,12 @@ def _apply(matrix: np.ndarray, gathered: list, columns: int) -> np.ndarray:
     new = combined & ~before
     before |= combined
     matrix[targets] = before
-    flat = np.flatnonzero(new)
+    flat = np.flatnonzero(new.reshape(-1) != 0)  # (nonzero over bools is several times faster)
     if not len(flat):
         return _EMPTY
     words = matrix.shape[1]
     r = flat // words
-    bits = np.flatnonzero(np.unpackbits(new.reshape(-1)[flat].view(np.uint8), bitorder="little"))
+    bits = np.flatnonzero(np.unpackbits(new.reshape(-1)[flat].view(np.uint8), bitorder="little").view(bool))
     i = bits >> 6
     return targets[r[i]] * columns + (flat[i] - r[i] * words) * 64 + (bits & 63)  # row-major: sorted
 
