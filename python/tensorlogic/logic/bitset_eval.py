@@ -188,6 +188,10 @@ class BitsetStratum:
             current[name] = RelationTable(facts[name].sizes, keys, None)
             delta[name] = current[name]
         needs_full = any(u.recursive_rest for g in groups for u in g.others)
+        filled = {}  # relation -> which rows of its matrix hold a bit
+        for name, matrix in matrices.items():
+            filled[name] = np.zeros(len(matrix), bool)
+            filled[name][current[name].keys // current[name].sizes[1]] = True
         self.iterations = 1
         while True:
             gathered: dict[str, list] = {name: [] for name in heads}
@@ -201,7 +205,9 @@ class BitsetStratum:
                     if len(hit):
                         gathered[group.head].append((group.pairs_x[hit], source[group.pairs_y[hit]]))
                 if len(new_x):
-                    gathered[group.head].append((new_x, source[new_y]))
+                    full = np.flatnonzero(filled[group.source][new_y])  # (an empty row adds nothing)
+                    if len(full):
+                        gathered[group.head].append((new_x[full], source[new_y[full]]))
                     if group.source in self.stratum:
                         group.pairs_x = np.concatenate([group.pairs_x, new_x])
                         group.pairs_y = np.concatenate([group.pairs_y, new_y])
@@ -211,6 +217,7 @@ class BitsetStratum:
                 fresh = _apply(matrices[name], gathered[name], facts[name].sizes[1])
                 if len(fresh):
                     runs[name].append(fresh)
+                    filled[name][fresh // facts[name].sizes[1]] = True
                 delta[name] = RelationTable(facts[name].sizes, fresh, None)
             if not any(len(t) for t in delta.values()):
                 break
