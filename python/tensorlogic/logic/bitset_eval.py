@@ -254,15 +254,16 @@ class BitsetStratum:
         parts = [p for p in parts if len(p)]
         if not parts:
             return _EMPTY, _EMPTY
-        keys = parts[0] if len(parts) == 1 else sorted_unique(np.concatenate(parts))
-        keys = keys[~group.stored.contains(keys)]
+        keys = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        keys = sorted_unique(keys[~group.stored.contains(keys)])  # (known pairs dropped before sorting)
         group.stored.add(keys)
         return keys // group.size_y, keys % group.size_y
 
     def _chain_pairs(self, group: _Group, r_name: str, chains: list, current: dict,
                      r_table: RelationTable) -> np.ndarray:
-        """Sorted unique pair keys of the chain rests S(J, O) / S(O, J), R(J, V) (see _chain_shape)
-        of one group over one R: a single merge join of R's rows with all their S rows."""
+        """Pair keys (unsorted, may repeat) of the chain rests S(J, O) / S(O, J), R(J, V) (see
+        _chain_shape) of one group over one R: one join of R's rows with all their S rows, through
+        offsets of S's rows per value of J (S is an input: sorted once)."""
         if not len(r_table):
             return _EMPTY
         index = self._s_index.get((id(group), r_name))
@@ -276,16 +277,17 @@ class BitsetStratum:
             s_j = np.concatenate(j_parts)
             order = np.argsort(s_j, kind="stable")
             is_x = np.concatenate(is_x_parts)[order]
+            offsets = np.searchsorted(s_j[order], np.arange(r_table.sizes[0] + 1))
             index = self._s_index[(id(group), r_name)] = (
-                s_j[order], np.concatenate(other_parts)[order],
+                offsets, np.concatenate(other_parts)[order],
                 bool(is_x.all()) if is_x.all() or not is_x.any() else is_x)
-        s_j, s_other, is_x = index
-        if not len(s_j):
+        offsets, s_other, is_x = index
+        if not len(s_other):
             return _EMPTY
         width = r_table.sizes[1]
         r_j, r_v = r_table.keys // width, r_table.keys % width
-        low = np.searchsorted(s_j, r_j, "left")
-        counts = np.searchsorted(s_j, r_j, "right") - low
+        low = offsets[r_j]
+        counts = offsets[r_j + 1] - low
         total = int(counts.sum())
         if not total:
             return _EMPTY
@@ -299,7 +301,7 @@ class BitsetStratum:
         else:
             pick = is_x[s_index]
             x, y = np.where(pick, other, v), np.where(pick, v, other)
-        return sorted_unique(x * group.size_y + y)
+        return x * group.size_y + y
 
 
 def _matrix(table: RelationTable) -> np.ndarray:
