@@ -139,14 +139,19 @@ class RelationTable:
 
 
 class KeySet:
-    """A growing set of int64 keys with fast batch membership: a packed bitmap (one bit per key:
-    8x less memory to allocate and fault in than a bool array) for key spaces up to BITMAP_LIMIT,
-    else a log-structured list of sorted runs (merged when a run is at most twice the next)."""
+    """A growing set of int64 keys with fast batch membership: a log-structured list of sorted runs
+    (merged when a run is at most twice the next) while it is small, then, for key spaces up to
+    BITMAP_LIMIT, a packed bitmap (one bit per key: 8x less memory to allocate and fault in than a
+    bool array) once it holds at least 1 / BITMAP_FILL of its space (a bitmap's allocation and page
+    faults would dominate a small set)."""
 
     BITMAP_LIMIT = 1 << 28  # keys: a bitmap of at most 32 MiB
+    BITMAP_FILL = 1 << 12
 
     def __init__(self, space: int):
-        self.bits = np.zeros((space + 7) >> 3, np.uint8) if space <= self.BITMAP_LIMIT else None
+        self.space = space
+        self.count = 0
+        self.bits = None
         self.runs: list[np.ndarray] = []
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
@@ -162,14 +167,15 @@ class KeySet:
         """Add keys that are sorted, unique and not yet present."""
         if len(new_sorted_unique) == 0:
             return
-        if self.bits is not None:  # (sorted keys: a byte's bits are neighbours, one reduceat)
-            keys = new_sorted_unique
-            where = keys >> 3
-            first = np.empty(len(keys), bool)
-            first[0] = True
-            np.not_equal(where[1:], where[:-1], out=first[1:])
-            starts = np.flatnonzero(first)
-            self.bits[where[starts]] |= np.bitwise_or.reduceat(_BIT[keys & 7], starts)
+        self.count += len(new_sorted_unique)
+        if (self.bits is None and self.space <= self.BITMAP_LIMIT
+                and self.count * self.BITMAP_FILL >= self.space):
+            self.bits = np.zeros((self.space + 7) >> 3, np.uint8)
+            for run in self.runs:
+                self._set(run)
+            self.runs = []
+        if self.bits is not None:
+            self._set(new_sorted_unique)
             return
         self.runs.append(new_sorted_unique)
         while len(self.runs) >= 2 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
@@ -177,6 +183,15 @@ class KeySet:
             merged = np.concatenate([self.runs.pop(), last])
             merged.sort(kind="stable")
             self.runs.append(merged)
+
+    def _set(self, keys: np.ndarray) -> None:
+        """Set the bits of sorted keys (a byte's bits are neighbours: one reduceat, no ufunc.at)."""
+        where = keys >> 3
+        first = np.empty(len(keys), bool)
+        first[0] = True
+        np.not_equal(where[1:], where[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        self.bits[where[starts]] |= np.bitwise_or.reduceat(_BIT[keys & 7], starts)
 
 
 _BIT = (1 << np.arange(8)).astype(np.uint8)  # the mask of bit i of a byte
