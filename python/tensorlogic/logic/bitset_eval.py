@@ -203,15 +203,15 @@ class BitsetStratum:
                     changed[delta[group.source].keys // facts[group.source].sizes[1]] = True
                     hit = np.flatnonzero(changed[group.pairs_y])
                     if len(hit):
-                        gathered[group.head].append((group.pairs_x[hit], source[group.pairs_y[hit]]))
+                        gathered[group.head].append((group.pairs_x[hit], source, group.pairs_y[hit]))
                 if len(new_x):
                     full = np.flatnonzero(filled[group.source][new_y])  # (an empty row adds nothing)
                     if len(full):
-                        gathered[group.head].append((new_x[full], source[new_y[full]]))
+                        gathered[group.head].append((new_x[full], source, new_y[full]))
                     if group.source in self.stratum:
                         group.pairs_x = np.concatenate([group.pairs_x, new_x])
                         group.pairs_y = np.concatenate([group.pairs_y, new_y])
-            # (every row read above was gathered before any row changes: rounds are Jacobi steps)
+            # (_apply gathers every source row before changing any: rounds are Jacobi steps)
             delta = {}
             for name in heads:
                 fresh = _apply(matrices[name], gathered[name], facts[name].sizes[1])
@@ -333,18 +333,22 @@ def _contains(matrix: np.ndarray, keys: np.ndarray, columns: int) -> np.ndarray:
 
 
 
-def _apply(matrix: np.ndarray, gathered: list, columns: int) -> np.ndarray:
-    """OR the gathered source rows into `matrix` at their target rows; the sorted keys of the bits
-    that were not set before."""
-    if not gathered:
+def _apply(matrix: np.ndarray, updates: list, columns: int) -> np.ndarray:
+    """OR rows into `matrix`: `updates` holds (target rows x, source matrix, source rows y), meaning
+    matrix[x] |= source[y]; returns the sorted keys of the bits that were not set before. The
+    source rows are gathered once, already in target order (few large temporaries: each is fresh
+    memory to fault in)."""
+    if not updates:
         return _EMPTY
-    if len(gathered) == 1:
-        xs, rows = gathered[0]
-    else:
-        xs = np.concatenate([x for x, _ in gathered])
-        rows = np.concatenate([r for _, r in gathered])
+    xs = updates[0][0] if len(updates) == 1 else np.concatenate([x for x, _, _ in updates])
     order = np.argsort(xs, kind="stable")
-    xs, rows = xs[order], rows[order]
+    xs = xs[order]
+    source = updates[0][1]
+    if all(src is source for _, src, _ in updates):
+        ys = updates[0][2] if len(updates) == 1 else np.concatenate([y for _, _, y in updates])
+        rows = source[ys[order]]
+    else:
+        rows = np.concatenate([src[y] for _, src, y in updates])[order]
     first = np.empty(len(xs), bool)
     first[0] = True
     np.not_equal(xs[1:], xs[:-1], out=first[1:])
@@ -352,7 +356,8 @@ def _apply(matrix: np.ndarray, gathered: list, columns: int) -> np.ndarray:
     targets = xs[starts]
     combined = rows if len(starts) == len(xs) else np.bitwise_or.reduceat(rows, starts, axis=0)
     before = matrix[targets]
-    new = combined & ~before
+    new = np.invert(before)
+    new &= combined
     before |= combined
     matrix[targets] = before
     flat = np.flatnonzero(new.reshape(-1) != 0)  # (nonzero over bools is several times faster)
