@@ -176,9 +176,11 @@ class BitsetStratum:
         runs: dict[str, list] = {name: [] for name in heads}
         current = dict(tables)
         for rule in self.base:  # rules over earlier strata only: once, sparsely
-            keys = self.sparse.evaluate_rule(rule, [current[a.relation] for a in rule.body], None).keys
             name = rule.head.relation
-            fresh = keys[~_contains(matrices[name], keys, facts[name].sizes[1])] if len(keys) else keys
+            keys = _copied_keys(rule, current) if _is_copy(rule) else self.sparse.evaluate_rule(
+                rule, [current[a.relation] for a in rule.body], None).keys
+            known = len(facts[name]) or runs[name]
+            fresh = keys[~_contains(matrices[name], keys, facts[name].sizes[1])] if known else keys
             if len(fresh):
                 _set_bits(matrices[name], fresh, facts[name].sizes[1])
                 runs[name].append(fresh)
@@ -242,8 +244,8 @@ class BitsetStratum:
         for update in group.others:
             rest = update.rest
             if first:
-                parts.append(self.sparse.evaluate_rule(rest, [current[a.relation] for a in rest.body],
-                                                       None).keys)
+                parts.append(_copied_keys(rest, current) if _is_copy(rest) else self.sparse.evaluate_rule(
+                    rest, [current[a.relation] for a in rest.body], None).keys)
                 continue
             for position in update.recursive_rest:
                 if not len(delta[rest.body[position].relation]):
@@ -302,6 +304,18 @@ class BitsetStratum:
             pick = is_x[s_index]
             x, y = np.where(pick, other, v), np.where(pick, v, other)
         return x * group.size_y + y
+
+
+def _is_copy(rule: CompiledRule) -> bool:
+    """Whether the rule is H(X, Y) <- B(X, Y): its head tuples are B's keys as they are."""
+    body = rule.body[0] if len(rule.body) == 1 else None
+    return (body is not None and not body.negated and body.terms == rule.head.terms
+            and not rule.comparisons and body.sizes == rule.head.sizes
+            and len(set(rule.head.terms)) == len(rule.head.terms))
+
+
+def _copied_keys(rule: CompiledRule, current: dict) -> np.ndarray:
+    return current[rule.body[0].relation].true_keys()
 
 
 def _matrix(table: RelationTable) -> np.ndarray:
