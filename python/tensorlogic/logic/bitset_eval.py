@@ -315,7 +315,7 @@ def _is_copy(rule: CompiledRule) -> bool:
 
 
 def _copied_keys(rule: CompiledRule, current: dict) -> np.ndarray:
-    return current[rule.body[0].relation].true_keys()
+    return current[rule.body[0].relation].keys  # (as the sparse scan of a hard rule reads it)
 
 
 def _matrix(table: RelationTable) -> np.ndarray:
