@@ -38,6 +38,8 @@ Terms: `Name(text)` for a bare identifier (the engine decides variable vs consta
 Evaluation path per stratum: dense (tensor contractions) or sparse (sort-merge joins that stream
 in bounded pieces, so memory and not a row count limits them); chosen by sizes and density
 (`_choose_dense`), or forced by `Rule(..., evaluation="dense" | "sparse")` (TL: `@dense`, `@sparse`).
+An unforced sparse stratum of binary relations whose recursive rules are row updates
+H(X, Z) |= B(Y, Z) (points-to analyses) runs on bit matrices instead (bitset_eval.py, mode "bitset").
 A query with a constant (`Path(0, Y)`) over positive Boolean rules is answered demand-driven when
 no fixpoint is at hand: the rules it depends on are rewritten by magic sets (demand.py) and only
 the tuples the query can reach are derived; the answers equal full evaluation's.
