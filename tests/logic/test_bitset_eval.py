@@ -60,3 +60,22 @@ def test_other_shapes_keep_the_sparse_path(rules):
     engine = build("sparse", facts, rules)
     engine.infer()
     assert {s.mode for s in engine.last_stats} == {"sparse"}
+
+
+def test_key_set_answers_the_same_before_and_after_it_turns_into_a_bitmap():
+    import numpy as np
+
+    from tensorlogic.logic.relation_table import KeySet
+    rng = np.random.default_rng(5)
+    space = 1 << 20
+    keys = KeySet(space)
+    added = set()
+    kinds = []
+    for _ in range(24):  # 16 new keys a round: runs first, the bitmap from space / BITMAP_FILL keys
+        fresh = np.setdiff1d(rng.integers(0, space, 16), np.fromiter(added, np.int64, len(added)))
+        keys.add(fresh)
+        added.update(fresh.tolist())
+        probe = np.concatenate([rng.integers(0, space, 200), fresh])
+        assert keys.contains(probe).tolist() == [int(k) in added for k in probe]
+        kinds.append(keys.bits is not None)
+    assert kinds[0] is False and kinds[-1] is True and not keys.runs
