@@ -7,6 +7,7 @@ Every head variable and every variable of a negated atom occurs in a positive bo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -21,12 +22,12 @@ class CompiledAtom:
     sizes: tuple  # domain size per argument position
     existential: tuple = ()  # `_` variables of a negated atom: "no tuple with any value here"
 
-    @property
+    @cached_property  # (the evaluators ask for these every round; the atom is immutable)
     def bound_variables(self) -> tuple:
         """Variables that must be bound before a negated atom can be checked."""
         return tuple(v for v in self.variables if v not in self.existential)
 
-    @property
+    @cached_property
     def variables(self) -> tuple:
         """Distinct variable ids, in order of first occurrence."""
         seen: list[int] = []

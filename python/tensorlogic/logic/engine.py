@@ -38,6 +38,8 @@ Terms: `Name(text)` for a bare identifier (the engine decides variable vs consta
 Evaluation path per stratum: dense (tensor contractions) or sparse (sort-merge joins that stream
 in bounded pieces, so memory and not a row count limits them); chosen by sizes and density
 (`_choose_dense`), or forced by `Rule(..., evaluation="dense" | "sparse")` (TL: `@dense`, `@sparse`).
+An unforced sparse stratum of binary relations whose recursive rules are row updates
+H(X, Z) |= B(Y, Z) (points-to analyses) runs on bit matrices instead (bitset_eval.py, mode "bitset").
 A query with a constant (`Path(0, Y)`) over positive Boolean rules is answered demand-driven when
 no fixpoint is at hand: the rules it depends on are rewritten by magic sets (demand.py) and only
 the tuples the query can reach are derived; the answers equal full evaluation's.
@@ -54,6 +56,7 @@ import numpy as np
 from . import arithmetic, bulk
 from .aggregate import AggregateRule, aggregate_edges, derive_aggregates, split_aggregate
 from .arithmetic import ArithRule, dependency_edges, derive_arithmetic, split_arithmetic
+from .bitset_eval import BitsetStratum, plan_updates
 from .compiled import CompiledAtom, CompiledComparison, CompiledRule
 from .domains import EntityDomain, constant_sort_key
 from .errors import ArityError, LogicError, LogicTypeError, UnknownRelationError
@@ -90,7 +93,7 @@ class RelationInfo:
 @dataclass
 class StratumStats:
     relations: tuple
-    mode: str  # "dense", "sparse", or "incremental" (continued from the last fixpoint)
+    mode: str  # "dense", "sparse", "bitset" (row updates, bitset_eval.py), or "incremental"
     backend: str  # where it ran: "core" (the native runtime), "numpy"
     soft: bool
     iterations: int
@@ -345,10 +348,15 @@ class LogicEngine:
         soft = any(r.temperature > 0 for r in rules)
         dense = self._choose_dense(rules, stratum, tables)
         started = time.perf_counter()
+        plan = None
+        if not dense and not any(r.source.evaluation for r in rules):  # (`@sparse` runs sparse)
+            plan = plan_updates(rules, stratum, tables)
         if dense and self._dense_evaluator is not None:
             from .dense_eval import DenseStratum
             runner = DenseStratum(rules, stratum, tables, soft, self.tolerance,
                                   self.max_soft_iterations, self._dense_evaluator)
+        elif plan is not None:
+            runner = BitsetStratum(rules, stratum, tables, plan)
         else:
             runner = SparseStratum(rules, stratum, tables, soft, self.tolerance,
                                    self.max_soft_iterations)
@@ -359,7 +367,8 @@ class LogicEngine:
             raise LogicError(f"out of memory evaluating {', '.join(sorted(stratum))} "
                              f"({'dense' if dense else 'sparse'} path)", rules[0].source.pos) from None
         backend = runner.ops.name if dense else "numpy"
-        return StratumStats(tuple(component), "dense" if dense else "sparse", backend, soft,
+        mode = "dense" if dense else ("bitset" if plan is not None else "sparse")
+        return StratumStats(tuple(component), mode, backend, soft,
                             runner.iterations, time.perf_counter() - started)
 
     def _edges(self) -> list:

@@ -139,18 +139,24 @@ class RelationTable:
 
 
 class KeySet:
-    """A growing set of int64 keys with fast batch membership: a bitmap for small key spaces,
-    else a log-structured list of sorted runs (merged when a run is at most twice the next)."""
+    """A growing set of int64 keys with fast batch membership: a log-structured list of sorted runs
+    (merged when a run is at most twice the next) while it is small, then, for key spaces up to
+    BITMAP_LIMIT, a packed bitmap (one bit per key: 8x less memory to allocate and fault in than a
+    bool array) once it holds at least 1 / BITMAP_FILL of its space (a bitmap's allocation and page
+    faults would dominate a small set)."""
 
-    BITMAP_LIMIT = 1 << 25
+    BITMAP_LIMIT = 1 << 28  # keys: a bitmap of at most 32 MiB
+    BITMAP_FILL = 1 << 12
 
     def __init__(self, space: int):
-        self.bitmap = np.zeros(space, bool) if space <= self.BITMAP_LIMIT else None
+        self.space = space
+        self.count = 0
+        self.bits = None
         self.runs: list[np.ndarray] = []
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
-        if self.bitmap is not None:
-            return self.bitmap[keys]
+        if self.bits is not None:
+            return (self.bits[keys >> 3] & _BIT[keys & 7]).astype(bool)
         found = np.zeros(len(keys), bool)
         for run in self.runs:
             at = np.minimum(np.searchsorted(run, keys), len(run) - 1)
@@ -161,8 +167,15 @@ class KeySet:
         """Add keys that are sorted, unique and not yet present."""
         if len(new_sorted_unique) == 0:
             return
-        if self.bitmap is not None:
-            self.bitmap[new_sorted_unique] = True
+        self.count += len(new_sorted_unique)
+        if (self.bits is None and self.space <= self.BITMAP_LIMIT
+                and self.count * self.BITMAP_FILL >= self.space):
+            self.bits = np.zeros((self.space + 7) >> 3, np.uint8)
+            for run in self.runs:
+                self._set(run)
+            self.runs = []
+        if self.bits is not None:
+            self._set(new_sorted_unique)
             return
         self.runs.append(new_sorted_unique)
         while len(self.runs) >= 2 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
@@ -170,3 +183,15 @@ class KeySet:
             merged = np.concatenate([self.runs.pop(), last])
             merged.sort(kind="stable")
             self.runs.append(merged)
+
+    def _set(self, keys: np.ndarray) -> None:
+        """Set the bits of sorted keys (a byte's bits are neighbours: one reduceat, no ufunc.at)."""
+        where = keys >> 3
+        first = np.empty(len(keys), bool)
+        first[0] = True
+        np.not_equal(where[1:], where[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        self.bits[where[starts]] |= np.bitwise_or.reduceat(_BIT[keys & 7], starts)
+
+
+_BIT = (1 << np.arange(8)).astype(np.uint8)  # the mask of bit i of a byte

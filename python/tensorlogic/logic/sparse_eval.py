@@ -23,6 +23,14 @@ from .relation_table import KeySet, RelationTable, check_key_space, encode, key_
 CHUNK_BYTES = 1 << 28
 
 
+# A Boolean piece of head keys is deduplicated by marking a bool array over the head's key space
+# instead of sorting when the space is at most MARK_SPACE_LIMIT keys and the piece has at least
+# 1 / MARK_ROWS_RATIO of them (reading the marks back costs a pass over the space; sorting costs
+# about log2(rows) passes over the rows).
+MARK_SPACE_LIMIT = 1 << 25
+MARK_ROWS_RATIO = 64
+
+
 def chunk_rows(columns: int) -> int:
     """Rows per streamed piece for a binding table of `columns` int64 columns (+ index arrays)."""
     return max(1 << 12, CHUNK_BYTES // (8 * (columns + 3)))
@@ -131,6 +139,28 @@ def join_pieces(left: Bindings, right: Bindings, var_sizes, right_sorted=None, s
         yield Bindings(columns, weights, n)
 
 
+def semijoin(left: Bindings, right: Bindings, var_sizes, right_sorted, shared: list[int]) -> Bindings:
+    """The join when every variable of `right` is bound on the left: right's rows (one atom's
+    tuples) are unique on `shared`, so each left row matches at most one; one binary search per
+    left row, no expansion."""
+    left_keys, right_keys = _join_keys(left, right, shared, var_sizes)
+    if right_sorted is None:
+        order = np.argsort(right_keys, kind="stable")
+        sorted_keys = right_keys[order]
+    else:
+        sorted_keys, order = right_sorted
+    if not len(sorted_keys):
+        return left.take(np.zeros(0, np.int64))
+    at = np.searchsorted(sorted_keys, left_keys)
+    np.minimum(at, len(sorted_keys) - 1, out=at)
+    keep = np.flatnonzero(sorted_keys[at] == left_keys)
+    out = left.take(keep)
+    if left.weights is not None:
+        right_index = at[keep] if order is None else order[at[keep]]
+        out.weights = left.weights[keep] * right.weights[right_index]
+    return out
+
+
 def join(left: Bindings, right: Bindings, var_sizes, right_sorted=None, shared=None) -> Bindings:
     """The whole natural join at once (small joins; evaluate_rule streams instead)."""
     pieces = list(join_pieces(left, right, var_sizes, right_sorted, shared, max_rows=1 << 62))
@@ -191,6 +221,8 @@ class SparseStratum:
         self._indexes: dict = {}
         self._runs: dict | None = None
         self._current: dict = {}
+        self._mark_arrays: dict = {}
+        self._plans: dict = {}  # (id(rule), delta position) -> a plan that sizes cannot change
 
     # -- one rule ---------------------------------------------------------------------------
     def _scan_sorted(self, atom: CompiledAtom, table: RelationTable, shared: list[int], var_sizes,
@@ -246,7 +278,11 @@ class SparseStratum:
         Order: the delta atom (if any) or else the smallest positive atom, then repeatedly the atom
         whose join is estimated to add the fewest rows per bound row (its size divided by the
         key space of the variables it shares, i.e. uniform keys); an atom sharing no variable
-        (a cross product) comes last. Ties: body order."""
+        (a cross product) comes last. Ties: body order. A plan with no choice of order (at most one
+        positive atom besides the first) is kept for the stratum's later rounds."""
+        fixed = (id(rule), delta_position)
+        if fixed in self._plans:
+            return self._plans[fixed]
         def size(i):
             return len(inputs[i]) if inputs is not None else 0
 
@@ -283,6 +319,8 @@ class SparseStratum:
             comparisons = [c for c in comparisons if c not in ready_c]
             negations = [j for j in negations if j not in ready_n]
             checks.append((ready_c, ready_n))
+        if len(positive) <= (1 if delta_position is None else 2):
+            self._plans[fixed] = (order, checks, negations)
         return order, checks, negations  # (what is left: only ground negated atoms)
 
     def evaluate_rule(self, rule: CompiledRule, inputs: dict, delta_position: int | None,
@@ -295,6 +333,8 @@ class SparseStratum:
         head = rule.head
         parts: list = []  # head keys (and weights in soft mode) of the pieces, compacted as they grow
         held = [0, 0]  # rows held now, rows after the last compaction
+        space = key_space(head.sizes)
+        marks = [None]  # Boolean mode, large pieces: a bool per head key (see MARK_*)
 
         def emit(rows: Bindings):
             for j in ground_negations:
@@ -304,6 +344,11 @@ class SparseStratum:
             columns = [rows.columns[value] if kind == "v" else np.full(rows.rows, value, np.int64)
                        for kind, value in head.terms]
             keys = encode(columns, head.sizes, rows.rows)
+            if not self.soft and space <= MARK_SPACE_LIMIT and rows.rows * MARK_ROWS_RATIO >= space:
+                if marks[0] is None:
+                    marks[0] = self._marks(head.sizes)
+                marks[0][keys] = True  # (deduplicates without sorting; read back in key order)
+                return
             if self.soft:
                 parts.append((keys, rows.weights.astype(np.float64)))
             else:
@@ -326,7 +371,10 @@ class SparseStratum:
             cacheable = atom.relation not in self.stratum
             right, sorted_pair = self._scan_sorted(atom, inputs[i], shared, rule.var_sizes, cacheable)
             comparisons, negations = checks[step]
-            for piece in join_pieces(rows, right, rule.var_sizes, sorted_pair, shared):
+            pieces = (join_pieces(rows, right, rule.var_sizes, sorted_pair, shared)
+                      if len(shared) < len(atom.variables) or not shared
+                      else (semijoin(rows, right, rule.var_sizes, sorted_pair, shared),))
+            for piece in pieces:
                 for comparison in comparisons:
                     piece = apply_comparison(piece, comparison)
                 for j in negations:
@@ -341,6 +389,10 @@ class SparseStratum:
             raise out_of_memory(str(rule.source), chunk_rows(len(rule.var_sizes))) from None
         except LogicError as error:
             raise LogicError(f"rule `{rule.source}`: {error.message}", rule.source.pos) from None
+        if marks[0] is not None:
+            marked = np.flatnonzero(marks[0])
+            marks[0][marked] = False  # (the scratch array is all False again for the next rule)
+            parts.append(marked)
         if not parts:
             return RelationTable.empty(head.sizes, self.soft)
         compacted = self._compact(parts)
@@ -350,6 +402,13 @@ class SparseStratum:
         values = rule_step(sums, rule.temperature)
         keep = values > 0
         return RelationTable(head.sizes, unique_keys[keep], values[keep].astype(np.float32))
+
+    def _marks(self, sizes: tuple) -> np.ndarray:
+        """A scratch bool array over the key space of `sizes`, all False (kept for the stratum)."""
+        marks = self._mark_arrays.get(sizes)
+        if marks is None:
+            marks = self._mark_arrays[sizes] = np.zeros(key_space(sizes), bool)
+        return marks
 
     def _compact(self, parts: list):
         """Merge streamed head pieces: sorted unique keys (Boolean) or (unique keys, summed
@@ -393,7 +452,10 @@ class SparseStratum:
         def absorb(found: dict) -> dict:
             delta = {}
             for name, parts in found.items():
-                keys = sorted_unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+                parts = [p for p in parts if len(p)]
+                # (one rule's keys are sorted and unique already: no second sort)
+                keys = (parts[0] if len(parts) == 1 else sorted_unique(np.concatenate(parts)) if parts
+                        else np.zeros(0, np.int64))
                 if len(keys):
                     keys = keys[~true_sets[name].contains(keys)]
                 true_sets[name].add(keys)
@@ -448,13 +510,17 @@ class SparseStratum:
         self._runs = None
         for name in heads:
             self.tables[name] = self._materialize(facts[name], derived_runs[name])
-        return {name: sorted_unique(np.concatenate(runs)) for name, runs in derived_runs.items() if runs}
+        if changed is None:
+            return {}
+        return {name: _merge_disjoint(runs) for name, runs in derived_runs.items() if runs}
 
     @staticmethod
     def _materialize(facts: RelationTable, runs: list) -> RelationTable:
         if not runs:
             return facts
-        derived = RelationTable(facts.sizes, sorted_unique(np.concatenate(runs)), None)
+        if facts.values is None:  # the runs are disjoint from each other and from the facts
+            return RelationTable(facts.sizes, _merge_disjoint([facts.keys] + runs), None)
+        derived = RelationTable(facts.sizes, _merge_disjoint(runs), None)
         return facts.union_max(derived)
 
     def _run_soft(self) -> None:
@@ -481,6 +547,16 @@ class SparseStratum:
                                    f"{self.max_iterations} iterations (last change {change:.3g})")
         for name in heads:
             self.tables[name] = current[name]
+
+
+def _merge_disjoint(runs: list) -> np.ndarray:
+    """One sorted array of sorted, pairwise disjoint key runs (a stable sort merges the runs
+    linearly; no deduplication needed)."""
+    if len(runs) == 1:
+        return runs[0]
+    keys = np.concatenate(runs)
+    keys.sort(kind="stable")
+    return keys
 
 
 def _max_change(old: RelationTable, new: RelationTable) -> float:
