@@ -27,152 +27,148 @@ def out_size(size: int, k: int, stride: int, padding: int, dilation: int = 1) ->
     return (size + 2 * padding - dilation * (k - 1) - 1) // stride + 1
 
 
-def _padded(x, padding: int, value: float = 0.0):
-    if not padding:
-        return x
-    n, c, h, w = x.shape
-    xp = core.full([n, c, h + 2 * padding, w + 2 * padding], value, x.dtype)
-    core.copy_(_view(xp, padding, padding, h, w, 1), x)
-    return xp
+_CACHE: dict[tuple, object] = {}
 
 
-def _view(t, i: int, j: int, ho: int, wo: int, stride: int):
-    """The strided view t[:, :, i : i + stride*ho : stride, j : j + stride*wo : stride]."""
-    v = core.slice(t, 2, i, i + stride * (ho - 1) + 1, stride)
-    return core.slice(v, 3, j, j + stride * (wo - 1) + 1, stride)
-
-
-def _windows(xp, kh: int, kw: int, ho: int, wo: int, stride: int):
-    """[N, C, kh*kw, Ho, Wo]: the k*k strided views stacked (one copy)."""
-    return core.stack([_view(xp, i, j, ho, wo, stride) for i in range(kh) for j in range(kw)], 2)
-
-
-_INDEX_CACHE: dict[tuple, object] = {}
-
-
-def _im2col_ids(n: int, h: int, w: int, kh: int, kw: int, stride: int, padding: int):
-    """i64 [N*Ho*Wo*kh*kw]: for each output position and kernel offset, the row of the input's
-    [N*H*W (+1), C] channels-last table it reads; padding reads row N*H*W (a zero row). Cached per shape."""
-    key = (n, h, w, kh, kw, stride, padding)
-    ids = _INDEX_CACHE.get(key)
-    if ids is None:
-        ho, wo = out_size(h, kh, stride, padding), out_size(w, kw, stride, padding)
-        r = np.arange(ho)[:, None, None, None] * stride + np.arange(kh)[None, None, :, None] - padding
-        c = np.arange(wo)[None, :, None, None] * stride + np.arange(kw)[None, None, None, :] - padding
-        r, c = np.broadcast_arrays(r, c)  # [Ho, Wo, kh, kw]
-        inside = (r >= 0) & (r < h) & (c >= 0) & (c < w)
-        base = (np.arange(n) * h * w)[:, None, None, None, None]
-        rows = np.where(inside[None], base + r[None] * w + c[None], n * h * w)
-        if len(_INDEX_CACHE) > 64:
-            _INDEX_CACHE.clear()
-        trace = symbolic.active()  # cached across calls: made outside a compiled function's recording
+def _cached(key: tuple, make):
+    """A device tensor made once per key (index maps, pad elements, slot numbers). Made outside a
+    compiled function's recording, so a replay reads it as a constant rather than re-making it."""
+    t = _CACHE.get(key)
+    if t is None:
+        if len(_CACHE) > 128:
+            _CACHE.clear()
+        trace = symbolic.active()
         with trace.outside() if trace is not None else contextlib.nullcontext():
-            ids = core.from_numpy(np.ascontiguousarray(rows.reshape(-1).astype(np.int64)))
-        _INDEX_CACHE[key] = ids
-    return ids
+            t = make()
+        _CACHE[key] = t
+    return t
+
+
+# The layouts _window_ids builds, as the order of the axes (n, c, ho, wo, i, j) of the window
+# elements and the shape they are read in.
+_LAYOUTS = {
+    "kn": (0, 1, 4, 5, 2, 3),       # [N, C*kh*kw, Ho*Wo]: conv2d's columns, one [K, Ho*Wo] matrix per image
+    "rows": (0, 2, 3, 1, 4, 5),     # [N*Ho*Wo, C*kh*kw]: the same, a kernel window per row (the weight gradient)
+    "windows": (4, 5, 0, 1, 2, 3),  # [kh*kw, N*C*Ho*Wo]: the pools, one row per window position
+}
+
+
+def _window_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str):
+    """i32 (i64 for inputs of 2**31 elements or more) [N*C*Ho*Wo*kh*kw]: for each element of every kh x kw window (in `layout`'s order; a
+    window's elements in row-major (i, j) order), its index in x [N, C, H, W] flattened, or
+    N*C*H*W (the pad element _element_table appends) where the window reads padding."""
+    n, c, h, w = shape
+
+    def make():
+        ho, wo = out_size(h, kh, stride, padding), out_size(w, kw, stride, padding)
+        r = (np.arange(ho)[:, None, None, None] * stride + np.arange(kh)[None, None, :, None] - padding)
+        q = (np.arange(wo)[None, :, None, None] * stride + np.arange(kw)[None, None, None, :] - padding)
+        r, q = np.broadcast_arrays(r, q)  # [Ho, Wo, kh, kw]
+        inside = (r >= 0) & (r < h) & (q >= 0) & (q < w)
+        plane = (np.arange(n * c) * h * w).reshape(n, c, 1, 1, 1, 1)
+        ids = np.where(inside[None, None], plane + (r * w + q)[None, None], n * c * h * w)
+        small = n * c * h * w < 2**31  # i32 ids halve the index traffic of the gather and the scatter
+        ids = np.ascontiguousarray(ids.transpose(_LAYOUTS[layout]).reshape(-1).astype(np.int32 if small else np.int64))
+        return core.from_numpy(ids)
+    return _cached(("ids", n, c, h, w, kh, kw, stride, padding, layout), make)
+
+
+def _element_table(x, pad_value: float):
+    """x's elements as rows of one [N*C*H*W + 1, 1], the last one pad_value (what padding reads):
+    the table an element gather (the runtime's gather_rows) reads windows from."""
+    pad = _cached(("pad", pad_value, x.dtype), lambda: core.full([1, 1], pad_value, x.dtype))
+    return core.concat([core.reshape(core.contiguous(x), [x.numel, 1]), pad], 0)
+
+
+def _gather(table, ids, shape):
+    return core.reshape(core.embedding(table, ids), shape)
+
+
+def _scatter(gwin, ids, shape):
+    """The adjoint of the element gather: gwin's elements added onto x's (col2im), in id order
+    (scatter_add_rows: deterministic, no atomics); padding's share lands on the dropped pad element."""
+    n = shape[0] * shape[1] * shape[2] * shape[3]
+    if gwin.dtype != "f32":
+        gwin = core.astype(gwin, "f32")
+    gtable = core.scatter_add_rows(ids, core.reshape(gwin, [gwin.numel, 1]), n + 1)
+    return core.reshape(core.slice(gtable, 0, 0, n), list(shape))
 
 
 def conv2d_forward(x, w, b, stride: int, padding: int):
-    """(out [N, O, Ho, Wo], saved) with saved = (cols [N*Ho*Wo, kh*kw*C], ids, w2 [O, kh*kw*C]).
+    """(out [N, O, Ho, Wo], saved (table, w2 [O, C*kh*kw])).
 
-    im2col as one row gather: x goes channels-last ([N*H*W, C] rows, plus a zero row that padding
-    reads), the runtime's gather_rows kernel picks each output position's kh*kw rows, and one linear
-    with the kernel reordered to [O, kh, kw, C] gives the output; strided views of NCHW data would
-    be copied element by element, rows of C are copied as rows."""
+    im2col as one element gather of x (cached index map, layout "kn": [N, C*kh*kw, Ho*Wo]) and one
+    batched matmul with the kernel flattened as it lies ([O, C, kh, kw] -> [O, C*kh*kw], a view):
+    out[n] = w2 . cols[n], B row-major (the matmul kernel's outer-product path, no packing), comes
+    out [N, O, Ho*Wo], already NCHW: no permute of the input, the kernel or the output."""
     n, c, h, wd = x.shape
     o, _c, kh, kw = w.shape
     ho, wo = out_size(h, kh, stride, padding), out_size(wd, kw, stride, padding)
-    ids = _im2col_ids(n, h, wd, kh, kw, stride, padding)
-    rows = core.reshape(core.contiguous(core.permute(x, [0, 2, 3, 1])), [n * h * wd, c])
-    table = core.concat([rows, core.zeros([1, c], x.dtype)], 0)
-    cols = core.reshape(core.embedding(table, ids), [n * ho * wo, kh * kw * c])
-    w2 = core.reshape(core.contiguous(core.permute(w, [0, 2, 3, 1])), [o, kh * kw * c])
-    out = core.linear(cols, w2) if b is None else core.add(core.linear(cols, w2), b)  # [N*Ho*Wo, O]
-    out = core.contiguous(core.permute(core.reshape(out, [n, ho, wo, o]), [0, 3, 1, 2]))
-    return out, (cols, ids, w2)
+    table = _element_table(x, 0.0)
+    cols = _gather(table, _window_ids(x.shape, kh, kw, stride, padding, "kn"), [n, c * kh * kw, ho * wo])
+    w2 = core.reshape(w, [o, c * kh * kw])
+    out = core.matmul(w2, cols)  # [N, O, Ho*Wo]
+    if b is not None:
+        out = core.add(out, core.reshape(b, [o, 1]))
+    return core.reshape(out, [n, o, ho, wo]), (table, w2)
 
 
 @rule("conv2d")
 def _conv2d(g, out, needs, x, w, b, stride, padding, saved):
-    cols, ids, w2 = saved
+    table, w2 = saved
     n, o, ho, wo = g.shape
     _o, c, kh, kw = w.shape
-    gm = core.reshape(core.contiguous(core.permute(g, [0, 2, 3, 1])), [n * ho * wo, o])
+    g3 = core.reshape(g, [n, o, ho * wo])
     if g.dtype != "f32":
-        gm = core.astype(gm, "f32")
+        g3 = core.astype(g3, "f32")
     gx = gw = gb = None
-    if needs[1]:
-        gw2 = core.matmul(core.transpose(gm, 0, 1), cols)  # [O, kh*kw*C]
-        gw = core.contiguous(core.permute(core.reshape(gw2, [o, kh, kw, c]), [0, 3, 1, 2]))
-        gw = _float_grad(gw, w)
-    if needs[2]:
-        gb = _float_grad(core.sum(gm, 0), b)
+    if needs[1] or needs[2]:
+        go = core.reshape(core.contiguous(core.permute(g3, [1, 0, 2])), [o, n * ho * wo])  # rows of Ho*Wo moved
+        if needs[1]:  # gw2 = go . cols with the columns gathered again a window per row (B row-major)
+            cols = _gather(table, _window_ids(x.shape, kh, kw, stride, padding, "rows"), [n * ho * wo, c * kh * kw])
+            gw = _float_grad(core.reshape(core.matmul(go, cols), [o, c, kh, kw]), w)
+        if needs[2]:
+            gb = _float_grad(core.sum(go, 1), b)
     if needs[0]:
-        _n, _c, h, wd = x.shape
-        gcols = core.reshape(core.matmul(gm, w2), [n * ho * wo * kh * kw, c])
-        gtable = core.scatter_add_rows(ids, gcols, n * h * wd + 1)  # col2im: the zero row takes padding's share
-        gx = core.reshape(core.slice(gtable, 0, 0, n * h * wd), [n, h, wd, c])
-        gx = _float_grad(core.contiguous(core.permute(gx, [0, 3, 1, 2])), x)
+        gcols = core.matmul(core.transpose(w2, 0, 1), g3)  # [N, K, Ho*Wo]: w2^T . g[n], B row-major
+        gx = _float_grad(_scatter(gcols, _window_ids(x.shape, kh, kw, stride, padding, "kn"), x.shape), x)
     return [gx, gw, gb, None, None, None]
 
 
-def _col2im(gcols, x_shape, kh: int, kw: int, ho: int, wo: int, stride: int, padding: int):
-    """The adjoint of _windows o _padded: each window block added back into its view of zeros."""
-    n, c, h, wd = x_shape
-    g = core.zeros([n, c, h + 2 * padding, wd + 2 * padding], gcols.dtype)
-    blocks = core.reshape(gcols, [n, c, kh * kw, ho, wo])
-    for idx in range(kh * kw):
-        view = _view(g, idx // kw, idx % kw, ho, wo, stride)
-        core.copy_(view, core.add(view, core.select(blocks, 2, idx)))
-    if padding:
-        g = core.contiguous(_view(g, padding, padding, h, wd, 1))
-    return g
-
-
-def _channels_last_table(x, pad_value: float):
-    """x [N, C, H, W] as rows [N*H*W + 1, C] (channels last), the extra row pad_value (what padding reads)."""
-    n, c, h, w = x.shape
-    rows = core.reshape(core.contiguous(core.permute(x, [0, 2, 3, 1])), [n * h * w, c])
-    return core.concat([rows, core.full([1, c], pad_value, x.dtype)], 0)
-
-
-def _to_nchw(rows, n: int, h: int, w: int, c: int):
-    return core.contiguous(core.permute(core.reshape(rows, [n, h, w, c]), [0, 3, 1, 2]))
-
-
 def max_pool2d_forward(x, k: int, stride: int, padding: int):
-    """(out [N, C, Ho, Wo], saved (argmax [N*Ho*Wo, C] of the window position, first on ties in row-major
-    window order, as PyTorch's CPU kernel; ids)): the windows are one row gather of the channels-last
-    input (padding reads a -inf row)."""
+    """(out [N, C, Ho, Wo], saved (argmax [N*C*Ho*Wo] of the window position, first on ties in
+    row-major window order, as PyTorch's CPU kernel)): the windows are one element gather of x
+    (layout "windows", padding reads -inf) reduced over their first axis, NCHW in and out: every
+    op runs over rows of N*C*Ho*Wo elements, not over windows of k*k."""
     n, c, h, w = x.shape
     ho, wo = out_size(h, k, stride, padding), out_size(w, k, stride, padding)
-    ids = _im2col_ids(n, h, w, k, k, stride, padding)
-    win = core.reshape(core.embedding(_channels_last_table(x, float("-inf")), ids), [n * ho * wo, k * k, c])
-    return _to_nchw(core.max(win, 1), n, ho, wo, c), (core.argmax(win, 1), ids)
+    win = _gather(_element_table(x, float("-inf")), _window_ids(x.shape, k, k, stride, padding, "windows"),
+                  [k * k, n * c * ho * wo])
+    return core.reshape(core.max(win, 0), [n, c, ho, wo]), core.argmax(win, 0)
 
 
 @rule("max_pool2d")
-def _max_pool2d(g, out, needs, x, k, stride, padding, saved):
-    arg, ids = saved
+def _max_pool2d(g, out, needs, x, k, stride, padding, arg):
     n, c, ho, wo = g.shape
-    _n, _c, h, w = x.shape
-    gm = core.reshape(core.contiguous(core.permute(g, [0, 2, 3, 1])), [n * ho * wo, 1, c])
-    slots = core.reshape(core.arange(0, k * k), [1, k * k, 1])
-    gcols = core.where(core.eq(core.unsqueeze(arg, 1), slots), gm, core.zeros([], g.dtype))
-    gtable = core.scatter_add_rows(ids, core.reshape(gcols, [n * ho * wo * k * k, c]), n * h * w + 1)
-    gx = _to_nchw(core.slice(gtable, 0, 0, n * h * w), n, h, w, c)
+    slots = _cached(("slots", k * k), lambda: core.reshape(core.arange(0, k * k), [k * k, 1]))
+    gwin = core.where(core.eq(arg, slots), core.reshape(g, [n * c * ho * wo]), core.zeros([], g.dtype))
+    gx = _scatter(gwin, _window_ids(x.shape, k, k, stride, padding, "windows"), x.shape)
     return [_float_grad(gx, x), None, None, None, None]
 
 
 def avg_pool2d_forward(x, k: int, stride: int, padding: int):
+    """The windows gathered as max_pool2d's (padding reads 0) and averaged: count_include_pad."""
     n, c, h, w = x.shape
     ho, wo = out_size(h, k, stride, padding), out_size(w, k, stride, padding)
-    return core.mean(_windows(_padded(x, padding), k, k, ho, wo, stride), 2)
+    win = _gather(_element_table(x, 0.0), _window_ids(x.shape, k, k, stride, padding, "windows"),
+                  [k * k, n * c * ho * wo])
+    return core.reshape(core.mean(win, 0), [n, c, ho, wo])
 
 
 @rule("avg_pool2d")
 def _avg_pool2d(g, out, needs, x, k, stride, padding):
     n, c, ho, wo = g.shape
-    share = core.mul(g, 1.0 / (k * k))  # count_include_pad: every window divides by k*k
-    gx = _col2im(core.stack([share] * (k * k), 2), x.shape, k, k, ho, wo, stride, padding)
+    share = core.mul(core.reshape(g, [1, n * c * ho * wo]), 1.0 / (k * k))  # every window divides by k*k
+    gwin = core.contiguous(core.expand(share, [k * k, n * c * ho * wo]))
+    gx = _scatter(gwin, _window_ids(x.shape, k, k, stride, padding, "windows"), x.shape)
     return [_float_grad(gx, x), None, None, None]
