@@ -30,28 +30,25 @@ void reduce_slab_float(ReduceOp op, const View& in, int64_t o, int64_t n, int64_
     idx[j] = 0;
     best[j] = want_max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   }
-  bool first = true;
   for (int64_t k = 0; k < n; ++k) {
-    load_f32(in.dtype, element_ptr(in, (o * n + k) * inner + i0), 1, w, row);
+    const float* r = row;
+    if (in.dtype == DType::F32)
+      r = reinterpret_cast<const float*>(element_ptr(in, (o * n + k) * inner + i0));
+    else
+      load_f32(in.dtype, element_ptr(in, (o * n + k) * inner + i0), 1, w, row);
     if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
-      for (int64_t j = 0; j < w; ++j) acc[j] += row[j];
+      for (int64_t j = 0; j < w; ++j) acc[j] += r[j];
+    } else if (k == 0) {
+      for (int64_t j = 0; j < w; ++j) best[j] = r[j];
     } else {
+      // Branch-free selects (they vectorize): v replaces best when it is more extreme or a NaN,
+      // unless a NaN already won; ties keep the first index.
       for (int64_t j = 0; j < w; ++j) {
-        float v = row[j];
-        bool take;
-        if (best[j] != best[j] && !first) {
-          take = false;  // a NaN already won
-        } else if (v != v) {
-          take = true;
-        } else {
-          take = first || (want_max ? v > best[j] : v < best[j]);
-        }
-        if (take) {
-          best[j] = v;
-          idx[j] = k;
-        }
+        const float v = r[j], b = best[j];
+        const bool take = b == b && (v != v || (want_max ? v > b : v < b));
+        best[j] = take ? v : b;
+        idx[j] = take ? k : idx[j];
       }
-      first = false;
     }
   }
   int64_t out_off = o * inner + i0;
