@@ -67,6 +67,11 @@ void gemm_nn_portable(const float* a, int64_t sam, int64_t sak, int64_t M, const
 }
 
 #if defined(__x86_64__)
+// Lanes 0..r-1 on (1 <= r <= 7): the masked loads read nothing past a row's last column.
+__attribute__((target("avx2,fma"))) inline __m256i tail_mask(int64_t r) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 __attribute__((target("avx2,fma"))) void gemm_nn_avx2(const float* a, int64_t sam, int64_t sak, int64_t M,
                                                       const float* b, int64_t ldb, int64_t N, int64_t K,
                                                       float* c, int64_t ldc) {
@@ -123,7 +128,23 @@ __attribute__((target("avx2,fma"))) void gemm_nn_avx2(const float* a, int64_t sa
       _mm256_storeu_ps(cr + 2 * ldc, c2);
       _mm256_storeu_ps(cr + 3 * ldc, c3);
     }
-    if (n < N) gemm_nn_portable(a0, sam, sak, 4, b + n, ldb, N - n, K, c + m * ldc + n, ldc);
+    if (n < N) {  // the last 1..7 columns: masked loads and stores of one vector per row
+      const __m256i mask = tail_mask(N - n);
+      __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps();
+      __m256 c3 = _mm256_setzero_ps();
+      for (int64_t k = 0; k < K; ++k) {
+        const __m256 bv = _mm256_maskload_ps(b + k * ldb + n, mask);
+        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + k * sak), bv, c0);
+        c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + k * sak), bv, c1);
+        c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + k * sak), bv, c2);
+        c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + k * sak), bv, c3);
+      }
+      float* cr = c + m * ldc + n;
+      _mm256_maskstore_ps(cr, mask, c0);
+      _mm256_maskstore_ps(cr + ldc, mask, c1);
+      _mm256_maskstore_ps(cr + 2 * ldc, mask, c2);
+      _mm256_maskstore_ps(cr + 3 * ldc, mask, c3);
+    }
   }
   for (; m < M; ++m) {  // the last rows: one at a time, 8 columns per vector
     const float* ar = a + m * sam;
@@ -135,7 +156,13 @@ __attribute__((target("avx2,fma"))) void gemm_nn_avx2(const float* a, int64_t sa
         acc = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + k * sak), _mm256_loadu_ps(b + k * ldb + n), acc);
       _mm256_storeu_ps(cr + n, acc);
     }
-    if (n < N) gemm_nn_portable(ar, sam, sak, 1, b + n, ldb, N - n, K, cr + n, ldc);
+    if (n < N) {
+      const __m256i mask = tail_mask(N - n);
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t k = 0; k < K; ++k)
+        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + k * sak), _mm256_maskload_ps(b + k * ldb + n, mask), acc);
+      _mm256_maskstore_ps(cr + n, mask, acc);
+    }
   }
 }
 #endif

@@ -25,9 +25,10 @@ void reduce_slab_float(ReduceOp op, const View& in, int64_t o, int64_t n, int64_
   float best[kChunk];
   const bool is_arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
   const bool want_max = op == ReduceOp::Max || op == ReduceOp::ArgMax;
+  int32_t idx32[kChunk];  // the arg loop's indices (i32 lanes vectorize with the f32 compares)
   for (int64_t j = 0; j < w; ++j) {
     acc[j] = 0.0;
-    idx[j] = 0;
+    idx32[j] = 0;
     best[j] = want_max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   }
   for (int64_t k = 0; k < n; ++k) {
@@ -43,16 +44,30 @@ void reduce_slab_float(ReduceOp op, const View& in, int64_t o, int64_t n, int64_
     } else {
       // Branch-free selects (they vectorize): v replaces best when it is more extreme or a NaN,
       // unless a NaN already won; ties keep the first index.
-      for (int64_t j = 0; j < w; ++j) {
-        const float v = r[j], b = best[j];
-        const bool take = b == b && (v != v || (want_max ? v > b : v < b));
-        best[j] = take ? v : b;
-        idx[j] = take ? k : idx[j];
+      float* __restrict bp = best;
+      int32_t* __restrict ip = idx32;
+      const float* __restrict rp = r;
+      const int32_t k32 = static_cast<int32_t>(k);
+      if (want_max) {
+        for (int64_t j = 0; j < w; ++j) {
+          const float v = rp[j], b = bp[j];
+          const bool take = b == b && (v != v || v > b);
+          bp[j] = take ? v : b;
+          ip[j] = take ? k32 : ip[j];
+        }
+      } else {
+        for (int64_t j = 0; j < w; ++j) {
+          const float v = rp[j], b = bp[j];
+          const bool take = b == b && (v != v || v < b);
+          bp[j] = take ? v : b;
+          ip[j] = take ? k32 : ip[j];
+        }
       }
     }
   }
   int64_t out_off = o * inner + i0;
   if (is_arg) {
+    for (int64_t j = 0; j < w; ++j) idx[j] = idx32[j];
     store_i64(out.dtype, element_ptr(out, out_off), 1, w, idx);
     return;
   }

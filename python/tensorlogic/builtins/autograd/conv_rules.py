@@ -53,10 +53,12 @@ _LAYOUTS = {
 }
 
 
-def _window_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str):
-    """i32 (i64 for inputs of 2**31 elements or more) [N*C*Ho*Wo*kh*kw]: for each element of every kh x kw window (in `layout`'s order; a
-    window's elements in row-major (i, j) order), its index in x [N, C, H, W] flattened, or
-    N*C*H*W (the pad element _element_table appends) where the window reads padding."""
+def _window_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str, ones: bool = False):
+    """i32 (i64 for inputs of 2**31 elements or more) [N*C*Ho*Wo*kh*kw]: for each element of every
+    kh x kw window (in `layout`'s order; a window's elements in row-major (i, j) order), its index in
+    x [N, C, H, W] flattened, or N*C*H*W (the pad element _element_table appends) where the window
+    reads padding. `ones` (layouts "kn" and "rows"): one more K entry per window reading N*C*H*W + 1
+    (the table's 1.0), so a matmul with the bias appended to the kernel adds the bias."""
     n, c, h, w = shape
 
     def make():
@@ -67,17 +69,23 @@ def _window_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str)
         inside = (r >= 0) & (r < h) & (q >= 0) & (q < w)
         plane = (np.arange(n * c) * h * w).reshape(n, c, 1, 1, 1, 1)
         ids = np.where(inside[None, None], plane + (r * w + q)[None, None], n * c * h * w)
-        small = n * c * h * w < 2**31  # i32 ids halve the index traffic of the gather and the scatter
-        ids = np.ascontiguousarray(ids.transpose(_LAYOUTS[layout]).reshape(-1).astype(np.int32 if small else np.int64))
+        ids = ids.transpose(_LAYOUTS[layout])
+        if ones:  # K is axis 1 of both [N, K, Ho*Wo] ("kn") and [N*Ho*Wo, K] ("rows")
+            lead = (n, c * kh * kw, ho * wo) if layout == "kn" else (n * ho * wo, c * kh * kw)
+            ids = ids.reshape(lead)
+            ids = np.concatenate([ids, np.full(lead[:1] + (1,) + lead[2:], n * c * h * w + 1)], 1)
+        small = n * c * h * w + 2 < 2**31  # i32 ids halve the index traffic of the gather and the scatter
+        ids = np.ascontiguousarray(ids.reshape(-1).astype(np.int32 if small else np.int64))
         return core.from_numpy(ids)
-    return _cached(("ids", n, c, h, w, kh, kw, stride, padding, layout), make)
+    return _cached(("ids", n, c, h, w, kh, kw, stride, padding, layout, ones), make)
 
 
 def _element_table(x, pad_value: float):
-    """x's elements as rows of one [N*C*H*W + 1, 1], the last one pad_value (what padding reads):
-    the table an element gather (the runtime's gather_rows) reads windows from."""
-    pad = _cached(("pad", pad_value, x.dtype), lambda: core.full([1, 1], pad_value, x.dtype))
-    return core.concat([core.reshape(core.contiguous(x), [x.numel, 1]), pad], 0)
+    """x's elements as rows of one [N*C*H*W + 2, 1], then pad_value (what padding reads) and 1.0
+    (what the bias column reads): the table an element gather (the runtime's gather_rows) reads."""
+    tail = _cached(("tail", pad_value, x.dtype),
+                   lambda: core.astype(core.from_numpy(np.array([[pad_value], [1.0]], np.float32)), x.dtype))
+    return core.concat([core.reshape(core.contiguous(x), [x.numel, 1]), tail], 0)
 
 
 def _gather(table, ids, shape):
@@ -90,27 +98,28 @@ def _scatter(gwin, ids, shape):
     n = shape[0] * shape[1] * shape[2] * shape[3]
     if gwin.dtype != "f32":
         gwin = core.astype(gwin, "f32")
-    gtable = core.scatter_add_rows(ids, core.reshape(gwin, [gwin.numel, 1]), n + 1)
+    gtable = core.scatter_add_rows(ids, core.reshape(gwin, [gwin.numel, 1]), n + 2)
     return core.reshape(core.slice(gtable, 0, 0, n), list(shape))
 
 
 def conv2d_forward(x, w, b, stride: int, padding: int):
     """(out [N, O, Ho, Wo], saved (table, w2 [O, C*kh*kw])).
 
-    im2col as one element gather of x (cached index map, layout "kn": [N, C*kh*kw, Ho*Wo]) and one
-    batched matmul with the kernel flattened as it lies ([O, C, kh, kw] -> [O, C*kh*kw], a view):
-    out[n] = w2 . cols[n], B row-major (the matmul kernel's outer-product path, no packing), comes
-    out [N, O, Ho*Wo], already NCHW: no permute of the input, the kernel or the output."""
+    im2col as one element gather of x (cached index map, layout "kn": [N, C*kh*kw (+1), Ho*Wo]) and
+    one batched matmul with the kernel flattened as it lies ([O, C, kh, kw] -> [O, C*kh*kw], a view),
+    the bias appended as one more column that meets a row of ones in the columns: out[n] = w2 . cols[n]
+    has B row-major (the matmul kernel's outer-product path, no packing) and comes out
+    [N, O, Ho*Wo], already NCHW: no permute of the input, the kernel or the output, no bias add."""
     n, c, h, wd = x.shape
     o, _c, kh, kw = w.shape
     ho, wo = out_size(h, kh, stride, padding), out_size(wd, kw, stride, padding)
+    k = c * kh * kw
     table = _element_table(x, 0.0)
-    cols = _gather(table, _window_ids(x.shape, kh, kw, stride, padding, "kn"), [n, c * kh * kw, ho * wo])
-    w2 = core.reshape(w, [o, c * kh * kw])
-    out = core.matmul(w2, cols)  # [N, O, Ho*Wo]
-    if b is not None:
-        out = core.add(out, core.reshape(b, [o, 1]))
-    return core.reshape(out, [n, o, ho, wo]), (table, w2)
+    w2 = core.reshape(w, [o, k])
+    wb = w2 if b is None else core.concat([w2, core.reshape(b, [o, 1])], 1)
+    ids = _window_ids(x.shape, kh, kw, stride, padding, "kn", ones=b is not None)
+    cols = _gather(table, ids, [n, wb.shape[1], ho * wo])
+    return core.reshape(core.matmul(wb, cols), [n, o, ho, wo]), (table, w2)
 
 
 @rule("conv2d")
@@ -118,17 +127,23 @@ def _conv2d(g, out, needs, x, w, b, stride, padding, saved):
     table, w2 = saved
     n, o, ho, wo = g.shape
     _o, c, kh, kw = w.shape
+    k = c * kh * kw
     g3 = core.reshape(g, [n, o, ho * wo])
     if g.dtype != "f32":
         g3 = core.astype(g3, "f32")
     gx = gw = gb = None
     if needs[1] or needs[2]:
+        # [gw2 | gb] = go . [cols | 1]: the columns gathered again a window per row (B row-major),
+        # with the ones column when there is a bias, so one matmul gives both gradients.
         go = core.reshape(core.contiguous(core.permute(g3, [1, 0, 2])), [o, n * ho * wo])  # rows of Ho*Wo moved
-        if needs[1]:  # gw2 = go . cols with the columns gathered again a window per row (B row-major)
-            cols = _gather(table, _window_ids(x.shape, kh, kw, stride, padding, "rows"), [n * ho * wo, c * kh * kw])
-            gw = _float_grad(core.reshape(core.matmul(go, cols), [o, c, kh, kw]), w)
+        with_b = b is not None
+        ids = _window_ids(x.shape, kh, kw, stride, padding, "rows", ones=with_b)
+        gwb = core.matmul(go, _gather(table, ids, [n * ho * wo, k + with_b]))
+        if needs[1]:
+            gw2 = core.contiguous(core.slice(gwb, 1, 0, k)) if with_b else gwb
+            gw = _float_grad(core.reshape(gw2, [o, c, kh, kw]), w)
         if needs[2]:
-            gb = _float_grad(core.sum(go, 1), b)
+            gb = _float_grad(core.contiguous(core.select(gwb, 1, k)), b)
     if needs[0]:
         gcols = core.matmul(core.transpose(w2, 0, 1), g3)  # [N, K, Ho*Wo]: w2^T . g[n], B row-major
         gx = _float_grad(_scatter(gcols, _window_ids(x.shape, kh, kw, stride, padding, "kn"), x.shape), x)
