@@ -11,16 +11,18 @@ namespace tl::cpu {
 namespace {
 
 // out[i] = table[ids[i]] for one-element rows, read straight from the ids (no converted copy of them:
-// for an im2col's ids that copy was most of the kernel's memory traffic). Ids are range-checked first.
+// for an im2col's ids that copy was most of the kernel's memory traffic), each range-checked as it is read.
 template <class T, class I>
 void gather_elements(const uint8_t* table, int64_t V, const I* ids, int64_t n, const View& out) {
-  for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= V)
-      kernel_fail("embedding: id " + std::to_string(static_cast<int64_t>(ids[i])) +
-                  " is out of range for a table of " + std::to_string(V) + " rows");
   const T* t = reinterpret_cast<const T*>(table);
   T* o = static_cast<T*>(out.data);
-  for (int64_t i = 0; i < n; ++i) o[i] = t[ids[i]];
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    if (static_cast<uint64_t>(id) >= static_cast<uint64_t>(V))  // also catches id < 0
+      kernel_fail("embedding: id " + std::to_string(id) + " is out of range for a table of " +
+                  std::to_string(V) + " rows");
+    o[i] = t[id];
+  }
 }
 
 template <class T>

@@ -51,16 +51,16 @@ void reduce_slab_float(ReduceOp op, const View& in, int64_t o, int64_t n, int64_
       if (want_max) {
         for (int64_t j = 0; j < w; ++j) {
           const float v = rp[j], b = bp[j];
-          const bool take = b == b && (v != v || v > b);
+          const bool take = (b == b) & ((v != v) | (v > b));
           bp[j] = take ? v : b;
-          ip[j] = take ? k32 : ip[j];
+          if (is_arg) ip[j] = take ? k32 : ip[j];
         }
       } else {
         for (int64_t j = 0; j < w; ++j) {
           const float v = rp[j], b = bp[j];
-          const bool take = b == b && (v != v || v < b);
+          const bool take = (b == b) & ((v != v) | (v < b));
           bp[j] = take ? v : b;
-          ip[j] = take ? k32 : ip[j];
+          if (is_arg) ip[j] = take ? k32 : ip[j];
         }
       }
     }

@@ -21,18 +21,20 @@ std::string shape_text(const View& v) {
   for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
   return s + "]";
 }
-// out[ids[i]] += src[i] in id order (out [V, 1], src [n, 1]), every id range-checked first.
+// out[ids[i]] += src[i] in id order (out [V, 1], src [n, 1]), each id range-checked as it is read
+// (a failed command's output is never handed out, R2, so stopping part way leaves nothing visible).
 template <class I>
 void scatter_add_elements(const I* ids, int64_t n, const View& src, const View& out) {
   const int64_t V = out.shape[0];
-  for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= V)
-      kernel_fail("scatter_add_rows: id " + std::to_string(static_cast<int64_t>(ids[i])) + " (position " +
-                  std::to_string(i) + ") is out of range for " + shape_text(out) + " rows (src " +
-                  shape_text(src) + ")");
   const float* s = static_cast<const float*>(src.data);
   float* o = static_cast<float*>(out.data);
-  for (int64_t i = 0; i < n; ++i) o[ids[i]] += s[i];
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    if (static_cast<uint64_t>(id) >= static_cast<uint64_t>(V))  // also catches id < 0
+      kernel_fail("scatter_add_rows: id " + std::to_string(id) + " (position " + std::to_string(i) +
+                  ") is out of range for " + shape_text(out) + " rows (src " + shape_text(src) + ")");
+    o[id] += s[i];
+  }
 }
 }  // namespace
 
