@@ -1,14 +1,19 @@
 """Forwards and backward rules of conv2d and the 2-D pools (builtins/conv.py), written like rules.py's
 and registered in the same RULES table.
 
-conv2d is im2col + the runtime's linear: one row gather of the channels-last input builds the columns
-[N*Ho*Wo, kh*kw*C], one linear with the reordered kernel gives the output; its backward is two
-matmuls and col2im, one scatter_add_rows of the column gradients back onto the input's rows (no
-atomics: deterministic). max_pool2d stacks
-the window's views and takes the max; its gradient goes to the first maximum of each window, as
-PyTorch's CPU kernel does. Everything is a composition of `_core` ops (so it runs on every backend
-with no kernel of its own). Invariant: forwards run with recording off, and the builtin records one
-node whose rule gets the forward's saved columns / argmax as extra (untracked) arguments.
+Every window op is one element gather (the runtime's gather_rows over x's elements as rows of one,
+plus a pad element and a 1.0) with an index map cached per shape, laid out so that nothing is
+permuted: conv2d gathers the columns [N, C*kh*kw, Ho*Wo] and multiplies them by the kernel as it
+lies ([O, C*kh*kw], the bias appended as a column that meets a row of ones), one batched matmul
+whose result is already NCHW; its backward is two matmuls (the weight and bias gradients in one,
+against the columns gathered a window per row) and col2im, one scatter_add_rows of the column
+gradients onto x's elements (in id order: deterministic, no atomics). The pools gather the windows
+as [k*k, N*C*Ho*Wo] and reduce over the first axis; max_pool2d's gradient goes to the first maximum
+of each window (row-major window order), as PyTorch's CPU kernel does. Everything is a composition of
+`_core` ops (so it runs on every backend with no kernel of its own); the CPU kernels have fast paths
+for these shapes (one-element gather and scatter rows, row-major B in matmul). Invariant: forwards
+run with recording off, and the builtin records one node whose rule gets the forward's saved
+tensors (the gathered table, the flattened kernel / the argmax) as extra (untracked) arguments.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ _CACHE: dict[tuple, object] = {}
 
 
 def _cached(key: tuple, make):
-    """A device tensor made once per key (index maps, pad elements, slot numbers). Made outside a
+    """A device tensor made once per key (index maps, table tails, slot numbers). Made outside a
     compiled function's recording, so a replay reads it as a constant rather than re-making it."""
     t = _CACHE.get(key)
     if t is None:
@@ -166,7 +171,8 @@ def max_pool2d_forward(x, k: int, stride: int, padding: int):
 def _max_pool2d(g, out, needs, x, k, stride, padding, arg):
     n, c, ho, wo = g.shape
     slots = _cached(("slots", k * k), lambda: core.reshape(core.arange(0, k * k), [k * k, 1]))
-    gwin = core.where(core.eq(arg, slots), core.reshape(g, [n * c * ho * wo]), core.zeros([], g.dtype))
+    zero = _cached(("zero", g.dtype), lambda: core.zeros([], g.dtype))
+    gwin = core.where(core.eq(arg, slots), core.reshape(g, [n * c * ho * wo]), zero)
     gx = _scatter(gwin, _window_ids(x.shape, k, k, stride, padding, "windows"), x.shape)
     return [_float_grad(gx, x), None, None, None, None]
 
