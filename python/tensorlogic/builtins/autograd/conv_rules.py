@@ -85,12 +85,16 @@ def _window_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str,
     return _cached(("ids", n, c, h, w, kh, kw, stride, padding, layout, ones), make)
 
 
-def _element_table(x, pad_value: float):
+def _element_table(x, pad_value: float, tail: bool = True):
     """x's elements as rows of one [N*C*H*W + 2, 1], then pad_value (what padding reads) and 1.0
-    (what the bias column reads): the table an element gather (the runtime's gather_rows) reads."""
-    tail = _cached(("tail", pad_value, x.dtype),
-                   lambda: core.astype(core.from_numpy(np.array([[pad_value], [1.0]], np.float32)), x.dtype))
-    return core.concat([core.reshape(core.contiguous(x), [x.numel, 1]), tail], 0)
+    (what the bias column reads): the table an element gather (the runtime's gather_rows) reads.
+    Without `tail` (windows that read no padding and no bias), x itself as [N*C*H*W, 1]: no copy."""
+    rows = core.reshape(core.contiguous(x), [x.numel, 1])
+    if not tail:
+        return rows
+    end = _cached(("tail", pad_value, x.dtype),
+                  lambda: core.astype(core.from_numpy(np.array([[pad_value], [1.0]], np.float32)), x.dtype))
+    return core.concat([rows, end], 0)
 
 
 def _gather(table, ids, shape):
@@ -155,16 +159,17 @@ def _conv2d(g, out, needs, x, w, b, stride, padding, saved):
     return [gx, gw, gb, None, None, None]
 
 
-def max_pool2d_forward(x, k: int, stride: int, padding: int):
+def max_pool2d_forward(x, k: int, stride: int, padding: int, need_arg: bool = True):
     """(out [N, C, Ho, Wo], saved (argmax [N*C*Ho*Wo] of the window position, first on ties in
     row-major window order, as PyTorch's CPU kernel)): the windows are one element gather of x
     (layout "windows", padding reads -inf) reduced over their first axis, NCHW in and out: every
-    op runs over rows of N*C*Ho*Wo elements, not over windows of k*k."""
+    op runs over rows of N*C*Ho*Wo elements, not over windows of k*k. Without `need_arg` (nothing
+    to differentiate) the argmax is None."""
     n, c, h, w = x.shape
     ho, wo = out_size(h, k, stride, padding), out_size(w, k, stride, padding)
-    win = _gather(_element_table(x, float("-inf")), _window_ids(x.shape, k, k, stride, padding, "windows"),
-                  [k * k, n * c * ho * wo])
-    return core.reshape(core.max(win, 0), [n, c, ho, wo]), core.argmax(win, 0)
+    win = _gather(_element_table(x, float("-inf"), padding > 0),
+                  _window_ids(x.shape, k, k, stride, padding, "windows"), [k * k, n * c * ho * wo])
+    return core.reshape(core.max(win, 0), [n, c, ho, wo]), core.argmax(win, 0) if need_arg else None
 
 
 @rule("max_pool2d")
@@ -181,7 +186,7 @@ def avg_pool2d_forward(x, k: int, stride: int, padding: int):
     """The windows gathered as max_pool2d's (padding reads 0) and averaged: count_include_pad."""
     n, c, h, w = x.shape
     ho, wo = out_size(h, k, stride, padding), out_size(w, k, stride, padding)
-    win = _gather(_element_table(x, 0.0), _window_ids(x.shape, k, k, stride, padding, "windows"),
+    win = _gather(_element_table(x, 0.0, padding > 0), _window_ids(x.shape, k, k, stride, padding, "windows"),
                   [k * k, n * c * ho * wo])
     return core.reshape(core.mean(win, 0), [n, c, ho, wo])
 
