@@ -48,21 +48,27 @@ void reduce_slab_float(ReduceOp op, const View& in, int64_t o, int64_t n, int64_
       int32_t* __restrict ip = idx32;
       const float* __restrict rp = r;
       const int32_t k32 = static_cast<int32_t>(k);
-      if (want_max) {
-        for (int64_t j = 0; j < w; ++j) {
-          const float v = rp[j], b = bp[j];
-          const bool take = (b == b) & ((v != v) | (v > b));
-          bp[j] = take ? v : b;
-          if (is_arg) ip[j] = take ? k32 : ip[j];
+      // The same select written four times (max/min x value/index) so each loop is branch-free.
+      auto select = [&](auto more) {
+        if (is_arg) {
+          for (int64_t j = 0; j < w; ++j) {
+            const float v = rp[j], b = bp[j];
+            const bool take = (b == b) & ((v != v) | more(v, b));
+            bp[j] = take ? v : b;
+            ip[j] = take ? k32 : ip[j];
+          }
+        } else {
+          for (int64_t j = 0; j < w; ++j) {
+            const float v = rp[j], b = bp[j];
+            const bool take = (b == b) & ((v != v) | more(v, b));
+            bp[j] = take ? v : b;
+          }
         }
-      } else {
-        for (int64_t j = 0; j < w; ++j) {
-          const float v = rp[j], b = bp[j];
-          const bool take = (b == b) & ((v != v) | (v < b));
-          bp[j] = take ? v : b;
-          if (is_arg) ip[j] = take ? k32 : ip[j];
-        }
-      }
+      };
+      if (want_max)
+        select([](float v, float b) { return v > b; });
+      else
+        select([](float v, float b) { return v < b; });
     }
   }
   int64_t out_off = o * inner + i0;
