@@ -181,6 +181,8 @@ void CpuKernels::reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, i
     });
     return;
   }
+  if (is_arg && n > std::numeric_limits<int32_t>::max())  // the slab loop keeps indices in i32 lanes
+    kernel_fail("reduce: argmax/argmin over an axis of more than 2**31 - 1 elements");
   const int64_t blocks = (inner + kChunk - 1) / kChunk;
   int64_t grain = std::max<int64_t>(1, kParallelElems / std::max<int64_t>(1, n * std::min(inner, kChunk)));
   pool().parallel_for(outer * blocks, grain, [&](int64_t t0, int64_t t1) {
