@@ -6,12 +6,13 @@ plus a pad element and a 1.0) with an index map cached per shape, laid out so th
 permuted: conv2d gathers the columns [N, C*kh*kw, Ho*Wo] and multiplies them by the kernel as it
 lies ([O, C*kh*kw], the bias appended as a column that meets a row of ones), one batched matmul
 whose result is already NCHW; its backward is two matmuls (the weight and bias gradients in one,
-against the columns gathered a window per row) and col2im, one scatter_add_rows of the column
-gradients onto x's elements (in id order: deterministic, no atomics). The pools gather the windows
+against the columns gathered a window per row) and col2im, itself a gather: each element of x
+collects the column gradients of the window positions that read it (an inverse index map, summed
+in position order: deterministic, no atomics, parallel on every backend). The pools gather the windows
 as [k*k, N*C*Ho*Wo] and reduce over the first axis; max_pool2d's gradient goes to the first maximum
 of each window (row-major window order), as PyTorch's CPU kernel does. Everything is a composition of
 `_core` ops (so it runs on every backend with no kernel of its own); the CPU kernels have fast paths
-for these shapes (one-element gather and scatter rows, row-major B in matmul). Invariant: forwards
+for these shapes (one-element gather rows, row-major B in matmul, vectorized max/argmax). Invariant: forwards
 run with recording off, and the builtin records one node whose rule gets the forward's saved
 tensors (the gathered table, the flattened kernel / the argmax) as extra (untracked) arguments.
 """
@@ -58,6 +59,52 @@ _LAYOUTS = {
 }
 
 
+def _window_ids_np(shape, kh: int, kw: int, stride: int, padding: int, layout: str, ones: bool):
+    """_window_ids as a flat NumPy int64 array."""
+    n, c, h, w = shape
+    ho, wo = out_size(h, kh, stride, padding), out_size(w, kw, stride, padding)
+    r = (np.arange(ho)[:, None, None, None] * stride + np.arange(kh)[None, None, :, None] - padding)
+    q = (np.arange(wo)[None, :, None, None] * stride + np.arange(kw)[None, None, None, :] - padding)
+    r, q = np.broadcast_arrays(r, q)  # [Ho, Wo, kh, kw]
+    inside = (r >= 0) & (r < h) & (q >= 0) & (q < w)
+    plane = (np.arange(n * c) * h * w).reshape(n, c, 1, 1, 1, 1)
+    ids = np.where(inside[None, None], plane + (r * w + q)[None, None], n * c * h * w)
+    ids = ids.transpose(_LAYOUTS[layout])
+    if ones:  # K is axis 1 of both [N, K, Ho*Wo] ("kn") and [N*Ho*Wo, K] ("rows")
+        lead = (n, c * kh * kw, ho * wo) if layout == "kn" else (n * ho * wo, c * kh * kw)
+        ids = ids.reshape(lead)
+        ids = np.concatenate([ids, np.full(lead[:1] + (1,) + lead[2:], n * c * h * w + 1)], 1)
+    return ids.reshape(-1).astype(np.int64)
+
+
+def _col2im_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str):
+    """(ids i32/i64 [J * N*C*H*W], J, full): the adjoint of _window_ids as a gather. For each element e
+    of x, the positions t of the gathered windows (layout's order) that read it, J rows of them (J:
+    the most windows any element is read by), in increasing t; where an element is read by fewer, the
+    position T (one past the windows: the zero _col2im appends). `full`: every element is read by
+    exactly J windows, so no position is T and no zero is needed (e.g. pools whose windows tile x)."""
+    n, c, h, w = shape
+
+    def make():
+        ids = _window_ids_np(shape, kh, kw, stride, padding, layout, False)
+        count, total = n * c * h * w, ids.size
+        t = np.arange(total)
+        keep = ids < count  # drop the padding reads
+        ids, t = ids[keep], t[keep]
+        order = np.argsort(ids, kind="stable")  # by element, then by position
+        ids, t = ids[order], t[order]
+        reads = np.bincount(ids, minlength=count)
+        rows = int(reads.max()) if count else 0
+        start = np.concatenate([[0], np.cumsum(reads)[:-1]])
+        rank = np.arange(ids.size) - start[ids]
+        inv = np.full((rows, count), total, np.int64)
+        inv[rank, ids] = t
+        small = total + 1 < 2**31
+        flat = np.ascontiguousarray(inv.reshape(-1).astype(np.int32 if small else np.int64))
+        return core.from_numpy(flat), rows, bool(count and reads.min() == rows)
+    return _cached(("col2im", n, c, h, w, kh, kw, stride, padding, layout), make)
+
+
 def _window_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str, ones: bool = False):
     """i32 (i64 for inputs of 2**31 elements or more) [N*C*Ho*Wo*kh*kw]: for each element of every
     kh x kw window (in `layout`'s order; a window's elements in row-major (i, j) order), its index in
@@ -67,21 +114,9 @@ def _window_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str,
     n, c, h, w = shape
 
     def make():
-        ho, wo = out_size(h, kh, stride, padding), out_size(w, kw, stride, padding)
-        r = (np.arange(ho)[:, None, None, None] * stride + np.arange(kh)[None, None, :, None] - padding)
-        q = (np.arange(wo)[None, :, None, None] * stride + np.arange(kw)[None, None, None, :] - padding)
-        r, q = np.broadcast_arrays(r, q)  # [Ho, Wo, kh, kw]
-        inside = (r >= 0) & (r < h) & (q >= 0) & (q < w)
-        plane = (np.arange(n * c) * h * w).reshape(n, c, 1, 1, 1, 1)
-        ids = np.where(inside[None, None], plane + (r * w + q)[None, None], n * c * h * w)
-        ids = ids.transpose(_LAYOUTS[layout])
-        if ones:  # K is axis 1 of both [N, K, Ho*Wo] ("kn") and [N*Ho*Wo, K] ("rows")
-            lead = (n, c * kh * kw, ho * wo) if layout == "kn" else (n * ho * wo, c * kh * kw)
-            ids = ids.reshape(lead)
-            ids = np.concatenate([ids, np.full(lead[:1] + (1,) + lead[2:], n * c * h * w + 1)], 1)
-        small = n * c * h * w + 2 < 2**31  # i32 ids halve the index traffic of the gather and the scatter
-        ids = np.ascontiguousarray(ids.reshape(-1).astype(np.int32 if small else np.int64))
-        return core.from_numpy(ids)
+        ids = _window_ids_np(shape, kh, kw, stride, padding, layout, ones)
+        small = n * c * h * w + 2 < 2**31  # i32 ids halve the index traffic of the gather
+        return core.from_numpy(np.ascontiguousarray(ids.astype(np.int32 if small else np.int64)))
     return _cached(("ids", n, c, h, w, kh, kw, stride, padding, layout, ones), make)
 
 
@@ -101,14 +136,23 @@ def _gather(table, ids, shape):
     return core.reshape(core.embedding(table, ids), shape)
 
 
-def _scatter(gwin, ids, shape):
-    """The adjoint of the element gather: gwin's elements added onto x's (col2im), in id order
-    (scatter_add_rows: deterministic, no atomics); padding's share lands on the dropped pad element."""
-    n = shape[0] * shape[1] * shape[2] * shape[3]
-    if gwin.dtype != "f32":
-        gwin = core.astype(gwin, "f32")
-    gtable = core.scatter_add_rows(ids, core.reshape(gwin, [gwin.numel, 1]), n + 2)
-    return core.reshape(core.slice(gtable, 0, 0, n), list(shape))
+def _col2im(gwin, shape, kh: int, kw: int, stride: int, padding: int, layout: str):
+    """The adjoint of the element gather (col2im): each element of x gets the sum of the gradients
+    of the window positions that read it, as a gather of those positions (_col2im_ids) and a sum
+    over its J rows, in increasing position order: deterministic, no atomics, and parallel on every
+    backend (a scatter of one-element rows walks its ids on one thread on the GPUs); padding's
+    share is dropped."""
+    ids, rows, full = _col2im_ids(shape, kh, kw, stride, padding, layout)
+    if rows == 0:  # an empty x: nothing reads it
+        return core.zeros(list(shape), "f32")
+    table = core.reshape(gwin, [gwin.numel, 1])
+    if not full:  # position T reads a zero
+        zero = _cached(("zero_row", gwin.dtype), lambda: core.zeros([1, 1], gwin.dtype))
+        table = core.concat([table, zero], 0)
+    g = core.reshape(core.embedding(table, ids), [rows, ids.numel // rows])
+    if rows > 1:
+        g = core.sum(g, 0)
+    return core.reshape(g, list(shape))
 
 
 def conv2d_forward(x, w, b, stride: int, padding: int):
@@ -155,7 +199,7 @@ def _conv2d(g, out, needs, x, w, b, stride, padding, saved):
             gb = _float_grad(core.contiguous(core.select(gwb, 1, k)), b)
     if needs[0]:
         gcols = core.matmul(core.transpose(w2, 0, 1), g3)  # [N, K, Ho*Wo]: w2^T . g[n], B row-major
-        gx = _float_grad(_scatter(gcols, _window_ids(x.shape, kh, kw, stride, padding, "kn"), x.shape), x)
+        gx = _float_grad(_col2im(gcols, x.shape, kh, kw, stride, padding, "kn"), x)
     return [gx, gw, gb, None, None, None]
 
 
@@ -178,7 +222,7 @@ def _max_pool2d(g, out, needs, x, k, stride, padding, arg):
     slots = _cached(("slots", k * k), lambda: core.reshape(core.arange(0, k * k), [k * k, 1]))
     zero = _cached(("zero", g.dtype), lambda: core.zeros([], g.dtype))
     gwin = core.where(core.eq(arg, slots), core.reshape(g, [n * c * ho * wo]), zero)
-    gx = _scatter(gwin, _window_ids(x.shape, k, k, stride, padding, "windows"), x.shape)
+    gx = _col2im(gwin, x.shape, k, k, stride, padding, "windows")
     return [_float_grad(gx, x), None, None, None, None]
 
 
@@ -196,5 +240,5 @@ def _avg_pool2d(g, out, needs, x, k, stride, padding):
     n, c, ho, wo = g.shape
     share = core.mul(core.reshape(g, [1, n * c * ho * wo]), 1.0 / (k * k))  # every window divides by k*k
     gwin = core.contiguous(core.expand(share, [k * k, n * c * ho * wo]))
-    gx = _scatter(gwin, _window_ids(x.shape, k, k, stride, padding, "windows"), x.shape)
+    gx = _col2im(gwin, x.shape, k, k, stride, padding, "windows")
     return [_float_grad(gx, x), None, None, None]
