@@ -78,18 +78,21 @@ def _window_ids_np(shape, kh: int, kw: int, stride: int, padding: int, layout: s
 
 
 def _col2im_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str):
-    """(ids i32/i64 [J * N*C*H*W], J, full): the adjoint of _window_ids as a gather. For each element e
-    of x, the positions t of the gathered windows (layout's order) that read it, J rows of them (J:
-    the most windows any element is read by), in increasing t; where an element is read by fewer, the
-    position T (one past the windows: the zero _col2im appends). `full`: every element is read by
-    exactly J windows, so no position is T and no zero is needed (e.g. pools whose windows tile x)."""
+    """(ids i32/i64 [J * N*C*H*W], J, needs_zero): the adjoint of _window_ids as a gather. For each
+    element e of x, the positions t of the window gradients (layout's order) that read it, J rows of
+    them (J: the most windows any element is read by), in increasing t; where an element is read by
+    fewer, a position holding zero. Layout "kn" reads conv2d's column gradients [N, C*kh*kw + 1,
+    Ho*Wo] whose last row is zero (the matmul that makes them has a zero row appended), so that is
+    the zero; "windows" reads position T, one past the windows, which _col2im appends as a zero
+    (`needs_zero`) unless every element is read by exactly J windows (pools whose windows tile x)."""
     n, c, h, w = shape
 
     def make():
-        ids = _window_ids_np(shape, kh, kw, stride, padding, layout, False)
+        kn = layout == "kn"
+        ids = _window_ids_np(shape, kh, kw, stride, padding, layout, kn)
         count, total = n * c * h * w, ids.size
         t = np.arange(total)
-        keep = ids < count  # drop the padding reads
+        keep = ids < count  # drop the padding reads (and the bias row)
         ids, t = ids[keep], t[keep]
         order = np.argsort(ids, kind="stable")  # by element, then by position
         ids, t = ids[order], t[order]
@@ -97,11 +100,13 @@ def _col2im_ids(shape, kh: int, kw: int, stride: int, padding: int, layout: str)
         rows = int(reads.max()) if count else 0
         start = np.concatenate([[0], np.cumsum(reads)[:-1]])
         rank = np.arange(ids.size) - start[ids]
-        inv = np.full((rows, count), total, np.int64)
+        k = c * kh * kw
+        zero_at = k * out_size(h, kh, stride, padding) * out_size(w, kw, stride, padding) if kn else total
+        inv = np.full((rows, count), zero_at, np.int64)
         inv[rank, ids] = t
-        small = total + 1 < 2**31
-        flat = np.ascontiguousarray(inv.reshape(-1).astype(np.int32 if small else np.int64))
-        return core.from_numpy(flat), rows, bool(count and reads.min() == rows)
+        flat = np.ascontiguousarray(inv.reshape(-1).astype(np.int32 if total + 1 < 2**31 else np.int64))
+        needs_zero = not kn and not (count and reads.min() == rows)
+        return core.from_numpy(flat), rows, needs_zero
     return _cached(("col2im", n, c, h, w, kh, kw, stride, padding, layout), make)
 
 
@@ -142,11 +147,11 @@ def _col2im(gwin, shape, kh: int, kw: int, stride: int, padding: int, layout: st
     over its J rows, in increasing position order: deterministic, no atomics, and parallel on every
     backend (a scatter of one-element rows walks its ids on one thread on the GPUs); padding's
     share is dropped."""
-    ids, rows, full = _col2im_ids(shape, kh, kw, stride, padding, layout)
+    ids, rows, needs_zero = _col2im_ids(shape, kh, kw, stride, padding, layout)
     if rows == 0:  # an empty x: nothing reads it
         return core.zeros(list(shape), "f32")
     table = core.reshape(gwin, [gwin.numel, 1])
-    if not full:  # position T reads a zero
+    if needs_zero:  # position T reads a zero
         zero = _cached(("zero_row", gwin.dtype), lambda: core.zeros([1, 1], gwin.dtype))
         table = core.concat([table, zero], 0)
     g = core.reshape(core.embedding(table, ids), [rows, ids.numel // rows])
@@ -198,7 +203,10 @@ def _conv2d(g, out, needs, x, w, b, stride, padding, saved):
         if needs[2]:
             gb = _float_grad(core.contiguous(core.select(gwb, 1, k)), b)
     if needs[0]:
-        gcols = core.matmul(core.transpose(w2, 0, 1), g3)  # [N, K, Ho*Wo]: w2^T . g[n], B row-major
+        # [N, K + 1, Ho*Wo] = [w2^T; 0] . g[n] (B row-major): the zero last row is what col2im's
+        # gather reads for the windows an element is not in
+        zero = _cached(("zero_cols", o), lambda: core.zeros([1, o], "f32"))
+        gcols = core.matmul(core.concat([core.transpose(w2, 0, 1), zero], 0), g3)
         gx = _float_grad(_col2im(gcols, x.shape, kh, kw, stride, padding, "kn"), x)
     return [gx, gw, gb, None, None, None]
 
