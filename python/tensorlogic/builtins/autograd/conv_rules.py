@@ -37,8 +37,9 @@ _CACHE: dict[tuple, object] = {}
 
 
 def _cached(key: tuple, make):
-    """A device tensor made once per key (index maps, table tails, slot numbers). Made outside a
-    compiled function's recording, so a replay reads it as a constant rather than re-making it."""
+    """A device tensor (or a tuple holding one) made once per key: index maps, table tails, slot
+    numbers, zeros. Made outside a compiled function's recording, so a replay reads it as a constant
+    rather than re-making it. Only shapes and dtypes are keys: never a value that a program changes."""
     t = _CACHE.get(key)
     if t is None:
         if len(_CACHE) > 128:
