@@ -60,7 +60,7 @@ def test_conv2d_unbatched_and_without_bias():
     check(lambda x, w: b("conv2d")(x, w), lambda x, w: conv_np(x[None], w)[0], [rand(2, 5, 5), rand(3, 2, 2, 2)])
 
 
-@pytest.mark.parametrize("k, stride, padding", [(2, None, 0), (3, 1, 1), (3, 2, 1)])
+@pytest.mark.parametrize("k, stride, padding", [(2, None, 0), (3, 1, 1), (3, 2, 1), (2, 3, 1)])
 def test_pools(k, stride, padding):
     check(lambda x: b("max_pool2d")(x, k, stride, padding), lambda x: pool_np(x, k, stride, padding),
           [distinct(2, 3, 6, 5)])

@@ -25,37 +25,55 @@ void reduce_slab_float(ReduceOp op, const View& in, int64_t o, int64_t n, int64_
   float best[kChunk];
   const bool is_arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
   const bool want_max = op == ReduceOp::Max || op == ReduceOp::ArgMax;
+  int32_t idx32[kChunk];  // the arg loop's indices (i32 lanes vectorize with the f32 compares)
   for (int64_t j = 0; j < w; ++j) {
     acc[j] = 0.0;
-    idx[j] = 0;
+    idx32[j] = 0;
     best[j] = want_max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   }
-  bool first = true;
   for (int64_t k = 0; k < n; ++k) {
-    load_f32(in.dtype, element_ptr(in, (o * n + k) * inner + i0), 1, w, row);
+    const float* r = row;
+    if (in.dtype == DType::F32)
+      r = reinterpret_cast<const float*>(element_ptr(in, (o * n + k) * inner + i0));
+    else
+      load_f32(in.dtype, element_ptr(in, (o * n + k) * inner + i0), 1, w, row);
     if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
-      for (int64_t j = 0; j < w; ++j) acc[j] += row[j];
+      for (int64_t j = 0; j < w; ++j) acc[j] += r[j];
+    } else if (k == 0) {
+      for (int64_t j = 0; j < w; ++j) best[j] = r[j];
     } else {
-      for (int64_t j = 0; j < w; ++j) {
-        float v = row[j];
-        bool take;
-        if (best[j] != best[j] && !first) {
-          take = false;  // a NaN already won
-        } else if (v != v) {
-          take = true;
+      // Branch-free selects (they vectorize): v replaces best when it is more extreme or a NaN,
+      // unless a NaN already won; ties keep the first index.
+      float* __restrict bp = best;
+      int32_t* __restrict ip = idx32;
+      const float* __restrict rp = r;
+      const int32_t k32 = static_cast<int32_t>(k);
+      // The same select written four times (max/min x value/index) so each loop is branch-free.
+      auto select = [&](auto more) {
+        if (is_arg) {
+          for (int64_t j = 0; j < w; ++j) {
+            const float v = rp[j], b = bp[j];
+            const bool take = (b == b) & ((v != v) | more(v, b));
+            bp[j] = take ? v : b;
+            ip[j] = take ? k32 : ip[j];
+          }
         } else {
-          take = first || (want_max ? v > best[j] : v < best[j]);
+          for (int64_t j = 0; j < w; ++j) {
+            const float v = rp[j], b = bp[j];
+            const bool take = (b == b) & ((v != v) | more(v, b));
+            bp[j] = take ? v : b;
+          }
         }
-        if (take) {
-          best[j] = v;
-          idx[j] = k;
-        }
-      }
-      first = false;
+      };
+      if (want_max)
+        select([](float v, float b) { return v > b; });
+      else
+        select([](float v, float b) { return v < b; });
     }
   }
   int64_t out_off = o * inner + i0;
   if (is_arg) {
+    for (int64_t j = 0; j < w; ++j) idx[j] = idx32[j];
     store_i64(out.dtype, element_ptr(out, out_off), 1, w, idx);
     return;
   }
@@ -163,6 +181,8 @@ void CpuKernels::reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, i
     });
     return;
   }
+  if (is_arg && n > std::numeric_limits<int32_t>::max())  // the slab loop keeps indices in i32 lanes
+    kernel_fail("reduce: argmax/argmin over an axis of more than 2**31 - 1 elements");
   const int64_t blocks = (inner + kChunk - 1) / kChunk;
   int64_t grain = std::max<int64_t>(1, kParallelElems / std::max<int64_t>(1, n * std::min(inner, kChunk)));
   pool().parallel_for(outer * blocks, grain, [&](int64_t t0, int64_t t1) {

@@ -21,6 +21,21 @@ std::string shape_text(const View& v) {
   for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
   return s + "]";
 }
+// out[ids[i]] += src[i] in id order (out [V, 1], src [n, 1]), each id range-checked as it is read
+// (a failed command's output is never handed out, R2, so stopping part way leaves nothing visible).
+template <class I>
+void scatter_add_elements(const I* ids, int64_t n, const View& src, const View& out) {
+  const int64_t V = out.shape[0];
+  const float* s = static_cast<const float*>(src.data);
+  float* o = static_cast<float*>(out.data);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    if (static_cast<uint64_t>(id) >= static_cast<uint64_t>(V))  // also catches id < 0
+      kernel_fail("scatter_add_rows: id " + std::to_string(id) + " (position " + std::to_string(i) +
+                  ") is out of range for " + shape_text(out) + " rows (src " + shape_text(src) + ")");
+    o[id] += s[i];
+  }
+}
 }  // namespace
 
 void CpuKernels::scatter_add_rows(const View& ids, const View& src, const View& out) {
@@ -34,6 +49,13 @@ void CpuKernels::scatter_add_rows(const View& ids, const View& src, const View& 
   if (out.ndim != 2 || src.ndim != 2 || src.shape[1] != out.shape[1] || src.shape[0] != ids.numel())
     kernel_fail("scatter_add_rows: expected out [V, D], src [n, D] and ids [n]");
   const int64_t V = out.shape[0], D = out.shape[1], n = ids.numel();
+  if (D == 1) {  // one-element rows (col2im of an element gather): one pass, ids read in place
+    if (ids.dtype == DType::I64)
+      scatter_add_elements(static_cast<const int64_t*>(ids.data), n, src, out);
+    else
+      scatter_add_elements(static_cast<const int32_t*>(ids.data), n, src, out);
+    return;
+  }
   std::vector<int64_t> idx(static_cast<size_t>(n));
   load_i64(ids.dtype, ids.data, 1, n, idx.data());
   for (int64_t i = 0; i < n; ++i) {

@@ -101,8 +101,9 @@ def _pool_args(args, name):
          "first maximum", min_args=2, max_args=4, category=C)
 def max_pool2d(*args):
     x, unbatched, k, stride, padding = _pool_args(args, "max_pool2d")
+    need_arg = tape.tracking(x)  # the argmax only feeds the gradient
     with tape.no_recording():
-        out, arg = max_pool2d_forward(x, k, stride, padding)
+        out, arg = max_pool2d_forward(x, k, stride, padding, need_arg)
     out = _taped("max_pool2d", out, (x, k, stride, padding, arg))
     return core.squeeze(out, 0) if unbatched else out
 

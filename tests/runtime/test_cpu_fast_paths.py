@@ -1,0 +1,103 @@
+"""The CPU kernels' fast paths that conv2d and the pools run on (builtins/autograd/conv_rules.py),
+against NumPy, at the shapes where each path has an edge:
+
+- matmul with B row-major (the outer-product path, gemm_nn): every column tail 1..15 of its 16-wide
+  tile, row tails of its 4-row tile, A transposed or broadcast over the batch, one large product;
+- copy between strided views of one dtype (raw element moves, an odometer over the outer dims):
+  permutes, stepped slices, every plain dtype, NaN payloads and -0.0 kept bit for bit;
+- embedding over a table of one-element rows (the element gather) and scatter_add_rows of
+  one-element rows, i32 and i64 ids, repeated ids summed in id order, out-of-range ids refused;
+- max / argmax / min / argmin over a middle axis (branch-free selects): ties keep the first index,
+  a NaN wins and stays.
+Each path runs in any backend's kernels only on the CPU; other backends take these ops through
+their own kernels (tests/runtime/test_backend_ops.py compares them with the CPU).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorlogic import _core
+
+RNG = np.random.default_rng(20261127)
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def T(a):
+    return _core.from_numpy(np.ascontiguousarray(a))
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", list(range(1, 18)) + [31, 33, 64, 145])
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 9])
+def test_matmul_row_major_b_every_tail(m, n):
+    a, b = f32(m, 13), f32(13, n)
+    np.testing.assert_allclose(_core.matmul(T(a), T(b)).numpy(), a.astype(np.float64) @ b, **TOL)
+
+
+def test_matmul_row_major_b_batched_broadcast_and_transposed_a():
+    w, cols = f32(16, 10), f32(8, 10, 64)  # conv2d's forward: w2 . cols[n]
+    np.testing.assert_allclose(_core.matmul(T(w), T(cols)).numpy(), np.einsum("ok,nkp->nop", w, cols), **TOL)
+    w2, g = f32(32, 144), f32(8, 32, 16)  # conv2d's col2im input: w2^T . g[n], A a transposed view
+    got = _core.matmul(_core.transpose(T(w2), 0, 1), T(g)).numpy()
+    np.testing.assert_allclose(got, np.einsum("ok,nop->nkp", w2, g), **TOL)
+    go, rows = f32(32, 1024), f32(1024, 145)  # the weight gradient: one large product (f32 sums of 1024 terms)
+    np.testing.assert_allclose(_core.matmul(T(go), T(rows)).numpy(), go.astype(np.float64) @ rows, rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "i32", "i64", "bool"])
+def test_copy_of_strided_views_is_exact(dtype):
+    x = _core.astype(T(RNG.integers(-50, 50, (3, 5, 6, 4)).astype(np.float32) / 4), dtype)
+    ref = x.numpy()
+    np.testing.assert_array_equal(_core.contiguous(_core.permute(x, [0, 2, 3, 1])).numpy(),
+                                  np.transpose(ref, [0, 2, 3, 1]))
+    np.testing.assert_array_equal(_core.contiguous(_core.permute(x, [3, 1, 0, 2])).numpy(),
+                                  np.transpose(ref, [3, 1, 0, 2]))
+    v = _core.slice(_core.slice(x, 2, 1, 6, 2), 3, 0, 4, 3)
+    np.testing.assert_array_equal(_core.contiguous(v).numpy(), ref[:, :, 1:6:2, 0:4:3])
+
+
+def test_copy_keeps_nan_payloads_and_negative_zero():
+    bits = np.array([[0x7FC00123, 0x80000000], [0xFFC00001, 0x3F800000]], np.uint32)
+    x = T(bits.view(np.float32))
+    got = _core.contiguous(_core.transpose(x, 0, 1)).numpy().view(np.uint32)
+    np.testing.assert_array_equal(got, bits.T)
+
+
+@pytest.mark.parametrize("ids_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_element_gather(ids_dtype, dtype):
+    table = _core.astype(T(f32(50, 1)), dtype)
+    ids = RNG.integers(0, 50, 300).astype(ids_dtype)
+    np.testing.assert_array_equal(_core.embedding(table, T(ids)).numpy(), table.numpy()[ids])
+    with pytest.raises(Exception, match="out of range"):
+        _core.embedding(table, T(np.array([3, 50], ids_dtype))).numpy()
+    with pytest.raises(Exception, match="out of range"):
+        _core.embedding(table, T(np.array([-1], ids_dtype))).numpy()
+
+
+@pytest.mark.parametrize("ids_dtype", [np.int32, np.int64])
+def test_element_scatter_add_sums_repeated_ids_in_order(ids_dtype):
+    ids = RNG.integers(0, 20, 500).astype(ids_dtype)
+    src = f32(500, 1)
+    want = np.zeros((20, 1), np.float32)
+    for i, k in enumerate(ids):  # id order, in f32: what the kernel promises bit for bit
+        want[k] += src[i]
+    np.testing.assert_array_equal(_core.scatter_add_rows(T(ids), T(src), 20).numpy(), want)
+    with pytest.raises(Exception, match="out of range"):
+        _core.scatter_add_rows(T(np.array([0, 20], ids_dtype)), T(f32(2, 1)), 20).numpy()
+
+
+@pytest.mark.parametrize("inner", [1, 3, 16, 700])
+def test_max_argmax_over_a_middle_axis(inner):
+    x = RNG.integers(-3, 3, (2, 5, inner)).astype(np.float32)  # many ties
+    x[1, 2, 0] = np.nan
+    x[0, 0, -1] = np.nan
+    for name, ref in (("max", np.max), ("min", np.min)):
+        got = getattr(_core, name)(T(x), 1).numpy()
+        np.testing.assert_array_equal(got, ref(x, 1))  # NaN where a NaN is (NumPy propagates it too)
+    for name, ref in (("argmax", np.argmax), ("argmin", np.argmin)):
+        np.testing.assert_array_equal(getattr(_core, name)(T(x), 1).numpy(), ref(x, 1))
