@@ -376,75 +376,61 @@ TL_AVX2 TL_INLINE __m256 floats_block_dot(const __m256* f, const float* xb) {
 
 constexpr int64_t kMaxDotRows = 8;  // >= kSmallBatchRows below
 
-// Block b of a weight row into the accumulators acc of MR rows of x (the vector part only: the
-// block sums' scalar part is taken apart, in rows_block_sums, so that the MR accumulators, the
-// unpacked block and its scale fit the 16 vector registers without spilling).
+// Block b of a weight row into the accumulators (acc, sums) of MR rows of x.
 // kType: 0 Q4_0, 1 Q4_1, 2 Q8_0.
 template <int kType, int MR>
-TL_AVX2 TL_INLINE void rows_block(const uint8_t* w, int64_t b, const float* x, int64_t ldx, __m256* acc) {
+TL_AVX2 TL_INLINE void rows_block(const uint8_t* w, int64_t b, const float* x, int64_t ldx, const float* xsum,
+                                  int64_t nxs, __m256* acc, float* sums) {
   constexpr int64_t kBytes = kType == 0 ? 18 : kType == 1 ? 20 : 34;
   constexpr int64_t kQs = kType == 1 ? 4 : 2;
   const uint8_t* p = w + b * kBytes;
-  const __m256 vd = _mm256_set1_ps(half_avx2(p));
+  const float d = half_avx2(p);
+  const float c = kType == 1 ? half_avx2(p + 2) : d;  // the factor of the block sums (Q4_1: m; Q4_0: d)
+  const __m256 vd = _mm256_set1_ps(d);
   __m256 f[4];
   if constexpr (kType == 2) int8_block_floats(p + kQs, f);
   else nibble_block_floats(p + kQs, f);
-  for (int m = 0; m < MR; ++m) acc[m] = _mm256_fmadd_ps(vd, floats_block_dot(f, x + m * ldx + b * 32), acc[m]);
-}
-
-// The scalar part of Q4_0/Q4_1 for one row of x: the even blocks' c_b * sum(x_b) into s0 and the
-// odd ones' into s1, in block order, as the one-row kernels accumulate msum0/msum1 (off0/off1).
-template <int kType>
-TL_AVX2 TL_INLINE void rows_block_sums(const uint8_t* w, const float* xsum, int64_t nb, float* s0, float* s1) {
-  constexpr int64_t kBytes = kType == 0 ? 18 : 20;
-  float a0 = 0.0f, a1 = 0.0f;
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const uint8_t* p0 = w + b * kBytes;
-    const uint8_t* p1 = p0 + kBytes;
-    a0 += half_avx2(kType == 1 ? p0 + 2 : p0) * xsum[b];
-    a1 += half_avx2(kType == 1 ? p1 + 2 : p1) * xsum[b + 1];
+  for (int m = 0; m < MR; ++m) {
+    acc[m] = _mm256_fmadd_ps(vd, floats_block_dot(f, x + m * ldx + b * 32), acc[m]);
+    if constexpr (kType != 2) sums[m] += c * xsum[m * nxs + b];
   }
-  if (b < nb) a0 += half_avx2(kType == 1 ? w + b * kBytes + 2 : w + b * kBytes) * xsum[b];
-  *s0 = a0;
-  *s1 = a1;
 }
 
-// MR rows at once (MR <= 8), each weight block unpacked once for all of them. The one-row kernels
-// put the even blocks into acc0 and the odd ones into acc1; the two chains never meet before the
-// end, so they are run one after the other (the even blocks, then the odd ones), which needs MR
-// accumulators live instead of 2 * MR and keeps 8 rows in registers.
+// MR rows at once, MR a constant so that the 2 * MR accumulators stay in registers; the blocks
+// are taken in pairs (even ones into acc0, odd ones into acc1, as the one-row kernels do).
 template <int kType, int MR>
 TL_AVX2 TL_INLINE void dot_rows_block_avx2(const uint8_t* w, const float* x, int64_t ldx, const float* xsum,
                                            int64_t nxs, int64_t k, float* out, int64_t ldo) {
   const int64_t nb = k / 32;
   __m256 acc0[MR], acc1[MR];
-  for (int m = 0; m < MR; ++m) acc0[m] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b += 2) rows_block<kType, MR>(w, b, x, ldx, acc0);
-  for (int m = 0; m < MR; ++m) acc1[m] = _mm256_setzero_ps();
-  for (int64_t b = 1; b < nb; b += 2) rows_block<kType, MR>(w, b, x, ldx, acc1);
+  float s0[MR], s1[MR];
+  for (int m = 0; m < MR; ++m) {
+    acc0[m] = acc1[m] = _mm256_setzero_ps();
+    s0[m] = s1[m] = 0.0f;
+  }
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    rows_block<kType, MR>(w, b, x, ldx, xsum, nxs, acc0, s0);
+    rows_block<kType, MR>(w, b + 1, x, ldx, xsum, nxs, acc1, s1);
+  }
+  if (b < nb) rows_block<kType, MR>(w, b, x, ldx, xsum, nxs, acc0, s0);
   for (int m = 0; m < MR; ++m) {
     const float h = hsum256(_mm256_add_ps(acc0[m], acc1[m]));
-    if constexpr (kType == 2) {
-      out[m * ldo] = h;
-    } else {
-      float s0, s1;
-      rows_block_sums<kType>(w, xsum + m * nxs, nb, &s0, &s1);
-      out[m * ldo] = kType == 1 ? h + (s0 + s1) : h - 8.0f * (s0 + s1);
-    }
+    out[m * ldo] = kType == 1 ? h + (s0[m] + s1[m]) : kType == 0 ? h - 8.0f * (s0[m] + s1[m]) : h;
   }
 }
 
 template <int kType>
 TL_AVX2 void dot_rows_avx2(const uint8_t* w, const float* x, int64_t ldx, const float* xsum, int64_t nxs,
                            int64_t k, int64_t rows, float* out, int64_t ldo) {
-  switch (rows) {
-#define TL_ROWS_CASE(R) \
-  case R: dot_rows_block_avx2<kType, R>(w, x, ldx, xsum, nxs, k, out, ldo); break;
-    TL_ROWS_CASE(1) TL_ROWS_CASE(2) TL_ROWS_CASE(3) TL_ROWS_CASE(4)
-    TL_ROWS_CASE(5) TL_ROWS_CASE(6) TL_ROWS_CASE(7) TL_ROWS_CASE(8)
-#undef TL_ROWS_CASE
-    default: kernel_fail("dot_rows: more rows than kMaxDotRows");
+  int64_t m = 0;
+  for (; m + 4 <= rows; m += 4)
+    dot_rows_block_avx2<kType, 4>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo);
+  switch (rows - m) {
+    case 3: dot_rows_block_avx2<kType, 3>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
+    case 2: dot_rows_block_avx2<kType, 2>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
+    case 1: dot_rows_block_avx2<kType, 1>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
+    default: break;
   }
 }
 
