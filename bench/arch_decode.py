@@ -20,31 +20,19 @@ import numpy as np
 
 
 def _as_qwen2(src: Path, dst: Path, seed: int = 0) -> None:
-    import gguf
+    """The llama file declared qwen2, with random Q/K/V biases after each projection."""
+    from tensorlogic.models.testing import copy_gguf
 
-    r = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(dst), "qwen2")
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        name = "qwen2" + f.name[len("llama"):] if f.name.startswith("llama.") else f.name
-        vt = f.types[0]
-        if vt == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(name, f.contents(), vt, sub_type=f.types[-1])
-        else:
-            w.add_key_value(name, f.contents(), vt)
     rng = np.random.default_rng(seed)
-    for t in r.tensors:
-        data = np.asarray(t.data)
-        w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
-        for part in ("attn_q", "attn_k", "attn_v"):
-            if t.name.endswith(part + ".weight"):
-                rows = int(t.shape[1])  # ggml order: [cols, rows]
-                w.add_tensor(t.name.replace(".weight", ".bias"), (0.1 * rng.standard_normal(rows)).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+
+    def with_bias(t, data):
+        out = [(t.name, data, t.tensor_type)]
+        if any(t.name.endswith(part + ".weight") for part in ("attn_q", "attn_k", "attn_v")):
+            rows = int(t.shape[1])  # ggml order: [cols, rows]
+            out.append((t.name.replace(".weight", ".bias"), (0.1 * rng.standard_normal(rows)).astype(np.float32), None))
+        return out
+
+    copy_gguf(src, dst, "qwen2", tensors=with_bias)
 
 
 def _as_mixtral(src: Path, dst: Path, experts: int, used: int, seed: int = 1) -> None:
@@ -52,39 +40,27 @@ def _as_mixtral(src: Path, dst: Path, experts: int, used: int, seed: int = 1) ->
     import gguf
     from gguf.quants import quantize
 
-    r = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(dst), "llama")
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vt = f.types[0]
-        if vt == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1])
-        else:
-            w.add_key_value(f.name, f.contents(), vt)
-    w.add_uint32("llama.expert_count", experts)
-    w.add_uint32("llama.expert_used_count", used)
+    from tensorlogic.models.testing import copy_gguf
+
     rng = np.random.default_rng(seed)
     q8 = gguf.GGMLQuantizationType.Q8_0
-    for t in r.tensors:
+
+    def as_experts(t, data):
         part = next((p for p in ("ffn_gate", "ffn_up", "ffn_down") if t.name.endswith(p + ".weight")), None)
         if part is None:
-            data = np.asarray(t.data)
-            w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
-            continue
+            return [(t.name, data, t.tensor_type)]
         cols, rows = (int(v) for v in t.shape)  # ggml order
         vals = (rng.standard_normal((experts, rows, cols)) / np.sqrt(cols)).astype(np.float32)
         raw = quantize(vals, q8)
-        w.add_tensor(t.name.replace(".weight", "_exps.weight"), raw,
-                     raw_shape=raw.shape, raw_dtype=q8)
+        out = [(t.name.replace(".weight", "_exps.weight"), raw, q8)]
         if part == "ffn_gate":
-            d = cols
-            w.add_tensor(t.name.replace("ffn_gate", "ffn_gate_inp"),
-                         (rng.standard_normal((experts, d)) / np.sqrt(d)).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+            out.append((t.name.replace("ffn_gate", "ffn_gate_inp"),
+                        (rng.standard_normal((experts, cols)) / np.sqrt(cols)).astype(np.float32), None))
+        return out
+
+    copy_gguf(src, dst, extra={"llama.expert_count": (experts, gguf.GGUFValueType.UINT32),
+                               "llama.expert_used_count": (used, gguf.GGUFValueType.UINT32)},
+              tensors=as_experts)
 
 
 def main() -> None:

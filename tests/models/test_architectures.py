@@ -20,6 +20,7 @@ from tensorlogic.apps.llm_session import LlmSession  # noqa: E402
 from tensorlogic.models.errors import ModelError  # noqa: E402
 from tensorlogic.models.gguf_file import GGUFFile  # noqa: E402
 from tensorlogic.models.model_config import model_config  # noqa: E402
+from tensorlogic.models.testing import copy_gguf  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = sorted(p.stem for p in FIXTURES.glob("*.gguf"))
@@ -94,32 +95,8 @@ def test_each_distinctive_setting_changes_the_logits(arch, field, value):
 def _rewrite(src: Path, dst: Path, arch: str | None = None, extra: dict | None = None,
              rename: dict | None = None) -> Path:
     """A copy of a GGUF file with another architecture name, extra metadata, renamed tensors."""
-    import gguf
-
-    r = gguf.GGUFReader(str(src))
-    old = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
-    arch = arch or old
-    w = gguf.GGUFWriter(str(dst), arch)
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        name = arch + f.name[len(old):] if f.name.startswith(old + ".") else f.name
-        vtype = f.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(name, f.contents(), vtype, sub_type=f.types[-1])
-        else:
-            w.add_key_value(name, f.contents(), vtype)
-    for k, (v, vtype) in (extra or {}).items():
-        w.add_key_value(k, v, vtype)
-    for t in r.tensors:
-        name = (rename or {}).get(t.name, t.name)
-        w.add_tensor(name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape,
-                     raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    return copy_gguf(src, dst, arch, extra=extra,
+                     tensors=lambda t, data: [((rename or {}).get(t.name, t.name), data, t.tensor_type)])
 
 
 def _load_error(path: Path) -> str:
@@ -165,32 +142,8 @@ def test_routing_this_forward_pass_does_not_compute_is_refused(tmp_path, key, va
 
     path = tmp_path / "moe.gguf"
     _rewrite(FIXTURES / "qwen3moe.gguf", path, extra={f"qwen3moe.{key}": (value, getattr(gguf.GGUFValueType, vtype))}
-             ) if key != "expert_used_count" else _rewrite_value(FIXTURES / "qwen3moe.gguf", path, f"qwen3moe.{key}", value)
+             ) if key != "expert_used_count" else copy_gguf(FIXTURES / "qwen3moe.gguf", path, values={f"qwen3moe.{key}": value})
     assert words in _load_error(path)
-
-
-def _rewrite_value(src: Path, dst: Path, key: str, value) -> Path:
-    """A copy of a GGUF file with one existing integer metadata value changed."""
-    import gguf
-
-    r = gguf.GGUFReader(str(src))
-    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
-    w = gguf.GGUFWriter(str(dst), arch)
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vtype = f.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(f.name, f.contents(), vtype, sub_type=f.types[-1])
-        else:
-            w.add_key_value(f.name, value if f.name == key else f.contents(), vtype)
-    for t in r.tensors:
-        w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
 
 
 def test_an_unknown_architecture_is_refused_naming_the_supported_ones(tmp_path):
@@ -286,30 +239,15 @@ def test_q8_0_expert_weights_stay_quantized_and_match_the_f32_file(tmp_path):
     import gguf
     from gguf.quants import quantize
 
-    src = FIXTURES / "qwen2moe.gguf"
-    r = gguf.GGUFReader(str(src))
-    dst = tmp_path / "q8.gguf"
-    w = gguf.GGUFWriter(str(dst), "qwen2moe")
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vt = f.types[0]
-        if vt == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1])
-        else:
-            w.add_key_value(f.name, f.contents(), vt)
     q8 = gguf.GGMLQuantizationType.Q8_0
-    for t in r.tensors:
-        data = np.asarray(t.data)
-        if "_exps." in t.name:
-            raw = quantize(np.ascontiguousarray(data, dtype=np.float32), q8)
-            w.add_tensor(t.name, raw, raw_shape=raw.shape, raw_dtype=q8)
-        else:
-            w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+
+    def experts_q8(t, data):
+        if "_exps." not in t.name:
+            return [(t.name, data, t.tensor_type)]
+        raw = quantize(np.ascontiguousarray(data, dtype=np.float32), q8)
+        return [(t.name, raw, q8)]
+
+    dst = copy_gguf(FIXTURES / "qwen2moe.gguf", tmp_path / "q8.gguf", tensors=experts_q8)
     want = _expected("qwen2moe")
     with LlmSession(dst, context=128) as session:
         exps = session.model.get_tensor("blk.0.ffn_gate_exps.weight")
@@ -323,29 +261,8 @@ def test_q8_0_expert_weights_stay_quantized_and_match_the_f32_file(tmp_path):
 
 def test_a_shared_expert_gate_stored_as_a_vector_gives_the_same_logits(tmp_path):
     """Qwen2-MoE's shared-expert gate is a [1, d] matrix; a file may store it as a vector [d]."""
-    import gguf
-
-    src = FIXTURES / "qwen2moe.gguf"
-    r = gguf.GGUFReader(str(src))
-    dst = tmp_path / "vec.gguf"
-    w = gguf.GGUFWriter(str(dst), "qwen2moe")
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vt = f.types[0]
-        if vt == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1])
-        else:
-            w.add_key_value(f.name, f.contents(), vt)
-    for t in r.tensors:
-        data = np.asarray(t.data)
-        if "ffn_gate_inp_shexp" in t.name:
-            data = data.reshape(-1)
-        w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    dst = copy_gguf(FIXTURES / "qwen2moe.gguf", tmp_path / "vec.gguf", tensors=lambda t, data: [
+        (t.name, data.reshape(-1) if "ffn_gate_inp_shexp" in t.name else data, t.tensor_type)])
     with GGUFFile(dst) as g:
         assert g.tensors["blk.0.ffn_gate_inp_shexp.weight"].shape == (64,)
     want = _expected("qwen2moe")

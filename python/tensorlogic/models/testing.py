@@ -327,3 +327,44 @@ def write_tiny_gemma3(path: str | Path, spec: TinyGemma3Spec | None = None, **ov
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def copy_gguf(src: str | Path, dst: str | Path, arch: str | None = None, values: dict | None = None,
+              extra: dict | None = None, tensors=None) -> Path:
+    """Write a copy of the GGUF file `src` to `dst` and return `dst`: every metadata value and tensor
+    as it is, except that `arch` renames the architecture (and its `{arch}.` keys), `values`
+    ({key: value}) replaces existing values keeping their types, `extra` ({key: (value,
+    GGUFValueType)}) adds keys, and `tensors(t, data)` (t: the reader's tensor, with its name, ggml
+    shape and tensor_type; data: its array), when given, returns the (name, data, raw_dtype) triples
+    written in its place (raw_dtype None: the array's own dtype)."""
+    from gguf import GGUFReader, GGUFValueType
+
+    r = GGUFReader(str(src))
+    old = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+    arch = arch or old
+    w = GGUFWriter(str(dst), arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        name = arch + f.name[len(old):] if f.name.startswith(old + ".") else f.name
+        value = values[f.name] if values and f.name in values else f.contents()
+        vtype = f.types[0]
+        if vtype == GGUFValueType.ARRAY:
+            w.add_key_value(name, value, vtype, sub_type=f.types[-1])
+        else:
+            w.add_key_value(name, value, vtype)
+    for k, (v, vtype) in (extra or {}).items():
+        w.add_key_value(k, v, vtype)
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        for name, out, raw_dtype in (tensors(t, data) if tensors else
+                                     [(t.name, data, t.tensor_type)]):
+            if raw_dtype is None:
+                w.add_tensor(name, out)
+            else:
+                w.add_tensor(name, out, raw_shape=out.shape, raw_dtype=raw_dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(dst)
