@@ -252,7 +252,7 @@ def gather(t, ids, dim=0):
     if t.dtype.startswith(("i", "u")):
         # integer entries (token ids, labels): taken on the host, exactly (the device gather moves float
         # and bool rows); the ids are read on the host here anyway
-        taken = core.from_numpy(np.take(t.numpy(), np.where(host < 0, host + n, host).astype(np.int64), axis=d))
+        taken = core.from_numpy(np.take(t.numpy(), host, axis=d))  # (negative ids count from the end, checked above)
         return taken if taken.dtype == t.dtype else core.astype(taken, t.dtype)  # (from_numpy widens to i64)
     return core.index_select(t, d, idx)
 
