@@ -18,6 +18,19 @@ namespace tl {
 // One encoded op: calls exactly one Kernels method (with Views captured by value).
 using Command = std::function<void(Kernels&)>;
 
+// What each command of a replayed compiled function is (Recording::replay), so that a backend
+// may keep state per recording (the CUDA backend captures the body into one CUDA graph):
+//  - Static: the same command, with the same buffers and values, at every replay;
+//  - Dynamic: rebuilt at each replay from the call's scalar inputs: the same kernel on the same
+//    buffers, but its position, key count or view offset (and so its arguments) change;
+//  - Outside: a copy between the caller's tensors and the recording's (an input copied in, a
+//    result copied out): other buffers at each replay.
+enum class ReplayCommandKind : uint8_t { Static, Dynamic, Outside };
+struct ReplayPlan {
+  uint64_t recording_id = 0;  // unique per recording for the process's lifetime (never reused)
+  std::vector<ReplayCommandKind> kinds;  // one per command of the replay's command buffer
+};
+
 // Called exactly once per submitted command buffer, from any thread, when all its commands have
 // finished. `error` is empty on success, else the first error message (later commands of that
 // command buffer are skipped). It must not throw, take the GIL, or block.
@@ -48,6 +61,14 @@ class Backend {
   // call itself returns without waiting for them. `on_complete` is registered before the work
   // can start and is called exactly once.
   virtual void submit(std::vector<Command> commands, CompletionFn on_complete) = 0;
+  // A replay's command buffer (`plan` describes each command; plan->kinds.size() equals
+  // commands.size()): the same contract as submit(). Backends without per-recording state run it
+  // as any other command buffer.
+  virtual void submit_replay(std::vector<Command> commands, std::shared_ptr<const ReplayPlan> plan,
+                             CompletionFn on_complete) {
+    (void)plan;
+    submit(std::move(commands), std::move(on_complete));
+  }
   // Block until every submitted command buffer has completed.
   virtual void synchronize() = 0;
 

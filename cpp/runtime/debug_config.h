@@ -91,9 +91,11 @@ inline bool env_cuda_blas() {
   const char* v = std::getenv("TL_CUDA_BLAS");
   return !(v && *v) || env_detail::env_flag("TL_CUDA_BLAS");
 }
-// CUDA graphs for repeated command buffers (opt-in: capturing and updating a graph each time
-// measured slower than launching kernel by kernel, cpp/backends/cuda/README.md)
-inline bool env_cuda_graphs() { return env_detail::env_flag("TL_CUDA_GRAPHS"); }
+// CUDA graphs for compiled functions' replays (default on; 0 launches kernel by kernel)
+inline bool env_cuda_graphs() {
+  const char* v = std::getenv("TL_CUDA_GRAPHS");
+  return !(v && *v) || env_detail::env_flag("TL_CUDA_GRAPHS");
+}
 // f32 products through cuBLAS may round their inputs to TF32 (off by default)
 inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it

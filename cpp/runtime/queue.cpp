@@ -141,11 +141,13 @@ void Queue::encode(Command cmd, const std::vector<Buffer*>& reads,
 
 void Queue::submit_recorded(std::vector<Command> cmds, const std::vector<Buffer*>& reads,
                             const std::vector<Buffer*>& writes,
-                            std::vector<std::shared_ptr<Buffer>> retained) {
+                            std::vector<std::shared_ptr<Buffer>> retained,
+                            std::shared_ptr<const ReplayPlan> plan) {
   std::lock_guard<std::mutex> lock(mu_);
   commit_locked();
   uint32_t delay = debug_.delay_us.load();
   if (delay > 0) {
+    plan = nullptr;  // the delays interleaved below are not in the plan
     open_cmds_.reserve(cmds.size() * 2);
     for (Command& c : cmds) {
       uint32_t us = random_delay(delay);
@@ -162,6 +164,7 @@ void Queue::submit_recorded(std::vector<Command> cmds, const std::vector<Buffer*
     b->last_writer_seq.store(open_seq_);
   }
   open_retained_ = std::move(retained);
+  open_plan_ = std::move(plan);
   commit_locked();
 }
 
@@ -173,8 +176,11 @@ void Queue::commit() {
 void Queue::commit_locked() {
   if (open_cmds_.empty()) {
     open_retained_.clear();
+    open_plan_ = nullptr;
     return;
   }
+  std::shared_ptr<const ReplayPlan> plan = std::move(open_plan_);
+  open_plan_ = nullptr;
   uint64_t seq = open_seq_++;
   int64_t bytes = open_new_bytes_;
   std::vector<Command> cmds;
@@ -219,7 +225,11 @@ void Queue::commit_locked() {
     complete(seq, bytes, error);
   };
   try {
-    backend_.submit(std::move(cmds), std::move(on_complete));
+    if (plan) {
+      backend_.submit_replay(std::move(cmds), std::move(plan), std::move(on_complete));
+    } else {
+      backend_.submit(std::move(cmds), std::move(on_complete));
+    }
   } catch (const std::exception& e) {
     // The backend refused the work: nothing ran and no callback will come.
     complete(seq, bytes, std::string("submit failed: ") + e.what());

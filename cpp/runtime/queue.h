@@ -60,7 +60,8 @@ class Queue {
   // reads/writes like encode() and retains `retained` until it completes.
   void submit_recorded(std::vector<Command> cmds, const std::vector<Buffer*>& reads,
                        const std::vector<Buffer*>& writes,
-                       std::vector<std::shared_ptr<Buffer>> retained);
+                       std::vector<std::shared_ptr<Buffer>> retained,
+                       std::shared_ptr<const ReplayPlan> plan = nullptr);
   // Commits if `seq` is still open, waits until it completed, then raises any recorded error.
   void wait_seq(uint64_t seq);
   // Waits for b's writer, then raises if b's contents depend on a command that failed.
@@ -85,6 +86,7 @@ class Queue {
   std::mutex mu_;  // open command buffer and submission order
   std::vector<Command> open_cmds_;
   std::vector<std::shared_ptr<Buffer>> open_retained_;
+  std::shared_ptr<const ReplayPlan> open_plan_;  // set while the open command buffer is one replay
   int64_t open_new_bytes_ = 0;  // bytes of buffers first written by the open command buffer
   int open_ops_ = 0;
   std::atomic<int64_t> ops_encoded_{0};

@@ -1,4 +1,5 @@
 // Recording: see recording.h for the invariants this file keeps.
+#include <atomic>
 #include "recording.h"
 
 #include <cmath>
@@ -37,6 +38,11 @@ View DynSlice::rebuild(const View& recorded, const std::vector<double>& scalars,
   v.data = static_cast<char*>(recorded.data) + (s - start.value) * stride_bytes;
   v.shape[dim] = e - s;
   return v;
+}
+
+uint64_t Recording::new_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 Recording::Recording(int n_scalars) : n_scalars_(n_scalars) {
@@ -130,7 +136,7 @@ void Recording::add(const Command& cmd, const std::vector<Buffer*>& reads,
   if (state_ != State::Recording || !reason_.empty()) return;
   for (Buffer* b : reads) note(b, false);
   for (Buffer* b : writes) note(b, true);
-  entries_.push_back(Entry{cmd, nullptr});
+  entries_.push_back(Entry{cmd, nullptr, ReplayCommandKind::Static});
 }
 
 void Recording::add_dynamic(DynamicCommand make, const std::vector<Buffer*>& reads,
@@ -138,7 +144,7 @@ void Recording::add_dynamic(DynamicCommand make, const std::vector<Buffer*>& rea
   if (state_ != State::Recording || !reason_.empty()) return;
   for (Buffer* b : reads) note(b, false);
   for (Buffer* b : writes) note(b, true);
-  entries_.push_back(Entry{nullptr, std::move(make)});
+  entries_.push_back(Entry{nullptr, std::move(make), ReplayCommandKind::Dynamic});
 }
 
 Tensor Recording::bind_input(const Tensor& arg) {
@@ -161,10 +167,12 @@ Tensor Recording::bind_input(const Tensor& arg) {
     // Record-time copy through the queue; the recorded entry copies each replay's input instead.
     device_->queue().encode([sv, dv](Kernels& k) { k.copy(sv, dv); }, {arg.buf()}, {slot.buf()});
     note(slot.buf(), true);  // before slot_index_ knows it: the input copy is not a write by the body
-    entries_.push_back(Entry{nullptr, [i, dv](const ReplayContext& ctx) -> Command {
+    entries_.push_back(Entry{nullptr,
+                             [i, dv](const ReplayContext& ctx) -> Command {
                                View src = ctx.inputs[i].view();
                                return [src, dv](Kernels& k) { k.copy(src, dv); };
-                             }});
+                             },
+                             ReplayCommandKind::Outside});
   }
   slot_index_.emplace(slot.buf(), i);
   return slot;
@@ -202,10 +210,12 @@ std::vector<Tensor> Recording::finish(const std::vector<Tensor>& outputs) {
     }
     View sv = in.slot.view(), dv = in.arg.view();
     dev.queue().encode([sv, dv](Kernels& k) { k.copy(sv, dv); }, {in.slot.buf()}, {in.arg.buf()});
-    entries_.push_back(Entry{nullptr, [i, sv](const ReplayContext& ctx) -> Command {
+    entries_.push_back(Entry{nullptr,
+                             [i, sv](const ReplayContext& ctx) -> Command {
                                View dst = ctx.inputs[i].view();
                                return [sv, dst](Kernels& k) { k.copy(sv, dst); };
-                             }});
+                             },
+                             ReplayCommandKind::Outside});
   }
   stop_recording();  // allocations below are the caller's, not the recording's
   std::vector<Tensor> results;
@@ -245,6 +255,14 @@ std::vector<Tensor> Recording::finish(const std::vector<Tensor>& outputs) {
     }
   }
   state_ = reason_.empty() ? State::Ready : State::Abandoned;
+  if (state_ == State::Ready) {
+    auto plan = std::make_shared<ReplayPlan>();
+    plan->recording_id = id_;
+    for (const Entry& e : entries_) plan->kinds.push_back(e.kind);
+    for (const Output& o : outputs_)
+      if (o.src.data != nullptr) plan->kinds.push_back(ReplayCommandKind::Outside);
+    plan_ = std::move(plan);
+  }
   if (state_ == State::Abandoned) {
     entries_.clear();
     buffers_.clear();
@@ -309,7 +327,10 @@ std::vector<Tensor> Recording::replay(const std::vector<double>& scalars,
     }
     results.push_back(fresh);
   }
-  dev->queue().submit_recorded(std::move(cmds), reads, writes, std::move(retained));
+  // The plan names every command of this command buffer (it is only a hint to the backend; a
+  // mismatch would be a bug here, so the replay then runs without it).
+  std::shared_ptr<const ReplayPlan> plan = plan_ && plan_->kinds.size() == cmds.size() ? plan_ : nullptr;
+  dev->queue().submit_recorded(std::move(cmds), reads, writes, std::move(retained), std::move(plan));
   replays_++;
   return results;
 }

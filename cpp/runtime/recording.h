@@ -143,9 +143,13 @@ class Recording {
 
  private:
   enum class State { Idle, Recording, Ready, Abandoned };
+  static uint64_t new_id();
+  const uint64_t id_ = new_id();             // ReplayPlan::recording_id
+  std::shared_ptr<const ReplayPlan> plan_;   // built by finish(): the kinds of a replay's commands
   struct Entry {
     Command cmd;          // static command
     DynamicCommand make;  // or a builder for each replay
+    ReplayCommandKind kind = ReplayCommandKind::Static;
   };
   struct BufferRef {
     std::shared_ptr<Buffer> owned;  // allocated while recording

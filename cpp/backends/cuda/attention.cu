@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
                      int64_t mask_s0,
                      int64_t mask_s1, float scale, float softcap, bool causal, int64_t q_pos_offset, int64_t Sq,
                      int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out, float* partial,
-                     unsigned* counters) {
+                     unsigned* counters, const int64_t* dyn, int64_t min_chunk) {
   __shared__ float s_max[kAttnWarps];
   __shared__ bool s_last;
   __shared__ float s_sum[kAttnWarps];
@@ -84,6 +84,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t group = Hq / Hkv;
+  if (dyn != nullptr) {  // a replay graph's values: [Sk, q_pos_offset, k offset, v offset]
+    Sk = dyn[0];
+    q_pos_offset = dyn[1];
+    k.data = static_cast<const char*>(k.data) + dyn[2];
+    v.data = static_cast<const char*>(v.data) + dyn[3];
+  }
   // Keys as float4 when k is contiguous f32 along D with 16-byte aligned rows (a KV cache).
   const bool k_vec4 = k.dtype == DType::F32 && k.s2 == 1 && (D & 3) == 0 && ((k.s0 | k.s1) & 3) == 0 &&
                       (reinterpret_cast<uintptr_t>(k.data) & 15) == 0;
@@ -104,7 +110,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       keys = last < 0 ? 0 : (last + 1 < Sk ? last + 1 : Sk);
     }
     const int64_t splits = gridDim.y;
-    const int64_t chunk = (Sk + splits - 1) / splits;
+    int64_t chunk = (Sk + splits - 1) / splits;
+    if (chunk < min_chunk) chunk = min_chunk;  // splits past the keys stay empty
     const int64_t j0 = blockIdx.y * chunk;
     const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
     float m = -INFINITY, l = 0.0f;
@@ -294,16 +301,23 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
                       " is larger than the cuda kernel's limit of " + std::to_string(kMaxHeadDim));
   }
   if (Sq == 0 || Hq == 0 || D == 0) return;
+  // In a replay graph the key count, the query position and where the keys start change at each
+  // replay (read by the kernel), so the split count cannot depend on them: as many splits as the
+  // GPU wants, each of at least 128 keys, the ones past the keys empty.
+  const DynArgs dyn = dyn_args({Sk, q_pos_offset}, {k.data, v.data});
+  if (!dyn.launch) return;
   const int64_t tasks = Sq * Hq;
   // Split the keys over more blocks when the (row, head) tasks alone can't fill the GPU.
   int64_t splits = 1;
-  if (attention_scratch_ != nullptr && tasks < 2 * sm_count_ && Sk >= 128) {
+  if (attention_scratch_ != nullptr && tasks < 2 * sm_count_ && (Sk >= 128 || dyn.device != nullptr)) {
     splits = (4 * sm_count_ + tasks - 1) / tasks;  // blocks enough for a few per multiprocessor
-    const int64_t by_keys = (Sk + 127) / 128;  // at least ~128 keys per block: 32 per warp
+    // at least ~128 keys per block: 32 per warp
+    const int64_t by_keys = dyn.device != nullptr ? kMaxSplits : (Sk + 127) / 128;
     const int64_t by_scratch = static_cast<int64_t>(attention_scratch_floats_) / (tasks * (D + 2));
     splits = std::min<int64_t>({splits, by_keys, by_scratch, kMaxSplits});
     if (splits < 1) splits = 1;
   }
+  const int64_t min_chunk = dyn.device != nullptr ? 128 : 1;
   float* partial = splits > 1 ? attention_scratch_ : nullptr;
   // The last split block of each task merges in the same launch when there is a counter per task.
   unsigned* counters =
@@ -316,7 +330,7 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
 #define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
   attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                     \
       strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, softcap,    \
-      causal, q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters)
+      causal, q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters, dyn.device, min_chunk)
   if (D <= 32) {
     TL_LAUNCH_ATTENTION(1);
   } else if (D <= 64) {

@@ -6,17 +6,21 @@
 // a failed launch, an asynchronous device fault, or an id-out-of-range flag from a kernel).
 // Buffer lifetimes are the runtime's business (docs/runtime.md R1-R3); this file never frees memory
 // it was not asked to.
-// CUDA graphs (TL_CUDA_GRAPHS=1; off by default, see the README's measurements): a command
-// buffer of at least kMinGraphCommands commands whose size was seen before is captured (its commands launch into a private capture stream, so nothing runs), and the graph
-// replaces the executable graph kept for that size by cudaGraphExecUpdate (new kernel arguments:
-// positions, buffers, grid sizes), or is instantiated when the update is refused (another
-// sequence of kernels); the executable graph is then one launch on the stream. Launch by launch
-// instead, in one place (launch_as_graph): graphs off (the default), small or first-seen command
-// buffers, a command that throws while captured (cuBLAS, scratch growth: CaptureUnsupported, or any
-// error, which the launch-by-launch run then reports as before), a failed capture or
-// instantiation, and a size whose graph had to be re-instantiated kMaxGraphMisses times in a row.
+// CUDA graphs: a compiled function's replay (submit_replay, with its ReplayPlan) runs its body as
+// one CUDA graph from its second replay on. The body is captured once per recording (its commands
+// launch into a private capture stream, so nothing runs); its Dynamic commands' kernels read
+// their per-replay values (position, key count, view offsets) from a small device table
+// (DynTable) instead of their arguments, so later replays only compute those values (the commands
+// launch nothing), upload them with one small kernel and launch the graph: no per-kernel host
+// work. The Outside commands before and after the body (input and result copies) launch one by
+// one. Launch by launch instead, decided in launch_replay: graphs off (TL_CUDA_GRAPHS=0), a body
+// of fewer than kMinGraphCommands commands, a recording seen once, an Outside command inside the
+// body, a command the graph cannot hold (cuBLAS, scratch growth: CaptureUnsupported; a Dynamic
+// command whose kernel reads no table), any error while capturing (the launch-by-launch run then
+// reports it), and a replay whose dynamic commands no longer match the graph (GraphStale).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +45,57 @@ namespace tl {
 namespace cuda {
 
 cudaError_t probe_kernel_image();  // delay.cu: is there device code for the current GPU?
+
+// ---- per-replay values of a replay graph (DynTable, cuda_kernels.h) ----
+
+namespace {
+constexpr int kDynChunk = 480;  // values per upload launch: 3,840 bytes of kernel arguments
+struct DynChunk {
+  int64_t v[kDynChunk];
+};
+__global__ void set_dyn_values_kernel(int64_t* dst, DynChunk chunk, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = chunk.v[i];
+}
+}  // namespace
+
+CudaKernels::DynArgs CudaKernels::dyn_args(std::initializer_list<int64_t> values,
+                                           std::initializer_list<const void*> ptrs) {
+  if (!dyn_active_ || dyn_table_ == nullptr) return {nullptr, true};
+  DynTable& t = *dyn_table_;
+  const size_t at = t.values.size();
+  if (at + values.size() + ptrs.size() > DynTable::kMaxValues) {
+    throw CaptureUnsupported("a replay graph with more per-replay values than its table holds");
+  }
+  t.values.insert(t.values.end(), values.begin(), values.end());
+  if (!dyn_values_only_) {
+    t.bases.emplace_back(ptrs);
+    t.values.insert(t.values.end(), ptrs.size(), 0);
+  } else {
+    if (t.command >= t.bases.size() || t.bases[t.command].size() != ptrs.size()) {
+      throw GraphStale("the replay's dynamic commands differ from the captured graph's");
+    }
+    const std::vector<const void*>& base = t.bases[t.command];
+    size_t i = 0;
+    for (const void* p : ptrs) {
+      t.values.push_back(static_cast<const char*>(p) - static_cast<const char*>(base[i++]));
+    }
+  }
+  ++t.command;
+  dyn_served_ = true;
+  if (dyn_values_only_) return {nullptr, false};
+  return {t.device + at, true};
+}
+
+void CudaKernels::upload_dyn(const DynTable& table) {
+  const size_t n = table.values.size();
+  for (size_t at = 0; at < n; at += kDynChunk) {
+    DynChunk chunk;
+    const int here = static_cast<int>(std::min<size_t>(kDynChunk, n - at));
+    std::copy(table.values.begin() + at, table.values.begin() + at + here, chunk.v);
+    set_dyn_values_kernel<<<1, 128, 0, stream_>>>(table.device + at, chunk, here);
+    check_launch("replay graph values");
+  }
+}
 
 namespace {
 
@@ -114,7 +169,8 @@ struct CompletionState {
     cudaEvent_t event = nullptr;
     CompletionFn on_complete;
     std::string error;
-    int slot = -1;
+    int slot = -1;        // the command buffer's error slot
+    int graph_slot = -1;  // a slot whose host mirror holds its replay graph's slot of this launch
   };
 
   int device = 0;
@@ -191,8 +247,9 @@ struct CompletionState {
         }
         self->give_back_event(p.event);
       }
-      if (p.slot >= 0) {
-        const DeviceErrorSlot* h = self->slots.host(p.slot);
+      for (int slot : {p.slot, p.graph_slot}) {
+        if (slot < 0) continue;
+        const DeviceErrorSlot* h = self->slots.host(slot);
         if (error.empty() && h->code == kErrorIdOutOfRange) {
           error = "embedding: id " + std::to_string(h->value) +
                   " is out of range for a table of " + std::to_string(h->limit) + " rows";
@@ -205,7 +262,7 @@ struct CompletionState {
           error = "scatter_add_rows: id " + std::to_string(h->value) + " is out of range for [" +
                   std::to_string(h->limit) + ", D] rows";
         }
-        self->slots.release(p.slot);
+        self->slots.release(slot);
       }
       try {
         p.on_complete(error);
@@ -268,12 +325,12 @@ class CudaBackend final : public Backend {
       std::fprintf(stderr, "tl-cuda: %llu device operations (kernel launches and copies) in %llu command buffers\n",
                    static_cast<unsigned long long>(g_device_ops.load() - device_ops_at_start_),
                    static_cast<unsigned long long>(state_->submitted));
-      std::fprintf(stderr, "tl-cuda: %llu command buffers as CUDA graphs (%llu instantiated, %llu updated), "
-                   "%llu captures abandoned\n",
-                   static_cast<unsigned long long>(graph_launches_),
-                   static_cast<unsigned long long>(graph_instantiations_),
-                   static_cast<unsigned long long>(graph_updates_),
-                   static_cast<unsigned long long>(graph_abandoned_));
+      std::fprintf(stderr, "tl-cuda: %llu replays as CUDA graphs (%llu captured), %llu captures abandoned, "
+                   "%llu graphs dropped as stale\n",
+                   static_cast<unsigned long long>(graph_launches_.load()),
+                   static_cast<unsigned long long>(graph_captures_),
+                   static_cast<unsigned long long>(graph_abandoned_),
+                   static_cast<unsigned long long>(graph_stale_));
     }
     {
       std::lock_guard<std::mutex> lock(launch_mutex_);
@@ -291,9 +348,7 @@ class CudaBackend final : public Backend {
     } else {
       completion_thread_.join();
     }
-    for (auto& entry : graphs_) {
-      if (entry.second.exec != nullptr) (void)cudaGraphExecDestroy(entry.second.exec);
-    }
+    for (auto& entry : replay_graphs_) drop_graph(entry.second);
     kernels_.set_blas(nullptr);
     blas_.reset();  // before the stream it is bound to
     if (capture_stream_ != nullptr) (void)cudaStreamDestroy(capture_stream_);
@@ -340,8 +395,14 @@ class CudaBackend final : public Backend {
   // Hands the command buffer to the launch thread and returns: the encoding thread never pays
   // for kernel launches. Counted as submitted at once, so synchronize() waits for it.
   void submit(std::vector<Command> commands, CompletionFn on_complete) override {
+    submit_replay(std::move(commands), nullptr, std::move(on_complete));
+  }
+
+  void submit_replay(std::vector<Command> commands, std::shared_ptr<const ReplayPlan> plan,
+                     CompletionFn on_complete) override {
     LaunchJob job;
     job.commands = std::move(commands);
+    if (graphs_enabled_ && plan && plan->kinds.size() == job.commands.size()) job.plan = std::move(plan);
     job.pending.on_complete = std::move(on_complete);
     {
       std::lock_guard<std::mutex> lock(state_->queue_mutex);
@@ -378,6 +439,7 @@ class CudaBackend final : public Backend {
 
   struct LaunchJob {
     std::vector<Command> commands;
+    std::shared_ptr<const ReplayPlan> plan;  // a compiled function's replay (graphs on)
     CompletionState::Pending pending;
   };
 
@@ -405,34 +467,96 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // The executable graph kept for command buffers of one size, and how that size has fared.
-  struct GraphEntry {
+  // The graph of one recording's replays (ReplayPlan::recording_id).
+  struct ReplayGraph {
     cudaGraphExec_t exec = nullptr;
-    int seen = 0;     // command buffers of this size so far
-    int misses = 0;   // consecutive re-instantiations (the update was refused)
-    int failures = 0; // captures abandoned
-    bool eager = false;  // given up: always launch by launch
+    DynTable table;       // its Dynamic commands' values; table.device is read by the graph
+    size_t n_values = 0;  // values per replay, fixed at capture
+    int slot = -1;        // its device error slot (reset inside the graph), or -1
+    int seen = 0;         // replays so far
+    bool eager = false;   // given up: launch by launch
+    uint64_t last_used = 0;
   };
   static constexpr size_t kMinGraphCommands = 16;
-  static constexpr int kMaxGraphMisses = 4;
-  static constexpr int kMaxCaptureFailures = 3;
+  static constexpr size_t kMaxReplayGraphs = 32;  // recordings with a graph kept (least recently used go)
 
-  // Runs the command buffer as one CUDA graph launch on stream_; false when it must run launch by
-  // launch instead (nothing of it was queued then, and the error slot is not taken).
-  bool launch_as_graph(LaunchJob& job) {
-    if (!graphs_enabled_ || job.commands.size() < kMinGraphCommands) return false;
-    GraphEntry& g = graphs_[job.commands.size()];
-    if (g.eager || ++g.seen < 2) return false;  // one-off command buffers never pay for a capture
-    encoding_slot_ = -1;
-    encode_stream_ = capture_stream_;
+  void drop_graph(ReplayGraph& g) {
+    if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);  // freed when an in-flight launch ends
+    g.exec = nullptr;
+    if (g.table.device != nullptr || g.slot >= 0) {
+      (void)cudaStreamSynchronize(stream_);  // a launch may still read the table or write the slot
+      if (g.table.device != nullptr) (void)cudaFree(g.table.device);
+      g.table.device = nullptr;
+      if (g.slot >= 0) state_->slots.release(g.slot);
+      g.slot = -1;
+    }
+    (void)cudaGetLastError();
+  }
+
+  ReplayGraph& graph_for(uint64_t id) {
+    auto it = replay_graphs_.find(id);
+    if (it == replay_graphs_.end()) {
+      if (replay_graphs_.size() >= kMaxReplayGraphs) {
+        auto oldest = replay_graphs_.begin();
+        for (auto e = replay_graphs_.begin(); e != replay_graphs_.end(); ++e) {
+          if (e->second.last_used < oldest->second.last_used) oldest = e;
+        }
+        drop_graph(oldest->second);
+        replay_graphs_.erase(oldest);
+      }
+      it = replay_graphs_.emplace(id, ReplayGraph{}).first;
+    }
+    it->second.last_used = ++graph_clock_;
+    return it->second;
+  }
+
+  // Runs commands [begin, end) launch by launch; false after the first error (kept in pending).
+  bool run_range(LaunchJob& job, size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      try {
+        job.commands[i](kernels_);
+      } catch (const std::exception& e) {
+        job.pending.error = e.what();
+        return false;
+      } catch (...) {
+        job.pending.error = "cuda: a command failed with an unknown exception";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Captures the body [b, e) into g (nothing runs); false if it cannot be a graph.
+  bool capture_body(LaunchJob& job, ReplayGraph& g, size_t b, size_t e) {
+    if (g.table.device == nullptr &&
+        cudaMalloc(&g.table.device, DynTable::kMaxValues * sizeof(int64_t)) != cudaSuccess) {
+      g.table.device = nullptr;
+      return false;
+    }
+    const auto& kinds = job.plan->kinds;
     bool captured = cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
     if (captured) {
       kernels_.begin_capture(capture_stream_);
+      kernels_.begin_dyn(&g.table, /*values_only=*/false);
+      encode_stream_ = capture_stream_;
+      slot_owner_ = &g.slot;  // a kernel's error slot belongs to the graph (reset inside it)
+      graph_slot_reset_ = false;
       try {
-        for (Command& command : job.commands) command(kernels_);
+        for (size_t i = b; i < e; ++i) {
+          if (kinds[i] == ReplayCommandKind::Dynamic) {
+            kernels_.begin_dynamic_command();
+            job.commands[i](kernels_);
+            if (!kernels_.end_dynamic_command()) throw CaptureUnsupported("a dynamic command without a value table");
+          } else {
+            job.commands[i](kernels_);
+          }
+        }
       } catch (...) {
         captured = false;  // CaptureUnsupported or a real error: the eager run decides which
       }
+      slot_owner_ = &encoding_slot_;
+      encode_stream_ = stream_;
+      kernels_.end_dyn();
       kernels_.end_capture();
     }
     // End the capture whenever one is open (also after a throw or an invalidated capture), so the
@@ -443,53 +567,90 @@ class CudaBackend final : public Backend {
         status != cudaStreamCaptureStatusNone) {
       if (cudaStreamEndCapture(capture_stream_, &graph) != cudaSuccess) captured = false;
     }
-    encode_stream_ = stream_;
-    bool ok = captured && graph != nullptr;
-    if (ok && g.exec != nullptr) {
-      cudaGraphExecUpdateResultInfo info{};
-      if (cudaGraphExecUpdate(g.exec, graph, &info) == cudaSuccess) {
-        ++graph_updates_;
-        g.misses = 0;
-      } else {
-        // A refused update leaves its error as the thread's last error: clear it, or the next
-        // launch check would report it as that kernel's failure.
-        (void)cudaGetLastError();
-        (void)cudaGraphExecDestroy(g.exec);
-        g.exec = nullptr;
-        if (++g.misses >= kMaxGraphMisses) g.eager = true;  // different kernels each time
-      }
-    }
-    if (ok && g.exec == nullptr) {
-      if (cudaGraphInstantiate(&g.exec, graph, 0) == cudaSuccess) {
-        ++graph_instantiations_;
-      } else {
-        g.exec = nullptr;
-        ok = false;
-      }
-    }
+    bool ok = captured && graph != nullptr &&
+              cudaGraphInstantiate(&g.exec, graph, 0) == cudaSuccess;
     if (graph != nullptr) (void)cudaGraphDestroy(graph);
-    if (ok && cudaGraphLaunch(g.exec, stream_) != cudaSuccess) {
-      // Nothing was queued (a launch that fails returns before enqueuing): run it eagerly.
-      (void)cudaGraphExecDestroy(g.exec);
-      g.exec = nullptr;
-      ok = false;
-    }
     if (!ok) {
+      g.exec = nullptr;
       (void)cudaGetLastError();  // clear what the failed capture left behind
-      if (encoding_slot_ >= 0) state_->slots.release(encoding_slot_);
-      encoding_slot_ = -1;
-      ++graph_abandoned_;
-      if (++g.failures >= kMaxCaptureFailures) g.eager = true;
       return false;
     }
-    g.failures = 0;
+    g.n_values = g.table.values.size();
+    ++graph_captures_;
+    return true;
+  }
+
+  // A replay with a plan: its Outside commands before the body launch one by one, the body runs as
+  // the recording's graph (captured on its second replay), then the Outside commands after it.
+  // Returns false, having launched nothing, when the replay must run launch by launch instead.
+  bool launch_replay(LaunchJob& job) {
+    const auto& kinds = job.plan->kinds;
+    const size_t n = kinds.size();
+    size_t b = 0, e = n;
+    while (b < n && kinds[b] == ReplayCommandKind::Outside) ++b;
+    while (e > b && kinds[e - 1] == ReplayCommandKind::Outside) --e;
+    if (e - b < kMinGraphCommands || capture_stream_ == nullptr) return false;
+    ReplayGraph& g = graph_for(job.plan->recording_id);
+    if (g.eager || (g.exec == nullptr && ++g.seen < 2)) return false;  // a recording replayed once pays no capture
+    for (size_t i = b; i < e; ++i) {
+      if (kinds[i] == ReplayCommandKind::Outside) {
+        g.eager = true;
+        return false;
+      }
+    }
+    if (!run_range(job, 0, b)) return true;  // an input copy failed: the rest is skipped
+    if (g.exec == nullptr) {
+      if (!capture_body(job, g, b, e)) {
+        g.eager = true;
+        ++graph_abandoned_;
+        if (run_range(job, b, e)) run_range(job, e, n);
+        return true;
+      }
+    } else {
+      // Later replays: only the Dynamic commands run, storing their values.
+      bool fresh = true;
+      kernels_.begin_dyn(&g.table, /*values_only=*/true);
+      try {
+        for (size_t i = b; i < e && fresh; ++i) {
+          if (kinds[i] != ReplayCommandKind::Dynamic) continue;
+          kernels_.begin_dynamic_command();
+          job.commands[i](kernels_);
+          fresh = kernels_.end_dynamic_command();
+        }
+      } catch (...) {
+        fresh = false;  // GraphStale, or an error the launch-by-launch run reports
+      }
+      kernels_.end_dyn();
+      if (!fresh || g.table.values.size() != g.n_values) {
+        drop_graph(g);
+        g.eager = true;
+        ++graph_stale_;
+        if (run_range(job, b, e)) run_range(job, e, n);
+        return true;
+      }
+    }
+    try {
+      kernels_.upload_dyn(g.table);
+    } catch (const std::exception& ex) {
+      job.pending.error = ex.what();
+      return true;
+    }
+    const cudaError_t st = cudaGraphLaunch(g.exec, stream_);
+    if (st != cudaSuccess) {
+      (void)cudaGetLastError();
+      job.pending.error = cuda_message("graph launch", st);
+      return true;
+    }
     ++graph_launches_;
+    graph_slot_ = g.slot;
+    run_range(job, e, n);
     return true;
   }
 
   void launch(LaunchJob& job) {
     encoding_slot_ = -1;
-    if (!launch_as_graph(job)) run_commands(job);
+    graph_slot_ = -1;
+    if (!job.plan || !launch_replay(job)) run_commands(job);
     finish_launch(job);
   }
 
@@ -521,6 +682,18 @@ class CudaBackend final : public Backend {
         pending.error = cuda_message("error slot read-back", err);
       }
     }
+    // A replay graph's slot stays the graph's: its contents of this launch go to the host mirror of
+    // a slot of this command buffer's own, read by the completion thread.
+    if (graph_slot_ >= 0) {
+      pending.graph_slot = state_->slots.acquire();
+      const cudaError_t err =
+          cudaMemcpyAsync(state_->slots.host(pending.graph_slot), state_->slots.device(graph_slot_),
+                          sizeof(DeviceErrorSlot), cudaMemcpyDeviceToHost, stream_);
+      if (err != cudaSuccess && pending.error.empty()) {
+        pending.error = cuda_message("error slot read-back", err);
+      }
+      graph_slot_ = -1;
+    }
     pending.event = state_->take_event();
     if (pending.event != nullptr) {
       const cudaError_t err = cudaEventRecord(pending.event, stream_);
@@ -535,14 +708,19 @@ class CudaBackend final : public Backend {
   }
 
   // Called (on the launch thread) by kernels that can report data errors.
+  // While a replay graph is captured the slot is the graph's (slot_owner_), reset by a memset
+  // captured into the graph, so at every launch of it.
   DeviceErrorSlot* current_error_slot() {
-    if (encoding_slot_ < 0) {
-      encoding_slot_ = state_->slots.acquire();
-      const cudaError_t err = cudaMemsetAsync(state_->slots.device(encoding_slot_), 0,
+    int& slot = *slot_owner_;
+    const bool for_graph = slot_owner_ != &encoding_slot_;
+    if (slot < 0 || (for_graph && !graph_slot_reset_)) {
+      if (slot < 0) slot = state_->slots.acquire();
+      graph_slot_reset_ = for_graph;
+      const cudaError_t err = cudaMemsetAsync(state_->slots.device(slot), 0,
                                               sizeof(DeviceErrorSlot), encode_stream_);
       if (err != cudaSuccess) throw KernelError(cuda_message("error slot reset", err));
     }
-    return state_->slots.device(encoding_slot_);
+    return state_->slots.device(slot);
   }
 
   static constexpr size_t kAttentionScratchBytes = size_t(4) << 20;
@@ -555,8 +733,17 @@ class CudaBackend final : public Backend {
   bool graphs_enabled_ = false;
   cudaStream_t capture_stream_ = nullptr;
   cudaStream_t encode_stream_ = stream_;  // where the error slot's reset goes: stream_ or the capture
-  std::unordered_map<size_t, GraphEntry> graphs_;
-  uint64_t graph_launches_ = 0, graph_instantiations_ = 0, graph_updates_ = 0, graph_abandoned_ = 0;
+  std::unordered_map<uint64_t, ReplayGraph> replay_graphs_;
+  uint64_t graph_clock_ = 0;
+  int graph_slot_ = -1;  // the error slot of the graph launched by the current command buffer
+  int* slot_owner_ = &encoding_slot_;
+  bool graph_slot_reset_ = false;  // the capture in progress resets the graph's slot already
+  uint64_t graph_captures_ = 0, graph_abandoned_ = 0, graph_stale_ = 0;
+
+ public:
+  std::atomic<uint64_t> graph_launches_{0};
+
+ private:
   std::unique_ptr<Blas> blas_;  // cuBLAS handle on stream_ (unset: TL_CUDA_BLAS=0)
   CudaKernels kernels_;
   std::shared_ptr<CompletionState> state_;
@@ -584,6 +771,12 @@ int device_from_env() {
 }
 
 }  // namespace
+
+uint64_t graph_launches(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->graph_launches_.load() : 0;
+}
+
 }  // namespace cuda
 
 std::unique_ptr<Backend> make_cuda_backend() {

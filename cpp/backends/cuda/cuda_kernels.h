@@ -8,12 +8,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/kernels.h"
 
 namespace tl {
+class Backend;
 namespace cuda {
+
+// Replays run as CUDA graphs by this backend so far (0 for another backend): for tests.
+uint64_t graph_launches(const Backend& backend);
 
 class Blas;
 
@@ -33,6 +39,26 @@ constexpr int32_t kErrorExpertIdOutOfRange = 3;   // expert_linear
 // hold (cuBLAS, whose handle is bound to the backend's stream; growing a device scratch, which
 // frees and allocates). The backend then runs that command buffer launch by launch.
 struct CaptureUnsupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Per-replay values of the Dynamic commands of one compiled function's replay graph
+// (ReplayPlan, cuda_backend.cu): the kernels that support it (attention, rope, rope_kv_write) read
+// their position, key count and view offsets from `device` rather than from their arguments, so
+// one captured graph serves every replay. Filled in command order: at capture with the values and
+// the pointers baked into the graph, at each later replay with the values only (the commands
+// launch nothing then; a pointer becomes its byte offset from the captured one).
+struct DynTable {
+  static constexpr size_t kMaxValues = 4096;
+  std::vector<int64_t> values;                  // this replay's, uploaded before the graph runs
+  std::vector<std::vector<const void*>> bases;  // per Dynamic command: its captured pointers
+  int64_t* device = nullptr;                    // kMaxValues values, read by the graph's kernels
+  size_t command = 0;                           // the Dynamic command being run
+};
+
+// A replay whose Dynamic commands no longer match the captured graph (another kernel or other
+// pointers than at capture): the backend drops the graph and runs the replay launch by launch.
+struct GraphStale : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -122,6 +148,32 @@ class CudaKernels final : public Kernels {
     capturing_ = false;
   }
 
+  // Replay graphs (launch thread only). Between begin_dyn and end_dyn, each Dynamic command runs
+  // between begin_dynamic_command and end_dynamic_command, which says whether its kernel took
+  // its values from the table (false: that kernel does not support it; no graph then).
+  // values_only: the kernels store their values and launch nothing.
+  void begin_dyn(DynTable* table, bool values_only) {
+    dyn_table_ = table;
+    dyn_values_only_ = values_only;
+    table->values.clear();
+    table->command = 0;
+    if (!values_only) table->bases.clear();
+  }
+  void end_dyn() {
+    dyn_table_ = nullptr;
+    dyn_active_ = false;
+  }
+  void begin_dynamic_command() {
+    dyn_active_ = true;
+    dyn_served_ = false;
+  }
+  bool end_dynamic_command() {
+    dyn_active_ = false;
+    return dyn_served_;
+  }
+  // Copies `values` to `device` in stream order (before the graph that reads them).
+  void upload_dyn(const DynTable& table);
+
  private:
   // A device scratch of at least `floats` floats, reused in stream order by every linear that
   // converts its weight rows to f32 for cuBLAS; grown (never shrunk) on the launch thread.
@@ -130,6 +182,16 @@ class CudaKernels final : public Kernels {
   void capture_guard(const char* what) const {
     if (capturing_) throw CaptureUnsupported(what);
   }
+  // A kernel's per-replay values. Outside a Dynamic command of a replay graph: {nullptr, true}
+  // (launch with the arguments given). Inside one: stores `values`, then the byte offsets of
+  // `ptrs` from the captured pointers (0 at capture), and returns where the kernel reads them
+  // ({device address, true} at capture; {nullptr, false} for a values-only replay: return
+  // without launching).
+  struct DynArgs {
+    const int64_t* device;
+    bool launch;
+  };
+  DynArgs dyn_args(std::initializer_list<int64_t> values, std::initializer_list<const void*> ptrs);
 
   Blas* blas_ = nullptr;
   float* weight_scratch_ = nullptr;
@@ -137,6 +199,8 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream_;
   cudaStream_t saved_stream_ = nullptr;
   bool capturing_ = false;
+  DynTable* dyn_table_ = nullptr;
+  bool dyn_values_only_ = false, dyn_active_ = false, dyn_served_ = false;
   std::function<DeviceErrorSlot*()> error_slot_;
   float* attention_scratch_ = nullptr;
   size_t attention_scratch_floats_ = 0;

@@ -223,7 +223,12 @@ Heads heads_of(const View& v) {
 // Work items: q pairs (S * Hq * D/2), then k pairs (S * Hkv * D/2), then v elements (S * Hkv * D).
 __global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Heads k_dst,
                                      Heads v_dst, int64_t S, int64_t Hq, int64_t Hkv, int64_t D,
-                                     int64_t pos_offset, double base, bool neox) {
+                                     int64_t pos_offset, double base, bool neox, const int64_t* dyn) {
+  if (dyn != nullptr) {  // a replay graph's values: [position, k_dst offset, v_dst offset]
+    pos_offset = dyn[0];
+    k_dst.data = static_cast<char*>(k_dst.data) + dyn[1];
+    v_dst.data = static_cast<char*>(v_dst.data) + dyn[2];
+  }
   const int64_t half = D / 2;
   const int64_t q_items = S * Hq * half, k_items = S * Hkv * half, v_items = S * Hkv * D;
   const int64_t total = q_items + k_items + v_items;
@@ -447,9 +452,11 @@ void CudaKernels::rope_kv_write(const View& q, const View& k, const View& v, int
   if (D % 2 != 0) throw KernelError("rope_kv_write: head dim must be even, got " + std::to_string(D));
   const int64_t total = S * Hq * (D / 2) + S * Hkv * (D / 2) + S * Hkv * D;
   if (total == 0) return;
+  const DynArgs dyn = dyn_args({pos_offset}, {k_dst.data, v_dst.data});
+  if (!dyn.launch) return;
   rope_kv_write_kernel<<<grid_for(total, kElementThreads), kElementThreads, 0, stream_>>>(
       heads_of(q), heads_of(k), heads_of(v), heads_of(q_out), heads_of(k_dst), heads_of(v_dst), S,
-      Hq, Hkv, D, pos_offset, static_cast<double>(base), neox);
+      Hq, Hkv, D, pos_offset, static_cast<double>(base), neox, dyn.device);
   check_launch("rope_kv_write");
 }
 

@@ -60,7 +60,8 @@ __global__ void layer_norm_kernel(const void* x, DType x_dtype, const void* w, D
 
 __global__ void rope_kernel(const void* x, DType x_dtype, void* out, DType out_dtype,
                             int64_t outer, int64_t S, int64_t H, int64_t D, int64_t pos_offset,
-                            double base, bool neox) {
+                            double base, bool neox, const int64_t* dyn) {
+  if (dyn != nullptr) pos_offset = dyn[0];  // a replay graph's position
   const int64_t half = D / 2;
   const int64_t total = outer * S * H * half;
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
@@ -128,9 +129,11 @@ void CudaKernels::rope(const View& x, int64_t pos_offset, float base, bool neox,
   if (D % 2 != 0) throw KernelError("rope: head dim must be even, got " + std::to_string(D));
   const int64_t total = outer * S * H * (D / 2);
   if (total == 0) return;
+  const DynArgs dyn = dyn_args({pos_offset}, {});
+  if (!dyn.launch) return;
   rope_kernel<<<grid_for(total, kRopeThreads), kRopeThreads, 0, stream_>>>(
       x.data, x.dtype, out.data, out.dtype, outer, S, H, D, pos_offset, static_cast<double>(base),
-      neox);
+      neox, dyn.device);
   check_launch("rope");
 }
 

@@ -25,6 +25,7 @@
 
 #include "backends/cpu/half.h"
 #include "runtime/backend.h"
+#include "cuda_kernels.h"
 
 namespace {
 
@@ -697,31 +698,45 @@ void test_attention() {
   }
 }
 
-// Decode-like command buffers of 20 commands, submitted once per step with a new position, new
-// cache rows and a new step input: on CUDA the second and later of one size run as one CUDA graph
-// (captured, then updated with the new kernel arguments), so a stale argument in the graph shows
-// as a mismatch here. Then the same with a matmul (cuBLAS: not captured, launch by launch) and
-// with an id out of range (the device error slot inside a graph).
-std::string run_cmds(Backend& b, std::vector<Command> cmds) {
+// Replays of a decode-like compiled step, submitted with a ReplayPlan as Recording::replay does:
+// Outside copies of the step's inputs into fixed slots, a body of Static commands and Dynamic ones
+// (rope, rope_kv_write, attention over the first pos+1 cache rows) whose position, key count and
+// cache rows change at every step, and an Outside copy of the result. On CUDA the body runs as one
+// CUDA graph from the second replay on, its Dynamic kernels reading their values from the graph's
+// table: a stale value shows as a mismatch against the CPU backend. Variants: 0 plain (and a
+// sliding window: keys from pos-5 on, a moving start), 1 with a matmul (cuBLAS: no graph), 2 an id out
+// of range (the device error slot inside a graph: the error must come back at every replay, never
+// stick to a later one), 3 a Dynamic copy into the cache (a kernel without a value table: no graph).
+std::string run_cmds(Backend& b, std::vector<Command> cmds,
+                     std::shared_ptr<const ReplayPlan> plan = nullptr) {
   auto error = std::make_shared<std::string>();
-  b.submit(std::move(cmds), [error](const std::string& e) { *error = e; });
+  if (plan) {
+    b.submit_replay(std::move(cmds), std::move(plan), [error](const std::string& e) { *error = e; });
+  } else {
+    b.submit(std::move(cmds), [error](const std::string& e) { *error = e; });
+  }
   b.synchronize();
   return *error;
 }
 
 void test_graph_replay() {
-  const int64_t H = 4, Hkv = 2, Dh = 32, Smax = 24, d = H * Dh, V = d, steps = 8;  // ids < d
+  const int64_t H = 4, Hkv = 2, Dh = 32, Smax = 40, d = H * Dh, V = d, steps = 12;  // ids < d
   auto kc = contiguous(DType::F32, {Smax, Hkv, Dh});
   auto vc = contiguous(DType::F32, {Smax, Hkv, Dh});
   auto xin = contiguous(DType::F32, {steps, Hkv * Dh});
   auto qin = contiguous(DType::F32, {steps, H, Dh});
+  auto qslot = contiguous(DType::F32, {1, H, Dh});
+  auto xslot = contiguous(DType::F32, {1, Hkv, Dh});
+  auto vrow = contiguous(DType::F32, {1, Hkv, Dh});
   auto q = contiguous(DType::F32, {1, H, Dh});
+  auto q2 = contiguous(DType::F32, {1, H, Dh});
   auto att = contiguous(DType::F32, {1, H, Dh});
   auto acc = contiguous(DType::F32, {1, d});
   auto act = contiguous(DType::F32, {1, d});
   auto ids = contiguous(DType::I64, {1});
   auto table = contiguous(DType::F32, {V, 8});
   auto emb = contiguous(DType::F32, {1, 8});
+  auto embs = contiguous(DType::F32, {steps, 8});
   auto ma = contiguous(DType::F32, {1, 8, 8});
   auto mo = contiguous(DType::F32, {1, 8, 8});
   auto rowv = [](View v, int64_t row, std::vector<int64_t> shape) {
@@ -736,50 +751,78 @@ void test_graph_replay() {
     }
     return r;
   };
-  // variant 0: plain; 1: with a matmul; 2: gather of a fixed out-of-range id (an error).
-  auto step_cmds = [&](int side, int64_t t, int variant) {
+  using K = ReplayCommandKind;
+  // Each variant is its own recording (its own id and graph), as two compiled functions are.
+  auto step_cmds = [&](int side, int64_t t, int variant, bool window, std::vector<K>* kinds) {
     const int64_t pos = 4 + t;
+    const int64_t start = window && pos > 5 ? pos - 5 : 0;  // a sliding window's first key
     std::vector<Command> c;
-    View qv = q->view(side), attv = att->view(side), accv = acc->view(side), actv = act->view(side);
-    View k_all = kc->view(side), v_all = vc->view(side);
-    k_all.shape[0] = pos + 1;
-    v_all.shape[0] = pos + 1;
-    const View qsrc = rowv(qin->view(side), t, {1, 1, H, Dh}), q4 = rowv(qv, 0, {1, 1, H, Dh});
-    const View x = rowv(xin->view(side), t, {1, Hkv * Dh}), kslot = rowv(kc->view(side), pos, {1, Hkv * Dh});
-    const View kslot4 = rowv(kc->view(side), pos, {1, 1, Hkv, Dh});
-    const View vslot = rowv(vc->view(side), pos, {1, Hkv * Dh});
+    auto add = [&](K kind, Command cmd) {
+      kinds->push_back(kind);
+      c.push_back(std::move(cmd));
+    };
+    View qs = qslot->view(side), xs = xslot->view(side), vr = vrow->view(side);
+    View qv = q->view(side), q2v = q2->view(side), attv = att->view(side), accv = acc->view(side);
+    View actv = act->view(side);
+    View k_all = rowv(kc->view(side), start, {pos + 1 - start, Hkv, Dh});
+    View v_all = rowv(vc->view(side), start, {pos + 1 - start, Hkv, Dh});
+    View kdst = rowv(kc->view(side), pos, {1, Hkv, Dh}), vdst = rowv(vc->view(side), pos, {1, Hkv, Dh});
+    const View qsrc = rowv(qin->view(side), t, {1, H, Dh}), xsrc = rowv(xin->view(side), t, {1, Hkv, Dh});
     const View att_flat = rowv(attv, 0, {1, d});
     const View idv = ids->view(side), tab = table->view(side), embv = emb->view(side);
+    const View emb_out = rowv(embs->view(side), t, {1, 8});
     const View mav = ma->view(side), mov = mo->view(side);
-    c.push_back([=](Kernels& k) { k.rope(qsrc, pos, 10000.0f, false, q4); });
-    c.push_back([=](Kernels& k) { k.copy(x, kslot); });
-    c.push_back([=](Kernels& k) { k.rope(kslot4, pos, 10000.0f, false, kslot4); });
-    c.push_back([=](Kernels& k) { k.binary(BinaryOp::Mul, x, x, vslot); });
-    c.push_back([=](Kernels& k) { k.attention(qv, k_all, v_all, View{}, 0.17f, true, pos, attv); });
-    for (int i = 0; i < 11; ++i) {
-      c.push_back([=](Kernels& k) { k.binary(BinaryOp::Add, accv, att_flat, accv); });
-    }
-    c.push_back([=](Kernels& k) { k.unary(UnaryOp::Silu, accv, actv); });
-    if (variant == 1) {
-      c.push_back([=](Kernels& k) { k.matmul(mav, mav, mov); });
+    add(K::Outside, [=](Kernels& k) { k.copy(qsrc, qs); });
+    add(K::Outside, [=](Kernels& k) { k.copy(xsrc, xs); });
+    add(K::Static, [=](Kernels& k) { k.binary(BinaryOp::Mul, xs, xs, vr); });
+    if (variant == 3) {
+      add(K::Static, [=](Kernels& k) { k.copy(qs, qv); });
+      add(K::Dynamic, [=](Kernels& k) { k.copy(xs, kdst); });
+      add(K::Dynamic, [=](Kernels& k) { k.copy(vr, vdst); });
     } else {
-      c.push_back([=](Kernels& k) { k.binary_scalar(BinaryOp::Mul, actv, 0.5, false, actv); });
+      add(K::Dynamic, [=](Kernels& k) { k.rope_kv_write(qs, xs, vr, pos, 10000.0f, false, qv, kdst, vdst); });
+    }
+    const View q4 = rowv(qv, 0, {1, 1, H, Dh}), q24 = rowv(q2v, 0, {1, 1, H, Dh});
+    add(K::Dynamic, [=](Kernels& k) { k.rope(q4, pos, 500.0f, true, q24); });
+    add(K::Dynamic, [=](Kernels& k) {
+      k.attention(q2v, k_all, v_all, View{}, 0.17f, true, pos - start, attv);
+    });
+    for (int i = 0; i < 11; ++i) {
+      add(K::Static, [=](Kernels& k) { k.binary(BinaryOp::Add, accv, att_flat, accv); });
+    }
+    add(K::Static, [=](Kernels& k) { k.unary(UnaryOp::Silu, accv, actv); });
+    if (variant == 1) {
+      add(K::Static, [=](Kernels& k) { k.matmul(mav, mav, mov); });
+    } else {
+      add(K::Static, [=](Kernels& k) { k.binary_scalar(BinaryOp::Mul, actv, 0.5, false, actv); });
     }
     if (variant == 2) {
-      c.push_back([=](Kernels& k) { k.fill(idv, static_cast<double>(V + 3)); });
+      add(K::Static, [=](Kernels& k) { k.fill(idv, static_cast<double>(V + 3)); });
     } else {
-      c.push_back([=](Kernels& k) { k.reduce(ReduceOp::ArgMax, actv, 1, d, 1, idv); });
+      add(K::Static, [=](Kernels& k) { k.reduce(ReduceOp::ArgMax, actv, 1, d, 1, idv); });
     }
-    c.push_back([=](Kernels& k) { k.gather_rows(tab, idv, embv); });
+    add(K::Static, [=](Kernels& k) { k.gather_rows(tab, idv, embv); });
+    add(K::Outside, [=](Kernels& k) { k.copy(embv, emb_out); });
     return c;
   };
-  for (int variant : {0, 2, 1}) {  // the matmul last: it turns graphs off for this size
+  uint64_t recording_id = 1u << 30;  // ids no Recording of this process takes
+  for (int variant : {0, 2, 1, 3, 4}) {
+    const bool window = variant == 4;
+    const int kind = window ? 0 : variant;
+    const uint64_t graphs_before = cuda::graph_launches(*g_backends[1]);
+    std::shared_ptr<ReplayPlan> plan[2];
+    ++recording_id;
     for (int64_t t = 0; t < steps; ++t) {
       const std::string what = "graph replay variant " + std::to_string(variant) + " step " + std::to_string(t);
       std::string err[2];
-      for (int s = 0; s < 2; ++s) err[s] = run_cmds(*g_backends[s], step_cmds(s, t, variant));
+      for (int s = 0; s < 2; ++s) {
+        auto p = std::make_shared<ReplayPlan>();
+        p->recording_id = recording_id;
+        std::vector<Command> cmds = step_cmds(s, t, kind, window, &p->kinds);
+        err[s] = run_cmds(*g_backends[s], std::move(cmds), p);
+      }
       ++checks;
-      if (variant == 2) {
+      if (kind == 2) {
         if (err[0].empty() || err[1].empty()) {
           ++failures;
           std::printf("FAIL %s: expected an id error on both; cpu '%s' cuda '%s'\n", what.c_str(),
@@ -797,8 +840,22 @@ void test_graph_replay() {
       compare(what + " attention", *att, 1e-4, 1e-5);
       compare(what + " accumulator", *acc, 1e-4, 1e-4);
       compare(what + " ids", *ids, 0, 0);
-      compare(what + " gathered row", *emb, 0, 0);
-      if (variant == 1) compare(what + " matmul", *mo, 1e-4, 1e-4);
+      compare(what + " gathered rows", *embs, 0, 0);
+      if (kind == 1) compare(what + " matmul", *mo, 1e-4, 1e-4);
+    }
+    // Graphs: from the second replay on for the plain, windowed and error variants; none where a
+    // command cannot be in one (variant 3). (TL_CUDA_GRAPHS=0 turns them all off.)
+    const uint64_t graphs = cuda::graph_launches(*g_backends[1]) - graphs_before;
+    const char* env = std::getenv("TL_CUDA_GRAPHS");
+    const bool on = !(env && *env) || std::strcmp(env, "0") != 0;
+    const bool expect_graphs = on && (kind == 0 || kind == 2);
+    if (kind == 1) continue;  // a graph only without cuBLAS (TL_CUDA_BLAS=0 or no library found)
+    ++checks;
+    if (expect_graphs ? graphs != static_cast<uint64_t>(steps - 1) : graphs != 0) {
+      ++failures;
+      std::printf("FAIL graph replay variant %d: %llu of %lld replays as graphs, expected %s\n", variant,
+                  static_cast<unsigned long long>(graphs), static_cast<long long>(steps),
+                  expect_graphs ? "all but the first" : "none");
     }
   }
 }
@@ -1238,9 +1295,6 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--bench-kernels") == 0) bench_k = true;
     else rng.seed(std::strtoull(argv[i], nullptr, 10));
   }
-  // The checks run with CUDA graphs on (opt-in for users) unless TL_CUDA_GRAPHS is set: command
-  // buffers of 16 or more commands then go through the graph path (test_graph_replay).
-  if (!bench && !bench_k) setenv("TL_CUDA_GRAPHS", "1", 0);
   std::unique_ptr<Backend> gpu;
   try {
     gpu = make_cuda_backend();
