@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# CUDA graphs for compiled replays, before/after on one GPU machine in two device calls, the
+# "before" being the same build with TL_CUDA_GRAPHS=0 (launch by launch). Inputs beside this
+# script's tree root, as the device tool's carry delivers them: .carry/whl (lark, gguf, diskcache,
+# pytest and its dependencies for the device's Python), .carry/llama_sdist_stripped.tgz (for the
+# llama.cpp CUDA peer; see run_h100.sh). Models are generated on the device with the real ones'
+# shapes (tensorlogic.models.testing.write_tiny_llama): SmolLM2-135M (30 layers, d 576, 9/3 heads,
+# FFN 1536, Q4_1 with a Q8_0 embedding) and the 1B-shaped Llama of issue 24 (16 layers, d 2048,
+# 32/8 heads, FFN 8192, Q4_K); decode speed depends on the shapes and formats, not the values.
+#   bench/gpu/graphs_ab.sh a   builds (run_h100.sh prepare: llama.cpp in the background), writes the
+#                              models in the background, test_cuda_vs_cpu with graphs on and off,
+#                              the cross-backend and compiled-function tests on CUDA, and
+#                              bench/compiled_decode.py with graphs on and off
+#   bench/gpu/graphs_ab.sh b   bench/llm.py --gpu: TL (graphs on) and llama.cpp CUDA, TL graphs off,
+#                              for both models
+set -u
+ROOT=$(pwd)
+export WORK=${WORK:-/tmp/tl-h100}
+OUTDIR=${OUT:-/tmp/tl-ab}
+mkdir -p "$OUTDIR" "$WORK"
+export PYTHONUNBUFFERED=1
+export TL_CUBLAS_PATH=${TL_CUBLAS_PATH:-$(find / -xdev -name 'libcublas.so.1[23]' 2>/dev/null | head -1)}
+export PYTHONPATH="$WORK/pydeps:$WORK/src/python"
+SMOL=$WORK/smollm2_shaped_q4_1.gguf
+B1=$WORK/llama1b_q4k.gguf
+for f in llama_sdist_stripped.tgz whl; do [ -e ".carry/$f" ] && [ ! -e "$f" ] && ln -s ".carry/$f" "$f"; done
+T="$WORK/build/cpp/backends/cuda/test_cuda_vs_cpu"
+
+case "${1:-}" in
+a)
+  OUT="$WORK/logs" bash bench/gpu/run_h100.sh prepare
+  cat "$WORK/logs/summary.txt"
+  setsid nohup python3 -c "
+from tensorlogic.models.testing import write_tiny_llama
+import os
+write_tiny_llama('$SMOL.tmp', n_layers=30, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536,
+                 context_length=4096, rope_base=100000.0, weight_type='Q4_1', embedding_type='Q8_0', seed=3)
+os.rename('$SMOL.tmp', '$SMOL')
+write_tiny_llama('$B1.tmp', n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8, d_ff=8192,
+                 context_length=4096, weight_type='Q4_K')
+os.rename('$B1.tmp', '$B1')" > "$WORK/gen.log" 2>&1 < /dev/null &
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu (graphs on, the default)"; timeout 240 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -15
+  echo "== test_cuda_vs_cpu, TL_CUDA_GRAPHS=0"; TL_CUDA_GRAPHS=0 timeout 240 "$T" > "$OUTDIR/cuda_vs_cpu_nographs.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu_nographs.log" | tail -5
+  echo "== pytest on CUDA"
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py 2>&1 | tail -2
+  TL_BACKEND=cuda timeout 400 python3 -m pytest -q -p no:cacheprovider -x tests/interp/test_compiled_guards.py \
+    tests/runtime/test_cross_backend_model.py tests/models/test_architectures.py tests/runtime/test_fused_ops.py 2>&1 | tail -4
+  for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
+  for g in 1 0; do
+    echo "== compiled_decode, generated SmolLM2 shape, TL_CUDA_GRAPHS=$g"
+    TL_CUDA_GRAPHS=$g TL_CUDA_LAUNCH_STATS=1 timeout 200 python3 bench/compiled_decode.py --backend cuda --model "$SMOL" \
+      --prompt-tokens 128 --decode-tokens 256 --repeat 3 2>&1 | tail -6
+  done
+  ;;
+b)
+  cd "$WORK/src" || exit 1
+  for i in $(seq 100); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
+  for i in $(seq 60); do [ -s "$B1" ] && break; sleep 5; done
+  for m in "$SMOL" "$B1"; do
+    echo "== $(basename "$m"): TL (graphs on) and llama.cpp CUDA"
+    timeout 300 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_after.json" 2>&1 | tail -9
+    echo "== $(basename "$m"): TL with TL_CUDA_GRAPHS=0"
+    TL_CUDA_GRAPHS=0 timeout 150 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 \
+      --json "$OUTDIR/$(basename "$m" .gguf)_before.json" 2>&1 | tail -4
+  done
+  ;;
+*) echo "usage: $0 a|b" >&2; exit 2 ;;
+esac
