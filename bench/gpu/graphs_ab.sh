@@ -9,10 +9,12 @@
 # 32/8 heads, FFN 8192, Q4_K); decode speed depends on the shapes and formats, not the values.
 #   bench/gpu/graphs_ab.sh a   builds (run_h100.sh prepare: llama.cpp in the background), writes the
 #                              models in the background, test_cuda_vs_cpu with graphs on and off,
-#                              the cross-backend and compiled-function tests on CUDA, and
-#                              bench/compiled_decode.py with graphs on and off
-#   bench/gpu/graphs_ab.sh b   bench/llm.py --gpu: TL (graphs on) and llama.cpp CUDA, TL graphs off,
-#                              for both models
+#                              the cross-backend and compiled-function tests on CUDA, and the
+#                              graph counters of one generation
+#   bench/gpu/graphs_ab.sh b   waits for llama.cpp's build, bench/compiled_decode.py with graphs on
+#                              and off, bench/llm.py --gpu on the SmolLM2-shaped model: TL (graphs
+#                              on) and llama.cpp CUDA, then TL with TL_CUDA_GRAPHS=0
+#   bench/gpu/graphs_ab.sh c   the same bench/llm.py pair for the 1B-shaped model
 set -u
 ROOT=$(pwd)
 export WORK=${WORK:-/tmp/tl-h100}
@@ -25,6 +27,16 @@ SMOL=$WORK/smollm2_shaped_q4_1.gguf
 B1=$WORK/llama1b_q4k.gguf
 for f in llama_sdist_stripped.tgz whl; do [ -e ".carry/$f" ] && [ ! -e "$f" ] && ln -s ".carry/$f" "$f"; done
 T="$WORK/build/cpp/backends/cuda/test_cuda_vs_cpu"
+bench_model() {  # TL (graphs on) and llama.cpp CUDA in one run, then TL with TL_CUDA_GRAPHS=0
+  local m=$1 name
+  name=$(basename "$m" .gguf)
+  echo "== $name: TL (graphs on) and llama.cpp CUDA"
+  timeout 300 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+    --repeat 3 --json "$OUTDIR/${name}_after.json" 2>&1 | tail -9
+  echo "== $name: TL with TL_CUDA_GRAPHS=0"
+  TL_CUDA_GRAPHS=0 timeout 150 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 \
+    --json "$OUTDIR/${name}_before.json" 2>&1 | tail -4
+}
 
 case "${1:-}" in
 a)
@@ -44,28 +56,36 @@ os.rename('$B1.tmp', '$B1')" > "$WORK/gen.log" 2>&1 < /dev/null &
   echo "== test_cuda_vs_cpu, TL_CUDA_GRAPHS=0"; TL_CUDA_GRAPHS=0 timeout 240 "$T" > "$OUTDIR/cuda_vs_cpu_nographs.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu_nographs.log" | tail -5
   echo "== pytest on CUDA"
   timeout 300 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py 2>&1 | tail -2
-  TL_BACKEND=cuda timeout 400 python3 -m pytest -q -p no:cacheprovider -x tests/interp/test_compiled_guards.py \
-    tests/runtime/test_cross_backend_model.py tests/models/test_architectures.py tests/runtime/test_fused_ops.py 2>&1 | tail -4
+  # (test_compiled_guards' subprocess case needs the device's pydeps on its PYTHONPATH: deselected)
+  TL_BACKEND=cuda timeout 400 python3 -m pytest -q -p no:cacheprovider tests/interp/test_compiled_guards.py \
+    -k "not debug_environment" tests/runtime/test_cross_backend_model.py tests/models/test_architectures.py \
+    tests/runtime/test_fused_ops.py 2>&1 | tail -4
   for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
-  for g in 1 0; do
-    echo "== compiled_decode, generated SmolLM2 shape, TL_CUDA_GRAPHS=$g"
-    TL_CUDA_GRAPHS=$g TL_CUDA_LAUNCH_STATS=1 timeout 200 python3 bench/compiled_decode.py --backend cuda --model "$SMOL" \
-      --prompt-tokens 128 --decode-tokens 256 --repeat 3 2>&1 | tail -6
-  done
+  echo "== graphs used by a generation (TL_CUDA_LAUNCH_STATS=1, 40 tokens)"
+  TL_CUDA_LAUNCH_STATS=1 timeout 120 python3 -c "
+import gc, sys
+from tensorlogic import _core
+from tensorlogic.apps.llm_session import LlmSession
+with LlmSession('$SMOL', backend='cuda', context=256) as s:
+    s.generate(list(range(3, 43)), 40, stop_at_eog=False)
+gc.collect()
+_core.shutdown()" 2>&1 | grep "tl-cuda"
   ;;
 b)
   cd "$WORK/src" || exit 1
-  for i in $(seq 100); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  for i in $(seq 60); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
   echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
-  for i in $(seq 60); do [ -s "$B1" ] && break; sleep 5; done
-  for m in "$SMOL" "$B1"; do
-    echo "== $(basename "$m"): TL (graphs on) and llama.cpp CUDA"
-    timeout 300 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
-      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_after.json" 2>&1 | tail -9
-    echo "== $(basename "$m"): TL with TL_CUDA_GRAPHS=0"
-    TL_CUDA_GRAPHS=0 timeout 150 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 \
-      --json "$OUTDIR/$(basename "$m" .gguf)_before.json" 2>&1 | tail -4
+  for g in 1 0; do
+    echo "== compiled_decode, generated SmolLM2 shape, TL_CUDA_GRAPHS=$g"
+    TL_CUDA_GRAPHS=$g timeout 150 python3 bench/compiled_decode.py --backend cuda --model "$SMOL" \
+      --prompt-tokens 128 --decode-tokens 256 --repeat 3 2>&1 | tail -4
   done
+  bench_model "$SMOL"
   ;;
-*) echo "usage: $0 a|b" >&2; exit 2 ;;
+c)
+  cd "$WORK/src" || exit 1
+  for i in $(seq 60); do [ -s "$B1" ] && break; sleep 5; done
+  bench_model "$B1"
+  ;;
+*) echo "usage: $0 a|b|c" >&2; exit 2 ;;
 esac

@@ -109,9 +109,16 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       const int64_t last = q_pos_offset + i;  // keys j <= last are visible
       keys = last < 0 ? 0 : (last + 1 < Sk ? last + 1 : Sk);
     }
-    const int64_t splits = gridDim.y;
-    int64_t chunk = (Sk + splits - 1) / splits;
-    if (chunk < min_chunk) chunk = min_chunk;  // splits past the keys stay empty
+    int64_t splits = gridDim.y;
+    if (min_chunk > 1 && counters != nullptr) {
+      // A replay graph's launch has splits for the longest context: only as many as the keys
+      // fill with min_chunk each take part (the same count in every block, so the record layout,
+      // the counter and the merge agree), the rest leave at once.
+      const int64_t used = (Sk + min_chunk - 1) / min_chunk;
+      splits = used < 1 ? 1 : (used < splits ? used : splits);
+      if (blockIdx.y >= splits) return;
+    }
+    const int64_t chunk = (Sk + splits - 1) / splits;
     const int64_t j0 = blockIdx.y * chunk;
     const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
     float m = -INFINITY, l = 0.0f;
