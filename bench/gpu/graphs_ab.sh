@@ -11,9 +11,9 @@
 #                              models in the background, test_cuda_vs_cpu with graphs on and off,
 #                              the cross-backend and compiled-function tests on CUDA, and the
 #                              graph counters of one generation
-#   bench/gpu/graphs_ab.sh b   waits for llama.cpp's build, bench/compiled_decode.py with graphs on
-#                              and off, bench/llm.py --gpu on the SmolLM2-shaped model: TL (graphs
-#                              on) and llama.cpp CUDA, then TL with TL_CUDA_GRAPHS=0
+#   bench/gpu/graphs_ab.sh b   waits for llama.cpp's build, then bench/llm.py --gpu on the
+#                              SmolLM2-shaped model: TL (graphs on) and llama.cpp CUDA, then TL
+#                              with TL_CUDA_GRAPHS=0
 #   bench/gpu/graphs_ab.sh c   the same bench/llm.py pair for the 1B-shaped model
 set -u
 ROOT=$(pwd)
@@ -75,11 +75,6 @@ b)
   cd "$WORK/src" || exit 1
   for i in $(seq 60); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
   echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
-  for g in 1 0; do
-    echo "== compiled_decode, generated SmolLM2 shape, TL_CUDA_GRAPHS=$g"
-    TL_CUDA_GRAPHS=$g timeout 150 python3 bench/compiled_decode.py --backend cuda --model "$SMOL" \
-      --prompt-tokens 128 --decode-tokens 256 --repeat 3 2>&1 | tail -4
-  done
   bench_model "$SMOL"
   ;;
 c)

@@ -59,7 +59,7 @@ __global__ void set_dyn_values_kernel(int64_t* dst, DynChunk chunk, int n) {
 }  // namespace
 
 CudaKernels::DynArgs CudaKernels::dyn_args(std::initializer_list<int64_t> values,
-                                           std::initializer_list<const void*> ptrs) {
+                                           std::initializer_list<const void*> ptrs, int64_t key) {
   if (!dyn_active_ || dyn_table_ == nullptr) return {nullptr, true};
   DynTable& t = *dyn_table_;
   const size_t at = t.values.size();
@@ -69,9 +69,10 @@ CudaKernels::DynArgs CudaKernels::dyn_args(std::initializer_list<int64_t> values
   t.values.insert(t.values.end(), values.begin(), values.end());
   if (!dyn_values_only_) {
     t.bases.emplace_back(ptrs);
+    t.keys.push_back(key);
     t.values.insert(t.values.end(), ptrs.size(), 0);
   } else {
-    if (t.command >= t.bases.size() || t.bases[t.command].size() != ptrs.size()) {
+    if (t.command >= t.bases.size() || t.bases[t.command].size() != ptrs.size() || t.keys[t.command] != key) {
       throw GraphStale("the replay's dynamic commands differ from the captured graph's");
     }
     const std::vector<const void*>& base = t.bases[t.command];
@@ -331,6 +332,9 @@ class CudaBackend final : public Backend {
                    static_cast<unsigned long long>(graph_captures_),
                    static_cast<unsigned long long>(graph_abandoned_),
                    static_cast<unsigned long long>(graph_stale_));
+      if (!first_capture_failure_.empty()) {
+        std::fprintf(stderr, "tl-cuda: first capture abandoned: %s\n", first_capture_failure_.c_str());
+      }
     }
     {
       std::lock_guard<std::mutex> lock(launch_mutex_);
@@ -541,18 +545,24 @@ class CudaBackend final : public Backend {
       encode_stream_ = capture_stream_;
       slot_owner_ = &g.slot;  // a kernel's error slot belongs to the graph (reset inside it)
       graph_slot_reset_ = false;
+      size_t at = b;
       try {
-        for (size_t i = b; i < e; ++i) {
-          if (kinds[i] == ReplayCommandKind::Dynamic) {
+        for (; at < e; ++at) {
+          if (kinds[at] == ReplayCommandKind::Dynamic) {
             kernels_.begin_dynamic_command();
-            job.commands[i](kernels_);
+            job.commands[at](kernels_);
             if (!kernels_.end_dynamic_command()) throw CaptureUnsupported("a dynamic command without a value table");
           } else {
-            job.commands[i](kernels_);
+            job.commands[at](kernels_);
           }
         }
-      } catch (...) {
+      } catch (const std::exception& ex) {
         captured = false;  // CaptureUnsupported or a real error: the eager run decides which
+        note_capture_failure(std::string(ex.what()) + " (command " + std::to_string(at) + " of " +
+                             std::to_string(kinds.size()) + ")");
+      } catch (...) {
+        captured = false;
+        note_capture_failure("an unknown exception");
       }
       slot_owner_ = &encoding_slot_;
       encode_stream_ = stream_;
@@ -565,10 +575,20 @@ class CudaBackend final : public Backend {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(capture_stream_, &status) == cudaSuccess &&
         status != cudaStreamCaptureStatusNone) {
-      if (cudaStreamEndCapture(capture_stream_, &graph) != cudaSuccess) captured = false;
+      const cudaError_t st = cudaStreamEndCapture(capture_stream_, &graph);
+      if (st != cudaSuccess && captured) {
+        captured = false;
+        note_capture_failure(cuda_message("end of capture", st));
+      }
     }
-    bool ok = captured && graph != nullptr &&
-              cudaGraphInstantiate(&g.exec, graph, 0) == cudaSuccess;
+    bool ok = captured && graph != nullptr;
+    if (ok) {
+      const cudaError_t st = cudaGraphInstantiate(&g.exec, graph, 0);
+      if (st != cudaSuccess) {
+        ok = false;
+        note_capture_failure(cuda_message("graph instantiation", st));
+      }
+    }
     if (graph != nullptr) (void)cudaGraphDestroy(graph);
     if (!ok) {
       g.exec = nullptr;
@@ -578,6 +598,11 @@ class CudaBackend final : public Backend {
     g.n_values = g.table.values.size();
     ++graph_captures_;
     return true;
+  }
+
+  // The first reason a capture was abandoned, printed with TL_CUDA_LAUNCH_STATS=1.
+  void note_capture_failure(const std::string& why) {
+    if (first_capture_failure_.empty()) first_capture_failure_ = why;
   }
 
   // A replay with a plan: its Outside commands before the body launch one by one, the body runs as
@@ -739,6 +764,7 @@ class CudaBackend final : public Backend {
   int* slot_owner_ = &encoding_slot_;
   bool graph_slot_reset_ = false;  // the capture in progress resets the graph's slot already
   uint64_t graph_captures_ = 0, graph_abandoned_ = 0, graph_stale_ = 0;
+  std::string first_capture_failure_;
 
  public:
   std::atomic<uint64_t> graph_launches_{0};

@@ -52,6 +52,7 @@ struct DynTable {
   static constexpr size_t kMaxValues = 4096;
   std::vector<int64_t> values;                  // this replay's, uploaded before the graph runs
   std::vector<std::vector<const void*>> bases;  // per Dynamic command: its captured pointers
+  std::vector<int64_t> keys;                    // per Dynamic command: its captured launch choice
   int64_t* device = nullptr;                    // kMaxValues values, read by the graph's kernels
   size_t command = 0;                           // the Dynamic command being run
 };
@@ -157,7 +158,10 @@ class CudaKernels final : public Kernels {
     dyn_values_only_ = values_only;
     table->values.clear();
     table->command = 0;
-    if (!values_only) table->bases.clear();
+    if (!values_only) {
+      table->bases.clear();
+      table->keys.clear();
+    }
   }
   void end_dyn() {
     dyn_table_ = nullptr;
@@ -191,7 +195,10 @@ class CudaKernels final : public Kernels {
     const int64_t* device;
     bool launch;
   };
-  DynArgs dyn_args(std::initializer_list<int64_t> values, std::initializer_list<const void*> ptrs);
+  // `key` names a launch choice made from the values (a kernel variant): a replay whose key differs
+  // from the captured one is stale (GraphStale).
+  DynArgs dyn_args(std::initializer_list<int64_t> values, std::initializer_list<const void*> ptrs,
+                   int64_t key = 0);
 
   Blas* blas_ = nullptr;
   float* weight_scratch_ = nullptr;

@@ -4,6 +4,7 @@
 // f32; when no operand or result is floating the math is int64 (floor division and modulo, as
 // NumPy does).
 #include <cmath>
+#include <cstring>
 
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -115,7 +116,11 @@ __device__ __forceinline__ int64_t int_binary(BinaryOp op, int64_t a, int64_t b)
 template <bool kFloat>
 __global__ void binary_kernel(BinaryOp op, Operand a, Operand b, bool b_is_scalar, float bf,
                               int64_t bi, bool scalar_first, void* out, DType out_dtype,
-                              int64_t n) {
+                              int64_t n, const int64_t* dyn = nullptr) {
+  if (dyn != nullptr) {  // a replay graph's scalar: [f32 bits, integer]
+    bf = __int_as_float(static_cast<int>(dyn[0]));
+    bi = dyn[1];
+  }
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ia = offset_of(a, i);
@@ -211,8 +216,18 @@ __global__ void copy_kernel(Operand src, Operand dst, int64_t n) {
   }
 }
 
+int64_t float_bits(float f) {
+  int32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
 template <bool kFloat>
-__global__ void fill_kernel(Operand out, float vf, int64_t vi, int64_t n) {
+__global__ void fill_kernel(Operand out, float vf, int64_t vi, int64_t n, const int64_t* dyn) {
+  if (dyn != nullptr) {  // a replay graph's value: [f32 bits, integer]
+    vf = __int_as_float(static_cast<int>(dyn[0]));
+    vi = dyn[1];
+  }
   void* data = const_cast<void*>(out.data);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -296,14 +311,17 @@ void CudaKernels::binary_scalar(BinaryOp op, const View& a, double s, bool scala
   const bool fl = is_floating(a.dtype) || !integral_scalar || arithmetic_into_float(op, out.dtype);
   const unsigned grid = grid_for(n, kThreads);
   Operand none{};
+  const float sf = static_cast<float>(s);
+  const int64_t si = fl ? 0 : static_cast<int64_t>(s);
+  // In a replay graph the float or integer kernel stays the captured one (the key).
+  const DynArgs dyn = dyn_args({float_bits(sf), si}, {}, fl ? 1 : 0);
+  if (!dyn.launch) return;
   if (fl) {
-    binary_kernel<true><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), none, true,
-                                                         static_cast<float>(s), 0, scalar_first,
-                                                         out.data, out.dtype, n);
+    binary_kernel<true><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), none, true, sf, 0,
+                                                         scalar_first, out.data, out.dtype, n, dyn.device);
   } else {
-    binary_kernel<false><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), none, true, 0.0f,
-                                                          static_cast<int64_t>(s), scalar_first,
-                                                          out.data, out.dtype, n);
+    binary_kernel<false><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), none, true, 0.0f, si,
+                                                          scalar_first, out.data, out.dtype, n, dyn.device);
   }
   check_launch("binary_scalar");
 }
@@ -353,12 +371,14 @@ void CudaKernels::fill(const View& out, double value) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const unsigned grid = grid_for(n, kThreads);
+  const float vf = static_cast<float>(value);
+  const int64_t vi = is_floating(out.dtype) ? 0 : saturate_to_int(value, out.dtype);
+  const DynArgs dyn = dyn_args({float_bits(vf), vi}, {});
+  if (!dyn.launch) return;
   if (is_floating(out.dtype)) {
-    fill_kernel<true><<<grid, kThreads, 0, stream_>>>(operand_of(out), static_cast<float>(value),
-                                                       0, n);
+    fill_kernel<true><<<grid, kThreads, 0, stream_>>>(operand_of(out), vf, 0, n, dyn.device);
   } else {
-    const int64_t vi = saturate_to_int(value, out.dtype);
-    fill_kernel<false><<<grid, kThreads, 0, stream_>>>(operand_of(out), 0.0f, vi, n);
+    fill_kernel<false><<<grid, kThreads, 0, stream_>>>(operand_of(out), 0.0f, vi, n, dyn.device);
   }
   check_launch("fill");
 }
