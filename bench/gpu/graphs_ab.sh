@@ -54,12 +54,12 @@ os.rename('$B1.tmp', '$B1')" > "$WORK/gen.log" 2>&1 < /dev/null &
   cd "$WORK/src" || exit 1
   echo "== test_cuda_vs_cpu (graphs on, the default)"; timeout 240 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -15
   echo "== test_cuda_vs_cpu, TL_CUDA_GRAPHS=0"; TL_CUDA_GRAPHS=0 timeout 240 "$T" > "$OUTDIR/cuda_vs_cpu_nographs.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu_nographs.log" | tail -5
-  echo "== pytest on CUDA"
+  [ -n "${SKIP_PYTEST:-}" ] || { echo "== pytest on CUDA"
   timeout 300 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py 2>&1 | tail -2
   # (test_compiled_guards' subprocess case needs the device's pydeps on its PYTHONPATH: deselected)
   TL_BACKEND=cuda timeout 400 python3 -m pytest -q -p no:cacheprovider tests/interp/test_compiled_guards.py \
     -k "not debug_environment" tests/runtime/test_cross_backend_model.py tests/models/test_architectures.py \
-    tests/runtime/test_fused_ops.py 2>&1 | tail -4
+    tests/runtime/test_fused_ops.py 2>&1 | tail -4; }
   for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
   echo "== graphs used by a generation (TL_CUDA_LAUNCH_STATS=1, 40 tokens)"
   TL_CUDA_LAUNCH_STATS=1 timeout 120 python3 -c "
@@ -79,6 +79,8 @@ b)
   ;;
 c)
   cd "$WORK/src" || exit 1
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
   for i in $(seq 60); do [ -s "$B1" ] && break; sleep 5; done
   bench_model "$B1"
   ;;

@@ -735,7 +735,7 @@ void test_graph_replay() {
   auto act = contiguous(DType::F32, {1, d});
   auto ids = contiguous(DType::I64, {1});
   auto posi = contiguous(DType::I64, {1});
-  auto posf = contiguous(DType::F32, {1});
+  auto posf = contiguous(DType::I64, {1});  // integer out: an integral addend takes the integer kernel
   auto table = contiguous(DType::F32, {V, 8});
   auto emb = contiguous(DType::F32, {1, 8});
   auto ma = contiguous(DType::F32, {1, 8, 8});
