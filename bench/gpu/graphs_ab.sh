@@ -15,6 +15,7 @@
 #                              SmolLM2-shaped model: TL (graphs on) and llama.cpp CUDA, then TL
 #                              with TL_CUDA_GRAPHS=0
 #   bench/gpu/graphs_ab.sh c   the same bench/llm.py pair for the 1B-shaped model
+#   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
 export WORK=${WORK:-/tmp/tl-h100}
@@ -84,5 +85,18 @@ c)
   for i in $(seq 60); do [ -s "$B1" ] && break; sleep 5; done
   bench_model "$B1"
   ;;
-*) echo "usage: $0 a|b|c" >&2; exit 2 ;;
+d)
+  # TL alone with TF32 tensor cores for f32 products (TL_CUDA_TF32=1: quantized weights in
+  # prefill are dequantized to f32 slices, then multiplied as TF32), then the learning tests on CUDA
+  cd "$WORK/src" || exit 1
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 90); do [ -s "$m" ] && break; sleep 2; done
+    echo "== $(basename "$m" .gguf): TL with TL_CUDA_TF32=1"
+    TL_CUDA_TF32=1 timeout 150 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 \
+      --json "$OUTDIR/$(basename "$m" .gguf)_tf32.json" 2>&1 | tail -3
+  done
+  echo "== TL_BACKEND=cuda pytest tests/learning"
+  TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
+  ;;
+*) echo "usage: $0 a|b|c|d" >&2; exit 2 ;;
 esac
