@@ -260,8 +260,11 @@ struct CompletionState {
                   std::to_string(h->limit) + " experts";
         }
         if (error.empty() && h->code == kErrorScatterIdOutOfRange) {
-          error = "scatter_add_rows: id " + std::to_string(h->value) + " is out of range for [" +
-                  std::to_string(h->limit) + ", D] rows";
+          // the CPU backend's message, word for word
+          const std::string n = std::to_string(h->count), d = std::to_string(h->width);
+          error = "scatter_add_rows: id " + std::to_string(h->value) + " (position " +
+                  std::to_string(h->position) + " of ids [" + n + "]) is out of range for [" +
+                  std::to_string(h->limit) + ", " + d + "] rows (src [" + n + ", " + d + "])";
         }
         self->slots.release(slot);
       }

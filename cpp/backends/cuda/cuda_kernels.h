@@ -29,6 +29,7 @@ struct DeviceErrorSlot {
   int32_t unused;
   int64_t value;   // the offending id
   int64_t limit;   // the exclusive bound it broke
+  int64_t position, count, width;  // scatter_add_rows: its index among the ids, their count, D
 };
 
 constexpr int32_t kErrorIdOutOfRange = 1;         // gather_rows (embedding)

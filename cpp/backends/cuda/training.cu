@@ -24,6 +24,9 @@ __global__ void scatter_add_rows_kernel(const void* ids, DType ids_dtype, int64_
         if (c == 0 && slot != nullptr && atomicCAS(&slot->code, 0, kErrorScatterIdOutOfRange) == 0) {
           slot->value = id;
           slot->limit = V;
+          slot->position = i;  // the first bad id in order: only column 0 reports, walking i upwards
+          slot->count = n;
+          slot->width = D;
         }
         continue;
       }
