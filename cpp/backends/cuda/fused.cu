@@ -332,12 +332,13 @@ struct Matvec32Launcher {
     // more would only stage x again.
     // The occupancy query costs host time on every launch (about a microsecond, ~120 launches a
     // decode step) for a handful of distinct shared sizes: remember the answers, per launch thread.
-    struct Known { size_t shared; int per_sm; };
-    thread_local Known known[8];
+    // Keyed by kernel and shared size: kernels of one shared size differ in registers.
+    struct Known { const void* kernel; size_t shared; int per_sm; };
+    thread_local Known known[16];
     thread_local int n_known = 0;
     int per_sm = 0;
     for (int i = 0; i < n_known; ++i) {
-      if (known[i].shared == shared) per_sm = known[i].per_sm;
+      if (known[i].shared == shared && known[i].kernel == reinterpret_cast<const void*>(kernel)) per_sm = known[i].per_sm;
     }
     if (per_sm == 0) {
       if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMatvec32Threads, shared) !=
@@ -345,7 +346,7 @@ struct Matvec32Launcher {
         (void)cudaGetLastError();
         per_sm = 1;
       }
-      known[n_known < 8 ? n_known++ : 7] = Known{shared, per_sm};
+      known[n_known < 16 ? n_known++ : 15] = Known{reinterpret_cast<const void*>(kernel), shared, per_sm};
     }
     const int64_t cols = kMatvec32Threads / LPR * COLS;
     int64_t blocks = (N + cols - 1) / cols;
