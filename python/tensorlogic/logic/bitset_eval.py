@@ -9,11 +9,16 @@ H[x] |= B[y] for every pair (x, y) of `rest`: a whole row of B per pair instead 
 Semi-naive in rows: a round ORs, for each rule, B[y] into H[x] for the pairs of `rest` that are new
 (from the sparse evaluator, SparseStratum.evaluate_rule on the rule `pairs(X, Y) <- rest`, with the
 previous round's delta at one recursive position at a time) and for the known pairs whose row y of
-B gained bits in the previous round. All of a head's updates of a round are combined with one
-reduceat; the bits that were not set before are the next round's delta.
+B gained bits in the previous round; the bits that were not set before are the next round's delta.
+The row updates run in the native module's bitset_or_rows when it is built (cpp/backends/cpu/
+bitset_rows.h: in place, pair after pair, so a row updated earlier in the round is read with its new
+bits: the same fixpoint in fewer rounds), else in NumPy (_apply: all of a head's updates of a round
+gathered first, combined with one reduceat). Either way a bit set in round k is in delta k, so every
+pair whose source row gained it is applied again in round k + 1: nothing is missed.
 The updates with one head and one source share their pairs (they mean the same row update), and
 the two-atom rests S(.., J, ..), R(J, V) over one R share one merge join on R's first column.
-Invariants: a pair is stored once per (head, source) (a KeySet); a bit enters a delta only once,
+Invariants: a pair is stored once per (head, source) (a KeySet, or with the native module a bit
+matrix of the pair space when that is at most PAIR_BITS_LIMIT bits); a bit enters a delta only once,
 so the stratum ends after finitely many rounds; the tables written back hold exactly the tuples the
 sparse evaluator derives (sorted unique keys), so either path may run a stratum.
 """
@@ -25,8 +30,14 @@ from .compiled import CompiledAtom, CompiledRule
 from .relation_table import KeySet, RelationTable, key_space, sorted_unique
 from .sparse_eval import SparseStratum
 
+try:  # (host functions on NumPy arrays: importing them selects no device and starts no queue)
+    from .._core import bitset_or_rows as _native_or_rows, bitset_set_keys as _native_set_keys
+except ImportError:  # (the package without its native module: the NumPy path)
+    _native_or_rows = _native_set_keys = None
+
 ROW_BITS_LIMIT = 1 << 13  # a head's second domain at most this large (a row ORs at most 128 words)
 MATRIX_BYTES_LIMIT = 1 << 26  # each relation's bit matrix at most this many bytes
+PAIR_BITS_LIMIT = 1 << 26  # a pair set as a bit matrix: at most 8 MiB (only touched pages are memory)
 _EMPTY = np.zeros(0, np.int64)
 
 
@@ -53,8 +64,8 @@ class _Group:
     """The updates with one head and one source: their pairs mean the same (H[x] |= B[y]), so they
     share one store, and their chain rests over one recursive relation share one merge join."""
 
-    __slots__ = ("head", "source", "size_y", "updates", "others", "chains", "stored", "pairs_x",
-                 "pairs_y")
+    __slots__ = ("head", "source", "size_y", "updates", "others", "chains", "stored", "pair_bits",
+                 "pairs_x", "pairs_y")
 
     def __init__(self, head: str, source: str, updates: list):
         self.head, self.source = head, source
@@ -67,6 +78,9 @@ class _Group:
             if update.chain is not None:
                 self.chains.setdefault(update.chain[1].relation, []).append(update.chain)
         self.stored = KeySet(key_space(sizes))
+        # (the native test-and-set of a bit per pair replaces the KeySet's sort, search and merge)
+        self.pair_bits = (np.zeros((1, (key_space(sizes) + 63) >> 6), "<u8")
+                          if _native_set_keys is not None and key_space(sizes) <= PAIR_BITS_LIMIT else None)
         self.pairs_x = np.zeros(0, np.int64)
         self.pairs_y = np.zeros(0, np.int64)
 
@@ -180,9 +194,8 @@ class BitsetStratum:
             keys = _copied_keys(rule, current) if _is_copy(rule) else self.sparse.evaluate_rule(
                 rule, [current[a.relation] for a in rule.body], None).keys
             known = len(facts[name]) or runs[name]
-            fresh = keys[~_contains(matrices[name], keys, facts[name].sizes[1])] if known else keys
+            fresh = _set_new(matrices[name], keys, facts[name].sizes[1], known)
             if len(fresh):
-                _set_bits(matrices[name], fresh, facts[name].sizes[1])
                 runs[name].append(fresh)
         delta = {}
         for name in heads:
@@ -194,6 +207,7 @@ class BitsetStratum:
         for name, matrix in matrices.items():
             filled[name] = np.zeros(len(matrix), bool)
             filled[name][current[name].keys // current[name].sizes[1]] = True
+        apply_updates = _apply if _native_or_rows is None else _apply_native
         self.iterations = 1
         while True:
             gathered: dict[str, list] = {name: [] for name in heads}
@@ -213,10 +227,9 @@ class BitsetStratum:
                     if group.source in self.stratum:
                         group.pairs_x = np.concatenate([group.pairs_x, new_x])
                         group.pairs_y = np.concatenate([group.pairs_y, new_y])
-            # (_apply gathers every source row before changing any: rounds are Jacobi steps)
             delta = {}
             for name in heads:
-                fresh = _apply(matrices[name], gathered[name], facts[name].sizes[1])
+                fresh = apply_updates(matrices[name], gathered[name], facts[name].sizes[1])
                 if len(fresh):
                     runs[name].append(fresh)
                     filled[name][fresh // facts[name].sizes[1]] = True
@@ -257,8 +270,11 @@ class BitsetStratum:
         if not parts:
             return _EMPTY, _EMPTY
         keys = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        keys = sorted_unique(keys[~group.stored.contains(keys)])  # (known pairs dropped before sorting)
-        group.stored.add(keys)
+        if group.pair_bits is not None:
+            keys = _native_set_keys(group.pair_bits, keys, group.pair_bits.shape[1] * 64)
+        else:
+            keys = sorted_unique(keys[~group.stored.contains(keys)])  # (known pairs dropped before sorting)
+            group.stored.add(keys)
         return keys // group.size_y, keys % group.size_y
 
     def _chain_pairs(self, group: _Group, r_name: str, chains: list, current: dict,
@@ -321,8 +337,21 @@ def _copied_keys(rule: CompiledRule, current: dict) -> np.ndarray:
 def _matrix(table: RelationTable) -> np.ndarray:
     rows, columns = table.sizes
     matrix = np.zeros((rows, (columns + 63) >> 6), "<u8")
-    _set_bits(matrix, table.keys, columns)
+    if _native_set_keys is not None:
+        _native_set_keys(matrix, table.keys, columns)
+    else:
+        _set_bits(matrix, table.keys, columns)
     return matrix
+
+
+def _set_new(matrix: np.ndarray, keys: np.ndarray, columns: int, known: bool) -> np.ndarray:
+    """Set the bits of sorted unique keys; return those that were clear (`known`: whether any bit
+    may be set already, else all are new)."""
+    if _native_set_keys is not None:
+        return _native_set_keys(matrix, keys, columns)
+    fresh = keys[~_contains(matrix, keys, columns)] if known else keys
+    _set_bits(matrix, fresh, columns)
+    return fresh
 
 
 def _set_bits(matrix: np.ndarray, keys: np.ndarray, columns: int) -> None:
@@ -345,6 +374,15 @@ def _contains(matrix: np.ndarray, keys: np.ndarray, columns: int) -> np.ndarray:
     words = matrix.reshape(-1)[rows * matrix.shape[1] + (cols >> 6)]
     return (np.right_shift(words, (cols & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
 
+
+
+def _apply_native(matrix: np.ndarray, updates: list, columns: int) -> np.ndarray:
+    """_apply through the native bitset_or_rows, one call per source (in place, in order: see the
+    module docstring). The calls' new bits are disjoint (a bit set by one is not new to the next)."""
+    if not updates:
+        return _EMPTY
+    parts = [_native_or_rows(matrix, source, x, y, columns) for x, source, y in updates]
+    return parts[0] if len(parts) == 1 else _merge(parts[0], parts[1:])
 
 
 def _apply(matrix: np.ndarray, updates: list, columns: int) -> np.ndarray:
