@@ -183,6 +183,7 @@ class BitsetStratum:
         self.sparse = SparseStratum([], stratum, tables, False, 0.0, 1)
         self._s_index: dict = {}  # (id(group), R) -> the chains' S columns, merged and sorted by J
         self.native = NATIVE  # (read once: a run uses one path throughout)
+        self.backend = "numpy" if NATIVE is None else "core"  # (StratumStats.backend)
 
     def run(self) -> None:
         tables = self.tables

@@ -366,7 +366,7 @@ class LogicEngine:
         except MemoryError:
             raise LogicError(f"out of memory evaluating {', '.join(sorted(stratum))} "
                              f"({'dense' if dense else 'sparse'} path)", rules[0].source.pos) from None
-        backend = runner.ops.name if dense else "numpy"
+        backend = runner.ops.name if dense else getattr(runner, "backend", "numpy")
         mode = "dense" if dense else ("bitset" if plan is not None else "sparse")
         return StratumStats(tuple(component), mode, backend, soft,
                             runner.iterations, time.perf_counter() - started)
