@@ -20,8 +20,9 @@ applied again in round k + 1: nothing is missed. At these sizes (hundreds of row
 cost is its count of calls and of fresh memory pages, not its arithmetic: hence the native path.
 The updates with one head and one source share their pairs (they mean the same row update), and
 the two-atom rests S(.., J, ..), R(J, V) over one R share one merge join on R's first column.
-Invariants: a pair is stored once per (head, source); a bit enters a delta only once, so the stratum ends after finitely many rounds; the tables written back hold exactly the tuples the
-sparse evaluator derives (sorted unique keys), so either path may run a stratum.
+Invariants: a pair is stored once per (head, source); a bit enters a delta only once, so the
+stratum ends after finitely many rounds; the tables written back hold exactly the tuples the sparse
+evaluator derives (sorted unique keys), so either path may run a stratum.
 """
 from __future__ import annotations
 
