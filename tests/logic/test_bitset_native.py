@@ -1,7 +1,8 @@
 """The bitset evaluator's two paths (bitset_eval.py): the native set operations of tensorlogic._core
 (bitset_or_pairs, chain_pairs, merge_new_keys, bitset_set_keys; cpp/backends/cpu/logic_sets.h)
 against NumPy/plain-Python references, and whole Andersen points-to runs on random inputs, through
-the native path and through the NumPy path, against the plain-Python reference evaluator: empty
+the native path (LogicEngine(set_ops=_core), as TL programs run it) and through the NumPy path (no
+set_ops), against the plain-Python reference evaluator: empty
 rounds (no loads or stores, no addresses), self-loops, saturation (every variable points to every
 object), a relation of one variable."""
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 
 from logic_support import build, reference
 
-from tensorlogic.logic import bitset_eval, parse_atom
+from tensorlogic.logic import parse_atom
 from tensorlogic.logic.rule_types import DEFAULT_ENTITY_TYPE
 
 core = pytest.importorskip("tensorlogic._core")
@@ -136,9 +137,7 @@ CASES = {  # n, copies, loads, stores, addresses, self-loops
 
 
 @pytest.fixture(params=["native", "numpy"])
-def path(request, monkeypatch):
-    if request.param == "numpy":
-        monkeypatch.setattr(bitset_eval, "NATIVE", None)
+def path(request):
     return request.param
 
 
@@ -148,7 +147,7 @@ def test_andersen_on_both_paths_equals_the_reference(path, case, seed):
     facts = _andersen_facts(np.random.default_rng(seed), *CASES[case])
     rules = list(ANDERSEN)
     declared = {"Addr", "Copy", "Load", "Store"} - set(facts)
-    engine = build("sparse", facts, rules)
+    engine = build("sparse", facts, rules, set_ops=core if path == "native" else None)
     for name in sorted(declared):  # (a relation with no facts is declared, not left unknown)
         engine.declare_relation(name, [DEFAULT_ENTITY_TYPE] * 2)
     expected = reference(facts, rules).get("Pt", set())
@@ -158,3 +157,26 @@ def test_andersen_on_both_paths_equals_the_reference(path, case, seed):
     if case == "saturating" and expected:
         pointing = {p for p, _ in expected}
         assert len(expected) > 0.5 * len(pointing) * len({o for _, o in expected})
+
+
+def test_tl_programs_run_the_bitset_strata_natively(monkeypatch):
+    from tensorlogic import run
+    from tensorlogic.logic import bitset_eval
+
+    backends = []
+    original = bitset_eval.BitsetStratum.run
+
+    def recording_run(self):
+        backends.append(self.backend)
+        return original(self)
+    monkeypatch.setattr(bitset_eval.BitsetStratum, "run", recording_run)
+    rows = _andersen_facts(np.random.default_rng(3), 300, 90, 22, 22, 300, True)  # (300 values: sparse)
+    facts = {name: [(f"v{p}", f"v{q}") for p, q in pairs] for name, pairs in rows.items()}
+    lines = [f"{name}({p}, {q})" for name, rows in facts.items() for p, q in rows]
+    program = "\n".join(
+        [f"relation {name}(p: var, q: var)" for name in facts] + ["relation Pt(p: var, q: var)"]
+        + ANDERSEN + ["main {", *lines, "let r = Pt(X, Y)?", "print(len(r))", "}"])
+    result = run(program)
+    assert result.error is None, result.error
+    assert result.output == f"{len(reference(facts, ANDERSEN)['Pt'])}\n"
+    assert backends == ["core"]

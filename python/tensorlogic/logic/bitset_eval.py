@@ -10,10 +10,10 @@ Semi-naive in rows: a round ORs, for each rule, B[y] into H[x] for the pairs of 
 (from the sparse evaluator, SparseStratum.evaluate_rule on the rule `pairs(X, Y) <- rest`, with the
 previous round's delta at one recursive position at a time) and for the known pairs whose row y of
 B gained bits in the previous round; the bits that were not set before are the next round's delta.
-Two implementations of the same rounds: with the native module (tensorlogic._core, its set
-operations in cpp/backends/cpu/logic_sets.h) the chain joins, the pair store (one sorted key array
+Two implementations of the same rounds: with the native set operations the engine is handed
+(LogicEngine(set_ops=...): tensorlogic._core's, cpp/backends/cpu/logic_sets.h) the chain joins, the pair store (one sorted key array
 per group) and the row updates are one native call each: in place, pair after pair, so a row updated
-earlier in a round is read with its new bits (the same fixpoint in fewer rounds); without it, NumPy
+earlier in a round is read with its new bits (the same fixpoint in fewer rounds); without them, NumPy
 (_apply: all of a head's updates of a round gathered first, combined with one reduceat; the pairs in
 a KeySet). Either way a bit set in round k is in delta k, so every pair whose source row gained it is
 applied again in round k + 1: nothing is missed. At these sizes (hundreds of rows a round) a round's
@@ -32,18 +32,21 @@ from .compiled import CompiledAtom, CompiledRule
 from .relation_table import KeySet, RelationTable, key_space, sorted_unique
 from .sparse_eval import SparseStratum
 
-try:  # (host functions on NumPy arrays: importing them selects no device and starts no queue)
-    from .. import _core as NATIVE
-except ImportError:  # (the package without its native module: the NumPy path)
-    NATIVE = None
-if not hasattr(NATIVE, "bitset_or_pairs"):  # (a native module built before these functions)
-    NATIVE = None
-
 ROW_BITS_LIMIT = 1 << 13  # a head's second domain at most this large (a row ORs at most 128 words)
 MATRIX_BYTES_LIMIT = 1 << 26  # each relation's bit matrix at most this many bytes
 _EMPTY = np.zeros(0, np.int64)
-if NATIVE is not None:  # (the first native call on NumPy arrays looks NumPy's C API up, about 0.3 ms
-    NATIVE.merge_new_keys(_EMPTY, _EMPTY)  # once a process: taken with the imports, not an evaluation)
+SET_OPS = ("bitset_or_pairs", "bitset_set_keys", "chain_pairs", "merge_new_keys")
+
+
+def usable_set_ops(ops):
+    """`ops` when it has every native set operation this evaluator calls (SET_OPS), else None (the
+    NumPy path: no ops given, or a native module built before them). One call on empty arrays checks
+    it: a first native call on NumPy arrays also looks NumPy's C API up (about 0.3 ms, once a
+    process), paid here, where the engine is made, not in its first evaluation."""
+    if ops is None or not all(hasattr(ops, name) for name in SET_OPS):
+        return None
+    ops.merge_new_keys(_EMPTY, _EMPTY)
+    return ops
 
 
 class _Update:
@@ -174,17 +177,18 @@ def _row_source(rule: CompiledRule, stratum: set) -> int | None:
 
 
 class BitsetStratum:
-    """Evaluates the rules of one stratum over `tables` (updated in place); plan from plan_updates."""
+    """Evaluates the rules of one stratum over `tables` (updated in place); plan from plan_updates;
+    `native`: the set operations (usable_set_ops), or None for NumPy."""
 
-    def __init__(self, rules: list[CompiledRule], stratum: set, tables: dict, plan):
+    def __init__(self, rules: list[CompiledRule], stratum: set, tables: dict, plan, native=None):
         self.stratum = stratum
         self.tables = tables
         self.base, self.groups = plan
         self.iterations = 0
         self.sparse = SparseStratum([], stratum, tables, False, 0.0, 1)
         self._s_index: dict = {}  # (id(group), R) -> the chains' S columns, merged and sorted by J
-        self.native = NATIVE  # (read once: a run uses one path throughout)
-        self.backend = "numpy" if NATIVE is None else "core"  # (StratumStats.backend)
+        self.native = native
+        self.backend = "numpy" if native is None else "core"  # (StratumStats.backend)
 
     def run(self) -> None:
         tables = self.tables

@@ -2,8 +2,7 @@
 
 Invariant: both classes compute the same float32 results for the same inputs (the tests check the
 core one against the NumPy one); everything above this file is backend-agnostic and only calls these
-methods. `CoreOps` is handed the runtime module; the dense path never imports it (bitset_eval.py
-imports the module's host set operations on NumPy arrays when it is built: no device involved).
+methods. `CoreOps` is handed the runtime module; this package never imports it.
 """
 from __future__ import annotations
 
