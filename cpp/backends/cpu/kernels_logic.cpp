@@ -1,7 +1,8 @@
-// The logic engine's set operations and joins (logic_sets.h). The work is small and per round (hundreds of rows
-// of tens of words in a points-to analysis), so everything runs on the calling thread: handing it to
-// the thread pool would cost more. No function takes a copy of a whole matrix (fresh memory to fault
-// in costs more than the work at these sizes): new bits are recorded as they are set.
+// The logic engine's set operations and joins (logic_sets.h). The work is small and per round
+// (hundreds of rows of tens of words in a points-to analysis), so everything runs on the calling
+// thread: handing it to the thread pool would cost more. No function takes a copy of a whole matrix
+// (fresh memory to fault in costs more than the work at these sizes): new bits are recorded as they
+// are set.
 #include <algorithm>
 #include <iterator>
 #include <string>

@@ -11,13 +11,14 @@ Semi-naive in rows: a round ORs, for each rule, B[y] into H[x] for the pairs of 
 previous round's delta at one recursive position at a time) and for the known pairs whose row y of
 B gained bits in the previous round; the bits that were not set before are the next round's delta.
 Two implementations of the same rounds: with the native set operations the engine is handed
-(LogicEngine(set_ops=...): tensorlogic._core's, cpp/backends/cpu/logic_sets.h) the chain joins, the pair store (one sorted key array
-per group) and the row updates are one native call each: in place, pair after pair, so a row updated
-earlier in a round is read with its new bits (the same fixpoint in fewer rounds); without them, NumPy
-(_apply: all of a head's updates of a round gathered first, combined with one reduceat; the pairs in
-a KeySet). Either way a bit set in round k is in delta k, so every pair whose source row gained it is
-applied again in round k + 1: nothing is missed. At these sizes (hundreds of rows a round) a round's
-cost is its count of calls and of fresh memory pages, not its arithmetic: hence the native path.
+(LogicEngine(set_ops=...): tensorlogic._core's, cpp/backends/cpu/logic_sets.h) the chain joins, the
+pair store (one sorted key array per group) and the row updates are one native call each: in place,
+pair after pair, so a row updated earlier in a round is read with its new bits (the same fixpoint in
+fewer rounds); without them, NumPy (_apply: all of a head's updates of a round gathered first,
+combined with one reduceat; the pairs in a KeySet). Either way a bit set in round k is in delta k,
+so every pair whose source row gained it is applied again in round k + 1: nothing is missed. At
+these sizes (hundreds of rows a round) a round's cost is its count of calls and of fresh memory
+pages, not its arithmetic: hence the native path.
 The updates with one head and one source share their pairs (they mean the same row update), and
 the two-atom rests S(.., J, ..), R(J, V) over one R share one merge join on R's first column.
 Invariants: a pair is stored once per (head, source); a bit enters a delta only once, so the
