@@ -120,8 +120,12 @@ def run_tl(name: str, data_dir: str, mode: str) -> dict:
     sys.path.insert(0, os.path.join(REPO, "python"))
     import numpy as np
     from tensorlogic.logic import LogicEngine, parse_atom, parse_rule
+    try:  # (the native set operations TL programs hand the engine: builtins/logic.py host_set_ops)
+        from tensorlogic import _core as set_ops
+    except ImportError:
+        set_ops = None
     kind, args, rules, _, heads, _ = WORKLOADS[name]
-    engine = LogicEngine(demand=(mode == "query"))
+    engine = LogicEngine(demand=(mode == "query"), set_ops=set_ops)
     files = sorted(f for f in os.listdir(data_dir) if f.endswith(".npy"))
     base_rss = rss_mib()
     started = time.perf_counter()

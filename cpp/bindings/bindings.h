@@ -1,7 +1,8 @@
 #pragma once
 // Shared helpers of the pybind11 bindings (module tensorlogic._core, docs/core-api.md), split by
 // topic like the API: tensor.cpp (the Tensor class), ops.cpp (module functions), memory.cpp
-// (device, debug and memory ledger), module.cpp (exceptions and the module itself).
+// (device, debug and memory ledger), module.cpp (exceptions and the module itself), logic.cpp (host
+// functions of the logic engine on NumPy arrays).
 // Rule: every call that can wait on the device releases the GIL first.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -37,5 +38,6 @@ void bind_tensor(py::module_& m);
 void bind_ops(py::module_& m);
 void bind_memory(py::module_& m);
 void bind_recording(py::module_& m);
+void bind_logic(py::module_& m);  // logic.cpp: host functions of the logic engine
 
 }  // namespace tl::py_bind

@@ -67,6 +67,7 @@ PYBIND11_MODULE(_core, m) {
   bind_ops(m);
   bind_memory(m);
   bind_recording(m);
+  bind_logic(m);
 
   // Drain the queue and free device memory at interpreter exit (R6), before static destructors.
   py::module_::import("atexit").attr("register")(m.attr("shutdown"));

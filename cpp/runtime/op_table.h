@@ -134,6 +134,10 @@ constexpr unsigned kOpNone = 0;
   X("kernel_ops", Info, 0, kOpNone)                                                               \
   X("op_table", Info, 0, kOpNone)                                                                 \
   X("dtypes", Info, 0, kOpNone)                                                                   \
+  X("bitset_or_pairs", Host, 0, kOpInPlace)                                                       \
+  X("bitset_set_keys", Host, 0, kOpInPlace)                                                       \
+  X("chain_pairs", Host, 0, kOpNone)                                                              \
+  X("merge_new_keys", Host, 0, kOpNone)                                                           \
   X("init", Runtime, 0, kOpHostEffect)                                                            \
   X("backend_name", Runtime, 0, kOpHostEffect)                                                    \
   X("threads", Runtime, 0, kOpHostEffect)                                                         \
@@ -154,9 +158,11 @@ constexpr unsigned kOpNone = 0;
   X("recording_active", Runtime, 0, kOpHostEffect)                                                \
   X("abandon_recording", Runtime, 0, kOpHostEffect)
 
-// What an op is, for the table's readers (`kind` in `_core.op_table()`).
+// What an op is, for the table's readers (`kind` in `_core.op_table()`). Host: a function on NumPy
+// arrays outside the runtime (no device, no queue, no Tensor; the logic engine's set operations,
+// cpp/backends/cpu/logic_sets.h): no tensor inputs, and no effect on the runtime's state.
 enum class OpKind : uint8_t {
-  Creation, Binary, Unary, Reduce, Elementwise, Linalg, Nn, Fused, Shape, Training, Info, Runtime,
+  Creation, Binary, Unary, Reduce, Elementwise, Linalg, Nn, Fused, Shape, Training, Info, Runtime, Host,
 };
 
 inline const char* op_kind_name(OpKind k) {
@@ -173,6 +179,7 @@ inline const char* op_kind_name(OpKind k) {
     case OpKind::Training: return "training";
     case OpKind::Info: return "info";
     case OpKind::Runtime: return "runtime";
+    case OpKind::Host: return "host";
   }
   return "op";
 }

@@ -13,7 +13,7 @@ from tensorlogic import _core
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"creation", "binary", "unary", "reduce", "elementwise", "linalg", "nn", "fused", "shape", "training",
-         "info", "runtime"}
+         "info", "runtime", "host"}
 TABLE = _core.op_table()
 BY_NAME = {row["name"]: row for row in TABLE}
 

@@ -3,7 +3,8 @@ engine's device ops.
 
 Builtins that need the program's relations take the interpreter's call context, which carries the
 run's LogicEngine as `ctx.logic_engine`. The logic package itself computes with NumPy or with the
-ops object it is given; `device_ops()` here is the one that runs on `_core`.
+ops object it is given; `device_ops()` here is the one that runs on `_core`, and `host_set_ops()`
+the native set operations its bitset evaluator calls on NumPy arrays.
 """
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ from .registry import builtin
 def device_ops() -> CoreOps:
     """The logic engine's dense ops on the current device (what TL programs use)."""
     return CoreOps(core)
+
+
+def host_set_ops():
+    """The logic engine's native set operations (`_core.bitset_or_pairs`, ...; no device involved)."""
+    return core
 
 
 def _temperature(value) -> float:

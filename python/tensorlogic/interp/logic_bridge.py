@@ -15,7 +15,7 @@ from typing import Callable
 from .. import logic
 from ..builtins import registry
 from ..builtins.convert import Tensor, is_program_error, type_name
-from ..builtins.logic import device_ops
+from ..builtins.logic import device_ops, host_set_ops
 from ..lang import ast
 from ..lang.errors import SourceSpan, TLError, TLRuntimeError
 from ..logic.tensor_equation import evaluate_tensor_equation
@@ -306,7 +306,7 @@ class ProgramLogic:
 
     def _engine(self, span: SourceSpan | None):
         if self._logic is None:
-            engine = logic.LogicEngine(dense_evaluator=device_ops())
+            engine = logic.LogicEngine(dense_evaluator=device_ops(), set_ops=host_set_ops())
             for declare in self._logic_decls:
                 try:
                     declare(engine)

@@ -9,13 +9,21 @@ H[x] |= B[y] for every pair (x, y) of `rest`: a whole row of B per pair instead 
 Semi-naive in rows: a round ORs, for each rule, B[y] into H[x] for the pairs of `rest` that are new
 (from the sparse evaluator, SparseStratum.evaluate_rule on the rule `pairs(X, Y) <- rest`, with the
 previous round's delta at one recursive position at a time) and for the known pairs whose row y of
-B gained bits in the previous round. All of a head's updates of a round are combined with one
-reduceat; the bits that were not set before are the next round's delta.
+B gained bits in the previous round; the bits that were not set before are the next round's delta.
+Two implementations of the same rounds: with the native set operations the engine is handed
+(LogicEngine(set_ops=...): tensorlogic._core's, cpp/backends/cpu/logic_sets.h) the chain joins, the
+pair store (one sorted key array per group) and the row updates are one native call each: in place,
+pair after pair, so a row updated earlier in a round is read with its new bits (the same fixpoint in
+fewer rounds); without them, NumPy (_apply: all of a head's updates of a round gathered first,
+combined with one reduceat; the pairs in a KeySet). Either way a bit set in round k is in delta k,
+so every pair whose source row gained it is applied again in round k + 1: nothing is missed. At
+these sizes (hundreds of rows a round) a round's cost is its count of calls and of fresh memory
+pages, not its arithmetic: hence the native path.
 The updates with one head and one source share their pairs (they mean the same row update), and
 the two-atom rests S(.., J, ..), R(J, V) over one R share one merge join on R's first column.
-Invariants: a pair is stored once per (head, source) (a KeySet); a bit enters a delta only once,
-so the stratum ends after finitely many rounds; the tables written back hold exactly the tuples the
-sparse evaluator derives (sorted unique keys), so either path may run a stratum.
+Invariants: a pair is stored once per (head, source); a bit enters a delta only once, so the
+stratum ends after finitely many rounds; the tables written back hold exactly the tuples the sparse
+evaluator derives (sorted unique keys), so either path may run a stratum.
 """
 from __future__ import annotations
 
@@ -28,6 +36,18 @@ from .sparse_eval import SparseStratum
 ROW_BITS_LIMIT = 1 << 13  # a head's second domain at most this large (a row ORs at most 128 words)
 MATRIX_BYTES_LIMIT = 1 << 26  # each relation's bit matrix at most this many bytes
 _EMPTY = np.zeros(0, np.int64)
+SET_OPS = ("bitset_or_pairs", "bitset_set_keys", "chain_pairs", "merge_new_keys")
+
+
+def usable_set_ops(ops):
+    """`ops` when it has every native set operation this evaluator calls (SET_OPS), else None (the
+    NumPy path: no ops given, or a native module built before them). One call on empty arrays checks
+    it: a first native call on NumPy arrays also looks NumPy's C API up (about 0.3 ms, once a
+    process), paid here, where the engine is made, not in its first evaluation."""
+    if ops is None or not all(hasattr(ops, name) for name in SET_OPS):
+        return None
+    ops.merge_new_keys(_EMPTY, _EMPTY)
+    return ops
 
 
 class _Update:
@@ -55,6 +75,7 @@ class _Group:
 
     __slots__ = ("head", "source", "size_y", "updates", "others", "chains", "stored", "pairs_x",
                  "pairs_y")
+    # stored: the pairs so far, a KeySet (NumPy path) or a sorted key array (native path, set by run)
 
     def __init__(self, head: str, source: str, updates: list):
         self.head, self.source = head, source
@@ -157,21 +178,25 @@ def _row_source(rule: CompiledRule, stratum: set) -> int | None:
 
 
 class BitsetStratum:
-    """Evaluates the rules of one stratum over `tables` (updated in place); plan from plan_updates."""
+    """Evaluates the rules of one stratum over `tables` (updated in place); plan from plan_updates;
+    `native`: the set operations (usable_set_ops), or None for NumPy."""
 
-    def __init__(self, rules: list[CompiledRule], stratum: set, tables: dict, plan):
+    def __init__(self, rules: list[CompiledRule], stratum: set, tables: dict, plan, native=None):
         self.stratum = stratum
         self.tables = tables
         self.base, self.groups = plan
         self.iterations = 0
         self.sparse = SparseStratum([], stratum, tables, False, 0.0, 1)
         self._s_index: dict = {}  # (id(group), R) -> the chains' S columns, merged and sorted by J
+        self.native = native
+        self.backend = "numpy" if native is None else "core"  # (StratumStats.backend)
 
     def run(self) -> None:
         tables = self.tables
         heads = sorted(self.stratum)
         groups = self.groups
-        matrices = {name: _matrix(tables[name]) for name in set(heads) | {g.source for g in groups}}
+        native = self.native
+        matrices = {name: _matrix(tables[name], native) for name in set(heads) | {g.source for g in groups}}
         facts = {name: tables[name] for name in heads}
         runs: dict[str, list] = {name: [] for name in heads}
         current = dict(tables)
@@ -180,9 +205,8 @@ class BitsetStratum:
             keys = _copied_keys(rule, current) if _is_copy(rule) else self.sparse.evaluate_rule(
                 rule, [current[a.relation] for a in rule.body], None).keys
             known = len(facts[name]) or runs[name]
-            fresh = keys[~_contains(matrices[name], keys, facts[name].sizes[1])] if known else keys
+            fresh = _set_new(matrices[name], keys, facts[name].sizes[1], known, native)
             if len(fresh):
-                _set_bits(matrices[name], fresh, facts[name].sizes[1])
                 runs[name].append(fresh)
         delta = {}
         for name in heads:
@@ -190,37 +214,24 @@ class BitsetStratum:
             current[name] = RelationTable(facts[name].sizes, keys, None)
             delta[name] = current[name]
         needs_full = any(u.recursive_rest for g in groups for u in g.others)
-        filled = {}  # relation -> which rows of its matrix hold a bit
-        for name, matrix in matrices.items():
-            filled[name] = np.zeros(len(matrix), bool)
-            filled[name][current[name].keys // current[name].sizes[1]] = True
+        if native is not None:
+            for group in groups:
+                group.stored = _EMPTY
+            round_ = self._native_round
+        else:
+            round_ = self._numpy_round
+            self._filled = {}  # relation -> which rows of its matrix hold a bit
+            for name, matrix in matrices.items():
+                self._filled[name] = np.zeros(len(matrix), bool)
+                self._filled[name][current[name].keys // current[name].sizes[1]] = True
         self.iterations = 1
         while True:
-            gathered: dict[str, list] = {name: [] for name in heads}
-            for group in groups:
-                new_x, new_y = self._new_pairs(group, current, delta, self.iterations == 1)
-                source = matrices[group.source]
-                if group.source in self.stratum and len(group.pairs_x):  # known pairs, changed rows
-                    changed = np.zeros(len(source), bool)
-                    changed[delta[group.source].keys // facts[group.source].sizes[1]] = True
-                    hit = np.flatnonzero(changed[group.pairs_y])
-                    if len(hit):
-                        gathered[group.head].append((group.pairs_x[hit], source, group.pairs_y[hit]))
-                if len(new_x):
-                    full = np.flatnonzero(filled[group.source][new_y])  # (an empty row adds nothing)
-                    if len(full):
-                        gathered[group.head].append((new_x[full], source, new_y[full]))
-                    if group.source in self.stratum:
-                        group.pairs_x = np.concatenate([group.pairs_x, new_x])
-                        group.pairs_y = np.concatenate([group.pairs_y, new_y])
-            # (_apply gathers every source row before changing any: rounds are Jacobi steps)
+            fresh = round_(matrices, current, delta, facts)
             delta = {}
             for name in heads:
-                fresh = _apply(matrices[name], gathered[name], facts[name].sizes[1])
-                if len(fresh):
-                    runs[name].append(fresh)
-                    filled[name][fresh // facts[name].sizes[1]] = True
-                delta[name] = RelationTable(facts[name].sizes, fresh, None)
+                if len(fresh[name]):
+                    runs[name].append(fresh[name])
+                delta[name] = RelationTable(facts[name].sizes, fresh[name], None)
             if not any(len(t) for t in delta.values()):
                 break
             self.iterations += 1
@@ -234,9 +245,68 @@ class BitsetStratum:
             keys = _merge(facts[name].keys, runs[name])
             tables[name] = RelationTable(facts[name].sizes, keys, None)
 
+    def _native_round(self, matrices: dict, current: dict, delta: dict, facts: dict) -> dict:
+        """One round through the native module: each group's new pairs, then its row updates (the
+        known pairs whose source row changed in the previous round, and the new pairs), in place.
+        Returns each head's new keys (sorted)."""
+        native, first = self.native, self.iterations == 1
+        parts: dict[str, list] = {name: [] for name in facts}
+        for group in self.groups:
+            known = group.stored
+            new = self._pair_keys(group, current, delta, first)
+            if len(new):
+                new, group.stored = native.merge_new_keys(known, new)
+            matrix, source = matrices[group.head], matrices[group.source]
+            columns = facts[group.head].sizes[1]
+            if group.source in self.stratum and len(known) and len(delta[group.source]):
+                parts[group.head].append(native.bitset_or_pairs(matrix, source, known, group.size_y, columns,
+                                                                delta[group.source].keys))
+            if len(new):
+                parts[group.head].append(native.bitset_or_pairs(matrix, source, new, group.size_y, columns))
+        # (the parts of a head are disjoint: a bit set by one call is not new to the next)
+        return {name: (_EMPTY if not p else p[0] if len(p) == 1 else _merge(p[0], p[1:]))
+                for name, p in parts.items()}
+
+    def _numpy_round(self, matrices: dict, current: dict, delta: dict, facts: dict) -> dict:
+        """One round in NumPy: the same updates as _native_round, every source row gathered before
+        any target row changes (Jacobi steps)."""
+        filled, first = self._filled, self.iterations == 1
+        gathered: dict[str, list] = {name: [] for name in facts}
+        for group in self.groups:
+            new_x, new_y = self._new_pairs(group, current, delta, first)
+            source = matrices[group.source]
+            if group.source in self.stratum and len(group.pairs_x):  # known pairs, changed rows
+                changed = np.zeros(len(source), bool)
+                changed[delta[group.source].keys // facts[group.source].sizes[1]] = True
+                hit = np.flatnonzero(changed[group.pairs_y])
+                if len(hit):
+                    gathered[group.head].append((group.pairs_x[hit], source, group.pairs_y[hit]))
+            if len(new_x):
+                full = np.flatnonzero(filled[group.source][new_y])  # (an empty row adds nothing)
+                if len(full):
+                    gathered[group.head].append((new_x[full], source, new_y[full]))
+                if group.source in self.stratum:
+                    group.pairs_x = np.concatenate([group.pairs_x, new_x])
+                    group.pairs_y = np.concatenate([group.pairs_y, new_y])
+        fresh = {}
+        for name in facts:
+            fresh[name] = _apply(matrices[name], gathered[name], facts[name].sizes[1])
+            if len(fresh[name]):
+                filled[name][fresh[name] // facts[name].sizes[1]] = True
+        return fresh
+
     def _new_pairs(self, group: _Group, current: dict, delta: dict, first: bool):
-        """(x, y) arrays of the group's pairs not stored yet (then stored): in the first round over
-        everything known, later from the previous round's delta."""
+        """(x, y) arrays of the group's pairs not stored yet (then stored in its KeySet)."""
+        keys = self._pair_keys(group, current, delta, first)
+        if not len(keys):
+            return _EMPTY, _EMPTY
+        keys = sorted_unique(keys[~group.stored.contains(keys)])  # (known pairs dropped before sorting)
+        group.stored.add(keys)
+        return keys // group.size_y, keys % group.size_y
+
+    def _pair_keys(self, group: _Group, current: dict, delta: dict, first: bool) -> np.ndarray:
+        """Keys x * size_y + y of the group's pairs that the previous round's delta makes (all pairs
+        in the first round), unsorted, known ones and repeats included."""
         parts = []
         for r_name, chains in group.chains.items():
             parts.append(self._chain_pairs(group, r_name, chains, current,
@@ -255,11 +325,8 @@ class BitsetStratum:
                 parts.append(self.sparse.evaluate_rule(rest, inputs, position).keys)
         parts = [p for p in parts if len(p)]
         if not parts:
-            return _EMPTY, _EMPTY
-        keys = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        keys = sorted_unique(keys[~group.stored.contains(keys)])  # (known pairs dropped before sorting)
-        group.stored.add(keys)
-        return keys // group.size_y, keys % group.size_y
+            return _EMPTY
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _chain_pairs(self, group: _Group, r_name: str, chains: list, current: dict,
                      r_table: RelationTable) -> np.ndarray:
@@ -287,6 +354,13 @@ class BitsetStratum:
         if not len(s_other):
             return _EMPTY
         width = r_table.sizes[1]
+        if self.native is not None:  # pair = other * size_y + v or v * size_y + other, per S row
+            scaled = self._s_index.get((id(group), r_name, "scaled"))
+            if scaled is None:
+                picks = np.broadcast_to(np.asarray(is_x), s_other.shape)
+                scaled = self._s_index[(id(group), r_name, "scaled")] = (
+                    np.where(picks, s_other * group.size_y, s_other), np.where(picks, 1, group.size_y))
+            return self.native.chain_pairs(offsets, scaled[0], scaled[1], r_table.keys, width)
         r_j, r_v = r_table.keys // width, r_table.keys % width
         low = offsets[r_j]
         counts = offsets[r_j + 1] - low
@@ -318,11 +392,27 @@ def _copied_keys(rule: CompiledRule, current: dict) -> np.ndarray:
     return current[rule.body[0].relation].keys  # (as the sparse scan of a hard rule reads it)
 
 
-def _matrix(table: RelationTable) -> np.ndarray:
+def _matrix(table: RelationTable, native) -> np.ndarray:
     rows, columns = table.sizes
-    matrix = np.zeros((rows, (columns + 63) >> 6), "<u8")
-    _set_bits(matrix, table.keys, columns)
+    # (written, not np.zeros: a calloc'ed page read before it is written faults twice, and at these
+    # sizes the page faults of a fresh matrix cost more than the whole evaluation's arithmetic)
+    matrix = np.empty((rows, (columns + 63) >> 6), "<u8")
+    matrix.fill(0)
+    if native is not None:
+        native.bitset_set_keys(matrix, table.keys, columns)
+    else:
+        _set_bits(matrix, table.keys, columns)
     return matrix
+
+
+def _set_new(matrix: np.ndarray, keys: np.ndarray, columns: int, known: bool, native) -> np.ndarray:
+    """Set the bits of sorted unique keys; return those that were clear (`known`: whether any bit
+    may be set already, else all are new)."""
+    if native is not None:
+        return native.bitset_set_keys(matrix, keys, columns)
+    fresh = keys[~_contains(matrix, keys, columns)] if known else keys
+    _set_bits(matrix, fresh, columns)
+    return fresh
 
 
 def _set_bits(matrix: np.ndarray, keys: np.ndarray, columns: int) -> None:

@@ -39,7 +39,9 @@ Evaluation path per stratum: dense (tensor contractions) or sparse (sort-merge j
 in bounded pieces, so memory and not a row count limits them); chosen by sizes and density
 (`_choose_dense`), or forced by `Rule(..., evaluation="dense" | "sparse")` (TL: `@dense`, `@sparse`).
 An unforced sparse stratum of binary relations whose recursive rules are row updates
-H(X, Z) |= B(Y, Z) (points-to analyses) runs on bit matrices instead (bitset_eval.py, mode "bitset").
+H(X, Z) |= B(Y, Z) (points-to analyses) runs on bit matrices instead (bitset_eval.py, mode "bitset"),
+with native set operations when the engine is handed them (`LogicEngine(set_ops=_core)`, as TL
+programs are), else in NumPy.
 A query with a constant (`Path(0, Y)`) over positive Boolean rules is answered demand-driven when
 no fixpoint is at hand: the rules it depends on are rewritten by magic sets (demand.py) and only
 the tuples the query can reach are derived; the answers equal full evaluation's.
@@ -56,7 +58,7 @@ import numpy as np
 from . import arithmetic, bulk
 from .aggregate import AggregateRule, aggregate_edges, derive_aggregates, split_aggregate
 from .arithmetic import ArithRule, dependency_edges, derive_arithmetic, split_arithmetic
-from .bitset_eval import BitsetStratum, plan_updates
+from .bitset_eval import BitsetStratum, plan_updates, usable_set_ops
 from .compiled import CompiledAtom, CompiledComparison, CompiledRule
 from .domains import EntityDomain, constant_sort_key
 from .errors import ArityError, LogicError, LogicTypeError, UnknownRelationError
@@ -102,7 +104,8 @@ class StratumStats:
 
 class LogicEngine:
     def __init__(self, *, dense_limit: int = DEFAULT_DENSE_LIMIT, tolerance: float = 1e-6,
-                 max_soft_iterations: int = 1000, dense_evaluator: Any = "auto", demand: bool = True):
+                 max_soft_iterations: int = 1000, dense_evaluator: Any = "auto", demand: bool = True,
+                 set_ops: Any = None):
         self.dense_limit = dense_limit
         self.tolerance = tolerance
         self.max_soft_iterations = max_soft_iterations
@@ -116,6 +119,9 @@ class LogicEngine:
         self._aggregates: list[AggregateRule] = []
         self.last_stats: list[StratumStats] = []
         self._dense_evaluator = dense_evaluator
+        # The bitset evaluator's native set operations (tensorlogic._core, handed in as the dense
+        # evaluator's device ops are: builtins/logic.py host_set_ops()); None: NumPy.
+        self._set_ops = usable_set_ops(set_ops)
         self.demand = demand  # answer queries with constants by the magic-set rewriting (demand.py)
         self.last_query_demand = False  # whether the last query was answered that way
         self._tables: dict[str, RelationTable] | None = None  # the fixpoint, None: recompute
@@ -356,7 +362,7 @@ class LogicEngine:
             runner = DenseStratum(rules, stratum, tables, soft, self.tolerance,
                                   self.max_soft_iterations, self._dense_evaluator)
         elif plan is not None:
-            runner = BitsetStratum(rules, stratum, tables, plan)
+            runner = BitsetStratum(rules, stratum, tables, plan, self._set_ops)
         else:
             runner = SparseStratum(rules, stratum, tables, soft, self.tolerance,
                                    self.max_soft_iterations)
@@ -366,7 +372,7 @@ class LogicEngine:
         except MemoryError:
             raise LogicError(f"out of memory evaluating {', '.join(sorted(stratum))} "
                              f"({'dense' if dense else 'sparse'} path)", rules[0].source.pos) from None
-        backend = runner.ops.name if dense else "numpy"
+        backend = runner.ops.name if dense else getattr(runner, "backend", "numpy")
         mode = "dense" if dense else ("bitset" if plan is not None else "sparse")
         return StratumStats(tuple(component), mode, backend, soft,
                             runner.iterations, time.perf_counter() - started)

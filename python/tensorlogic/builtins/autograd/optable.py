@@ -47,6 +47,8 @@ _CORE_NO_GRADIENT = {
                       "clear_cache dtypes get_debug init kernel_ops memory_stats op_table q8_activations "
                       "recording_active reset_peak_memory set_cache_limit set_debug set_ops_per_command_buffer "
                       "set_q8_activations shutdown synchronize threads",
+    "the logic engine's set operations on NumPy arrays (no tensors)": "bitset_or_pairs bitset_set_keys "
+                                                                      "chain_pairs merge_new_keys",
 }
 
 CORE_OPS: dict[str, tuple[str, str]] = {}
