@@ -11,6 +11,10 @@
 //        bench_kernels_cpu --attention [seconds_per_case]     (decode attention at 128..4096 keys)
 //        bench_kernels_cpu --gemma [seconds_per_case]         (M = 1 on Gemma 3 270M's shapes and
 //                                                              types, and 2048x2048 per type)
+//        bench_kernels_cpu --rows [seconds_per_case [threads]] (M = 1..16 rows, a batched decode
+//                                                              step's products: time per call and
+//                                                              its ratio to M = 1, per weight type,
+//                                                              exact and with 8-bit activations)
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -290,9 +294,48 @@ void bench_gemma(double seconds) {
   }
 }
 
+// A batched decode step (tl serve --parallel) multiplies M = 2..16 rows by every weight matrix:
+// the cost of M rows against one, on SmolLM2-135M's shapes (the whole step's linear work: 30 layers
+// of q, k, v, o, gate, up, down and the 49152-row output), per weight type.
+void bench_rows(double seconds, int threads) {
+  std::mt19937 rng(5);
+  auto k = make_cpu_kernels(threads);
+  struct Shape { int64_t N, K, count; };
+  const Shape step[] = {{576, 576, 60}, {192, 576, 60}, {1536, 576, 60}, {576, 1536, 30}, {49152, 576, 1}};
+  std::printf("threads %d; per-call times are the best of 5 rounds (wall us); 'step' sums the SmolLM2 step's products\n", threads);
+  std::printf("%-6s %5s %12s %12s %12s %8s %14s %8s\n", "dtype", "M", "576x576 us", "1536x576 us", "step ms", "xM=1",
+              "8-bit act. ms", "xM=1");
+  for (DType t : {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::F16}) {
+    double one = 0, one_q8 = 0;
+    // the opt-in 8-bit activation path (linear_q8_activations, --fast) for the types that have it
+    const bool q8 = t != DType::F16;
+    for (int64_t M : {1, 2, 4, 8, 16}) {
+      double total = 0, total_q8 = 0, sq = 0, ff = 0;
+      for (const Shape& s : step) {
+        if (s.K % block_elems(t) != 0) continue;
+        const double sec = bench_linear(*k, t, M, s.N, s.K, seconds, rng).wall;
+        total += sec * static_cast<double>(s.count);
+        if (q8) total_q8 += bench_linear(*k, t, M, s.N, s.K, seconds, rng, true).wall * static_cast<double>(s.count);
+        if (s.N == 576 && s.K == 576) sq = sec;
+        if (s.N == 1536) ff = sec;
+      }
+      if (M == 1) one = total, one_q8 = total_q8;
+      std::printf("%-6s %5lld %12.1f %12.1f %12.2f %8.2f", dtype_name(t), (long long)M, sq * 1e6, ff * 1e6,
+                  total * 1e3, total / one);
+      if (q8) std::printf(" %14.2f %8.2f", total_q8 * 1e3, total_q8 / one_q8);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--rows") == 0) {
+    bench_rows(argc > 2 ? std::atof(argv[2]) : 0.3, argc > 3 ? std::atoi(argv[3]) : 1);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--gemma") == 0) {
     bench_gemma(argc > 2 ? std::atof(argv[2]) : 0.5);
     return 0;

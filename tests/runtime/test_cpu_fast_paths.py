@@ -8,11 +8,22 @@ against NumPy, at the shapes where each path has an edge:
 - embedding over a table of one-element rows (the element gather) and scatter_add_rows of
   one-element rows, i32 and i64 ids, repeated ids summed in id order, out-of-range ids refused;
 - max / argmax / min / argmin over a middle axis (branch-free selects): ties keep the first index,
-  a NaN wins and stays.
+  a NaN wins and stays;
+- linear on every weight format for M = 1..17 rows of x (1 is decode, 2..8 a batched decode step
+  through the several-row kernels, 9 and up the dequantized-tile product): against NumPy on the
+  gguf package's dequantized weights, and each row of M <= 8 bitwise the product of that row
+  alone (what keeps batched serving token for token the request alone); odd N (a weight row left
+  over from the kernels' pairs), K of an odd and an even number of blocks; again with
+  TL_CPU_NO_AVX512=1 for the AVX2 several-row kernels.
 Each path runs in any backend's kernels only on the CPU; other backends take these ops through
 their own kernels (tests/runtime/test_backend_ops.py compares them with the CPU).
 """
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,3 +112,74 @@ def test_max_argmax_over_a_middle_axis(inner):
         np.testing.assert_array_equal(got, ref(x, 1))  # NaN where a NaN is (NumPy propagates it too)
     for name, ref in (("argmax", np.argmax), ("argmin", np.argmin)):
         np.testing.assert_array_equal(getattr(_core, name)(T(x), 1).numpy(), ref(x, 1))
+
+
+# ------------------------------------------------------------------------------ linear, a few rows
+
+# GGUF block layouts: bytes per block, elements per block, byte offsets of the f16 scale fields.
+QUANT = {"q4_0": (18, 32, [0]), "q4_1": (20, 32, [0, 2]), "q5_0": (22, 32, [0]), "q5_1": (24, 32, [0, 2]),
+         "q8_0": (34, 32, [0]), "q4_k": (144, 256, [0, 2]), "q5_k": (176, 256, [0, 2]), "q6_k": (210, 256, [208])}
+SMALL_BATCH_ROWS = 8  # kernels_matmul_quant.cpp's kSmallBatchRows: up to here each row is bitwise alone
+
+
+def random_quantized(qtype: str, rows: int, cols: int, rng) -> np.ndarray:
+    """Random raw blocks [rows, bytes] with sane f16 scales (random bytes elsewhere exercise every bit)."""
+    bb, be, scale_offsets = QUANT[qtype]
+    blocks = rng.integers(0, 256, (rows * cols // be, bb), dtype=np.uint8)
+    for off in scale_offsets:
+        scales = rng.uniform(0.002, 0.05, blocks.shape[0]).astype(np.float16)
+        blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(rows, cols // be * bb)
+
+
+def weight(fmt: str, n: int, k: int, rng):
+    """(the weight tensor, its values as float64 [n, k])."""
+    if fmt in QUANT:
+        import gguf
+        raw = random_quantized(fmt, n, k, rng)
+        values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt.upper()]).astype(np.float64)
+        return _core.from_quantized(raw, fmt, [n, k]), values
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    t = _core.from_numpy(w) if fmt == "f32" else _core.astype(_core.from_numpy(w), fmt)
+    return t, _core.astype(t, "f32").numpy().astype(np.float64)
+
+
+def check_linear_rows(fmt: str, M: int, rng) -> None:
+    be = QUANT[fmt][1] if fmt in QUANT else 1
+    # K: an odd and an even number of blocks (the kernels take even and odd blocks apart); N odd,
+    # so a weight row is left over from the several-row kernels' pairs.
+    shapes = [(37, be * 3), (2, be * 2)] if be == 256 else [(37, 32), (1, 96), (20, 576), (7, 1504)]
+    for N, K in shapes:
+        w, wd = weight(fmt, N, K, rng)
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        got = _core.linear(T(x), w).numpy()
+        want = x.astype(np.float64) @ wd.T
+        # f32 sums of K products: a few ulps of the sum of the products' magnitudes
+        bound = 2e-6 * (np.abs(x).astype(np.float64) @ np.abs(wd).T) + 1e-30
+        worst = float(np.max(np.abs(got - want) / bound))
+        assert worst <= 1.0, f"{fmt} M={M} N={N} K={K}: off NumPy by {worst:.2f} of the tolerance"
+        if M <= SMALL_BATCH_ROWS:
+            for m in range(M):
+                alone = _core.linear(T(x[m:m + 1]), w).numpy()[0]
+                assert np.array_equal(got[m], alone), f"{fmt} M={M} N={N} K={K}: row {m} differs from the row alone"
+
+
+@pytest.mark.parametrize("M", list(range(1, 18)))
+@pytest.mark.parametrize("fmt", list(QUANT) + ["f16", "bf16", "f32"])
+def test_linear_rows_match_numpy_and_each_row_alone(fmt, M):
+    check_linear_rows(fmt, M, np.random.default_rng([M, len(fmt), ord(fmt[-1])]))
+
+
+def test_linear_rows_with_the_avx2_kernels():
+    """The same checks with TL_CPU_NO_AVX512=1 (the several-row kernels for AVX2 without AVX-512VL),
+    in a fresh process: the switch is read once."""
+    code = ("import numpy as np, sys\n"
+            "sys.path.insert(0, %r)\n"
+            "import test_cpu_fast_paths as t\n"
+            "for fmt in ('q4_0', 'q4_1', 'q8_0'):\n"
+            "    for M in range(1, 18):\n"
+            "        t.check_linear_rows(fmt, M, np.random.default_rng(M))\n"
+            "print('ok')\n") % str(Path(__file__).parent)
+    env = dict(os.environ, TL_CPU_NO_AVX512="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -150,6 +150,9 @@ inline void prefetch_bytes(const void* p, size_t n) {
 
 // Whether the running CPU has AVX2 + FMA + F16C (always false off x86-64).
 bool cpu_has_avx2();
+// Whether it also has AVX-512F and AVX-512VL (and TL_CPU_NO_AVX512 is unset): the several-row
+// linear kernels then use 32 vector registers.
+bool cpu_has_avx512vl();
 
 // One weight row (k elements of dtype t) dotted with f32 x, through the kernel linear uses for a
 // matrix-vector product (simd) or the portable reference one (!simd). For tests.

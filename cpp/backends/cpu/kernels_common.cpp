@@ -41,6 +41,18 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_avx512vl() {
+#if defined(__x86_64__)
+  // TL_CPU_NO_AVX512=1 keeps the AVX2 kernels (tests run both); __builtin_cpu_supports also checks
+  // that the OS saves the AVX-512 registers.
+  static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512vl") && !env_cpu_no_avx512();
+  return has;
+#else
+  return false;
+#endif
+}
+
 // ---------------------------------------------------------------- row conversions
 
 namespace {

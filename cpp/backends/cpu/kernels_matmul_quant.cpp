@@ -4,7 +4,10 @@
 // f32 matrix: M == 1 (decode) takes one dot product per weight row, dequantizing inside it
 // (hand-written AVX2 for Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K/F16/BF16: a block's quants are
 // unpacked into registers, converted to f32 and FMA'd against x; auto-vectorised block
-// dequantizers for the rest); M > 1 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
+// dequantizers for the rest); 2 <= M <= 8 (a batched decode step) runs the several-row kernels
+// (Q4_0/Q4_1/Q8_0: each weight block unpacked once for all rows, every row bitwise its one-row
+// result; AVX-512VL, where the CPU has it, for a register tile of 8 rows of x by 2 weight rows);
+// M > 8 (prefill) dequantizes a tile of weight rows into a small per-thread f32 buffer
 // and multiplies every row of x against it, so each weight block is decoded once per call.
 // Activations and accumulation stay f32 (no activation quantization); the opt-in 8-bit
 // activation path (linear_q8_activations) lives in kernels_matmul_q8.cpp. expert_linear (the
@@ -266,7 +269,9 @@ TL_AVX2 TL_INLINE __m256 nibble_block_dot(const uint8_t* qs, const float* xb) {
   return s;
 }
 
-// Q4_1: sum_b d_b * (q . x)_b + m_b * sum(x_b).
+// Q4_1: sum_b d_b * (q . x)_b + m_b * sum(x_b). The block-sum terms are explicit fused
+// multiply-adds (not left to the compiler's contraction) so the several-row kernels below can
+// repeat them exactly.
 TL_AVX2 float dot_q4_1_avx2(const uint8_t* w, const float* x, const float* xsum, int64_t k) {
   const int64_t nb = k / 32;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -277,13 +282,13 @@ TL_AVX2 float dot_q4_1_avx2(const uint8_t* w, const float* x, const float* xsum,
     const uint8_t* p1 = p0 + 20;
     acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p0)), nibble_block_dot(p0 + 4, x + b * 32), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p1)), nibble_block_dot(p1 + 4, x + b * 32 + 32), acc1);
-    msum0 += half_avx2(p0 + 2) * xsum[b];
-    msum1 += half_avx2(p1 + 2) * xsum[b + 1];
+    msum0 = std::fma(half_avx2(p0 + 2), xsum[b], msum0);
+    msum1 = std::fma(half_avx2(p1 + 2), xsum[b + 1], msum1);
   }
   for (; b < nb; ++b) {
     const uint8_t* p = w + b * 20;
     acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_avx2(p)), nibble_block_dot(p + 4, x + b * 32), acc0);
-    msum0 += half_avx2(p + 2) * xsum[b];
+    msum0 = std::fma(half_avx2(p + 2), xsum[b], msum0);
   }
   return hsum256(_mm256_add_ps(acc0, acc1)) + (msum0 + msum1);
 }
@@ -300,14 +305,14 @@ TL_AVX2 float dot_q4_0_avx2(const uint8_t* w, const float* x, const float* xsum,
     const float d0 = half_avx2(p0), d1 = half_avx2(p1);
     acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), nibble_block_dot(p0 + 2, x + b * 32), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), nibble_block_dot(p1 + 2, x + b * 32 + 32), acc1);
-    off0 += d0 * xsum[b];
-    off1 += d1 * xsum[b + 1];
+    off0 = std::fma(d0, xsum[b], off0);
+    off1 = std::fma(d1, xsum[b + 1], off1);
   }
   for (; b < nb; ++b) {
     const uint8_t* p = w + b * 18;
     const float d = half_avx2(p);
     acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d), nibble_block_dot(p + 2, x + b * 32), acc0);
-    off0 += d * xsum[b];
+    off0 = std::fma(d, xsum[b], off0);
   }
   return hsum256(_mm256_add_ps(acc0, acc1)) - 8.0f * (off0 + off1);
 }
@@ -340,10 +345,15 @@ TL_AVX2 float dot_q8_0_avx2(const uint8_t* w, const float* x, const float*, int6
 }
 
 // ---------------------------------------------------------------- several rows of x at once
-// A batched decode step (tl serve --parallel) multiplies a few rows of x by each weight row. These
-// kernels unpack each weight block once and run, for every row m, exactly the operations of the
-// one-row kernel above in its order (the block's quants as floats, the same mul/fmadd chain, the
-// same two accumulators), so out[m] is bitwise what the one-row kernel gives for row m alone.
+// A batched decode step (tl serve --parallel) multiplies a few rows of x (up to kRowGroup at a
+// time) by each weight row. These kernels unpack each weight block once and run, for every row m,
+// exactly the operations of the one-row kernel above in its order (the block's quants as floats,
+// the same mul/fmadd chain, the even blocks into one accumulator and the odd ones into another,
+// the block-sum terms as the same scalar fused multiply-adds), so out[m] is bitwise what the
+// one-row kernel gives for row m alone. They take the block sums block-major: xs[b * kRowGroup + m]
+// is the sum of block b of row m, so one vector holds block b's sums of every row.
+
+constexpr int64_t kRowGroup = 8;
 
 // One block's 32 quants as floats, in the order nibble_block_dot / int8_block_dot use them.
 TL_AVX2 TL_INLINE void nibble_block_floats(const uint8_t* qs, __m256* f) {
@@ -374,13 +384,20 @@ TL_AVX2 TL_INLINE __m256 floats_block_dot(const __m256* f, const float* xb) {
   return s;
 }
 
-constexpr int64_t kMaxDotRows = 8;  // >= kSmallBatchRows below
+// The row's result from its accumulators: hsum(even + odd) and the block-sum terms (the even
+// blocks' and the odd blocks'), as the one-row kernels end. kType: 0 Q4_0, 1 Q4_1, 2 Q8_0.
+template <int kType>
+TL_AVX2 TL_INLINE float finish_row(__m256 even, __m256 odd, float s_even, float s_odd) {
+  const float h = hsum256(_mm256_add_ps(even, odd));
+  if constexpr (kType == 1) return h + (s_even + s_odd);
+  else if constexpr (kType == 0) return h - 8.0f * (s_even + s_odd);  // exact: 8x is a power of two
+  else return h;
+}
 
 // Block b of a weight row into the accumulators (acc, sums) of MR rows of x.
-// kType: 0 Q4_0, 1 Q4_1, 2 Q8_0.
 template <int kType, int MR>
-TL_AVX2 TL_INLINE void rows_block(const uint8_t* w, int64_t b, const float* x, int64_t ldx, const float* xsum,
-                                  int64_t nxs, __m256* acc, float* sums) {
+TL_AVX2 TL_INLINE void rows_block(const uint8_t* w, int64_t b, const float* x, int64_t ldx, const float* xs,
+                                  __m256* acc, float* sums) {
   constexpr int64_t kBytes = kType == 0 ? 18 : kType == 1 ? 20 : 34;
   constexpr int64_t kQs = kType == 1 ? 4 : 2;
   const uint8_t* p = w + b * kBytes;
@@ -392,15 +409,15 @@ TL_AVX2 TL_INLINE void rows_block(const uint8_t* w, int64_t b, const float* x, i
   else nibble_block_floats(p + kQs, f);
   for (int m = 0; m < MR; ++m) {
     acc[m] = _mm256_fmadd_ps(vd, floats_block_dot(f, x + m * ldx + b * 32), acc[m]);
-    if constexpr (kType != 2) sums[m] += c * xsum[m * nxs + b];
+    if constexpr (kType != 2) sums[m] = std::fma(c, xs[b * kRowGroup + m], sums[m]);
   }
 }
 
-// MR rows at once, MR a constant so that the 2 * MR accumulators stay in registers; the blocks
-// are taken in pairs (even ones into acc0, odd ones into acc1, as the one-row kernels do).
+// MR rows at once, MR a constant so that the 2 * MR accumulators stay in the 16 registers of AVX2;
+// the blocks are taken in pairs (even ones into acc0, odd ones into acc1, as the one-row kernels do).
 template <int kType, int MR>
-TL_AVX2 TL_INLINE void dot_rows_block_avx2(const uint8_t* w, const float* x, int64_t ldx, const float* xsum,
-                                           int64_t nxs, int64_t k, float* out, int64_t ldo) {
+TL_AVX2 TL_INLINE void dot_rows_block_avx2(const uint8_t* w, const float* x, int64_t ldx, const float* xs,
+                                           int64_t k, float* out, int64_t ldo) {
   const int64_t nb = k / 32;
   __m256 acc0[MR], acc1[MR];
   float s0[MR], s1[MR];
@@ -410,27 +427,139 @@ TL_AVX2 TL_INLINE void dot_rows_block_avx2(const uint8_t* w, const float* x, int
   }
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    rows_block<kType, MR>(w, b, x, ldx, xsum, nxs, acc0, s0);
-    rows_block<kType, MR>(w, b + 1, x, ldx, xsum, nxs, acc1, s1);
+    rows_block<kType, MR>(w, b, x, ldx, xs, acc0, s0);
+    rows_block<kType, MR>(w, b + 1, x, ldx, xs, acc1, s1);
   }
-  if (b < nb) rows_block<kType, MR>(w, b, x, ldx, xsum, nxs, acc0, s0);
-  for (int m = 0; m < MR; ++m) {
-    const float h = hsum256(_mm256_add_ps(acc0[m], acc1[m]));
-    out[m * ldo] = kType == 1 ? h + (s0[m] + s1[m]) : kType == 0 ? h - 8.0f * (s0[m] + s1[m]) : h;
+  if (b < nb) rows_block<kType, MR>(w, b, x, ldx, xs, acc0, s0);
+  for (int m = 0; m < MR; ++m) out[m * ldo] = finish_row<kType>(acc0[m], acc1[m], s0[m], s1[m]);
+}
+
+// out[m * ldo + n] = dot(weight row n, row m of x) for nw weight rows wrow bytes apart and
+// rows <= kRowGroup rows of x.
+template <int kType>
+TL_AVX2 void dot_rows_avx2(const uint8_t* w, size_t wrow, int64_t nw, const float* x, int64_t ldx,
+                           const float* xs, int64_t k, int64_t rows, float* out, int64_t ldo) {
+  for (int64_t n = 0; n < nw; ++n) {
+    const uint8_t* wn = w + n * wrow;
+    int64_t m = 0;
+    for (; m + 4 <= rows; m += 4)
+      dot_rows_block_avx2<kType, 4>(wn, x + m * ldx, ldx, xs + m, k, out + m * ldo + n, ldo);
+    switch (rows - m) {
+      case 3: dot_rows_block_avx2<kType, 3>(wn, x + m * ldx, ldx, xs + m, k, out + m * ldo + n, ldo); break;
+      case 2: dot_rows_block_avx2<kType, 2>(wn, x + m * ldx, ldx, xs + m, k, out + m * ldo + n, ldo); break;
+      case 1: dot_rows_block_avx2<kType, 1>(wn, x + m * ldx, ldx, xs + m, k, out + m * ldo + n, ldo); break;
+      default: break;
+    }
   }
 }
 
+// The same arithmetic with AVX-512VL, whose 32 vector registers (the same 256-bit operations)
+// hold a tile of MR <= 8 rows of x by NR = 2 weight rows: every x vector loaded feeds both weight
+// rows and every unpacked weight block all MR rows, where the AVX2 kernel spends one load per
+// multiply-add and unpacks a block once per 4 rows. A pass takes every other block (b0 = 0: the
+// even ones, acc0 of the one-row kernel; b0 = 1: the odd ones), so one accumulator per (row of x,
+// weight row) is live; the block-sum terms of all MR rows are one vector per weight row, lane m
+// row m's scalar sum (the same fused multiply-adds, one lane each).
+#define TL_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
+// The tile's loops must unroll completely for its accumulators to live in registers.
+#define TL_UNROLL _Pragma("GCC unroll 16")
+
+// 8 floats of x loaded into a register, for all NR weight rows: the empty asm keeps the compiler
+// from folding the load into each multiply-add as a memory operand, which loads the same vector NR
+// times (measured 10-20 % slower at NR = 2: the loads then compete with the multiply-adds).
+TL_AVX512 TL_INLINE __m256 load_once(const float* p) {
+  __m256 v = _mm256_loadu_ps(p);
+  __asm__("" : "+v"(v));
+  return v;
+}
+
+template <int kType, int MR, int NR>
+TL_AVX512 TL_INLINE void tile_pass(const uint8_t* w, size_t wrow, const float* x, int64_t ldx, const float* xs,
+                                   int64_t b0, int64_t nb, __m256 (&acc)[MR][NR], __m256 (&sums)[NR]) {
+  constexpr int64_t kBytes = kType == 0 ? 18 : kType == 1 ? 20 : 34;
+  constexpr int64_t kQs = kType == 1 ? 4 : 2;
+  TL_UNROLL
+  for (int n = 0; n < NR; ++n) {
+    sums[n] = _mm256_setzero_ps();
+    TL_UNROLL
+    for (int m = 0; m < MR; ++m) acc[m][n] = _mm256_setzero_ps();
+  }
+  for (int64_t b = b0; b < nb; b += 2) {
+    __m256 f[NR][4], vd[NR];
+    TL_UNROLL
+    for (int n = 0; n < NR; ++n) {
+      const uint8_t* p = w + n * wrow + b * kBytes;
+      const float d = half_avx2(p);
+      vd[n] = _mm256_set1_ps(d);
+      if constexpr (kType == 2) int8_block_floats(p + kQs, f[n]);
+      else nibble_block_floats(p + kQs, f[n]);
+      if constexpr (kType != 2)
+        sums[n] = _mm256_fmadd_ps(_mm256_set1_ps(kType == 1 ? half_avx2(p + 2) : d),
+                                  _mm256_loadu_ps(xs + b * kRowGroup), sums[n]);
+    }
+    TL_UNROLL
+    for (int m = 0; m < MR; ++m) {
+      const float* xb = x + m * ldx + b * 32;
+      __m256 s[NR];
+      __m256 xv = load_once(xb);
+      TL_UNROLL
+      for (int n = 0; n < NR; ++n) s[n] = _mm256_mul_ps(f[n][0], xv);
+      TL_UNROLL
+      for (int j = 1; j < 4; ++j) {
+        xv = load_once(xb + 8 * j);
+        TL_UNROLL
+        for (int n = 0; n < NR; ++n) s[n] = _mm256_fmadd_ps(f[n][j], xv, s[n]);
+      }
+      TL_UNROLL
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm256_fmadd_ps(vd[n], s[n], acc[m][n]);
+    }
+  }
+}
+
+template <int kType, int MR, int NR>
+TL_AVX512 void dot_tile_avx512(const uint8_t* w, size_t wrow, const float* x, int64_t ldx, const float* xs,
+                               int64_t nb, float* out, int64_t ldo) {
+  __m256 acc[MR][NR], sums[NR];
+  tile_pass<kType, MR, NR>(w, wrow, x, ldx, xs, 0, nb, acc, sums);
+  alignas(32) float s_even[NR][8];
+  __m256 even[MR][NR];
+  TL_UNROLL
+  for (int n = 0; n < NR; ++n) {
+    _mm256_store_ps(s_even[n], sums[n]);
+    TL_UNROLL
+    for (int m = 0; m < MR; ++m) even[m][n] = acc[m][n];
+  }
+  tile_pass<kType, MR, NR>(w, wrow, x, ldx, xs, 1, nb, acc, sums);
+  alignas(32) float s_odd[NR][8];
+  TL_UNROLL
+  for (int n = 0; n < NR; ++n) _mm256_store_ps(s_odd[n], sums[n]);
+  TL_UNROLL
+  for (int m = 0; m < MR; ++m)
+    TL_UNROLL
+    for (int n = 0; n < NR; ++n) out[m * ldo + n] = finish_row<kType>(even[m][n], acc[m][n], s_even[n][m], s_odd[n][m]);
+}
+
+template <int kType, int MR>
+TL_AVX512 void dot_rows_mr_avx512(const uint8_t* w, size_t wrow, int64_t nw, const float* x, int64_t ldx,
+                                  const float* xs, int64_t nb, float* out, int64_t ldo) {
+  int64_t n = 0;
+  for (; n + 2 <= nw; n += 2) dot_tile_avx512<kType, MR, 2>(w + n * wrow, wrow, x, ldx, xs, nb, out + n, ldo);
+  if (n < nw) dot_tile_avx512<kType, MR, 1>(w + n * wrow, wrow, x, ldx, xs, nb, out + n, ldo);
+}
+
 template <int kType>
-TL_AVX2 void dot_rows_avx2(const uint8_t* w, const float* x, int64_t ldx, const float* xsum, int64_t nxs,
-                           int64_t k, int64_t rows, float* out, int64_t ldo) {
-  int64_t m = 0;
-  for (; m + 4 <= rows; m += 4)
-    dot_rows_block_avx2<kType, 4>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo);
-  switch (rows - m) {
-    case 3: dot_rows_block_avx2<kType, 3>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
-    case 2: dot_rows_block_avx2<kType, 2>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
-    case 1: dot_rows_block_avx2<kType, 1>(w, x + m * ldx, ldx, xsum + m * nxs, nxs, k, out + m * ldo, ldo); break;
-    default: break;
+TL_AVX512 void dot_rows_avx512(const uint8_t* w, size_t wrow, int64_t nw, const float* x, int64_t ldx,
+                               const float* xs, int64_t k, int64_t rows, float* out, int64_t ldo) {
+  const int64_t nb = k / 32;
+  switch (rows) {
+    case 8: return dot_rows_mr_avx512<kType, 8>(w, wrow, nw, x, ldx, xs, nb, out, ldo);
+    case 7: return dot_rows_mr_avx512<kType, 7>(w, wrow, nw, x, ldx, xs, nb, out, ldo);
+    case 6: return dot_rows_mr_avx512<kType, 6>(w, wrow, nw, x, ldx, xs, nb, out, ldo);
+    case 5: return dot_rows_mr_avx512<kType, 5>(w, wrow, nw, x, ldx, xs, nb, out, ldo);
+    case 4: return dot_rows_mr_avx512<kType, 4>(w, wrow, nw, x, ldx, xs, nb, out, ldo);
+    case 3: return dot_rows_mr_avx512<kType, 3>(w, wrow, nw, x, ldx, xs, nb, out, ldo);
+    case 2: return dot_rows_mr_avx512<kType, 2>(w, wrow, nw, x, ldx, xs, nb, out, ldo);
+    default: return dot_rows_mr_avx512<kType, 1>(w, wrow, nw, x, ldx, xs, nb, out, ldo);
   }
 }
 
@@ -727,15 +856,15 @@ void gemm_nt_portable(const float* a, int64_t lda, int64_t m_rows, const float* 
     for (int64_t n = 0; n < n_rows; ++n) c[m * ldc + n] = dot_inline(a + m * lda, b + n * ldb, k);
 }
 
-// out[m * ldo] = dot(w, row m of x) for rows <= kMaxDotRows rows of x (stride ldx, block sums xsum
-// with stride nxs), bitwise the one-row dot of each.
-using RowsDotFn = void (*)(const uint8_t* w, const float* x, int64_t ldx, const float* xsum, int64_t nxs,
-                           int64_t k, int64_t rows, float* out, int64_t ldo);
+// out[m * ldo + n] = dot(weight row n, row m of x) for nw weight rows (wrow bytes apart) and
+// rows <= kRowGroup rows of x (stride ldx, block sums xs block-major), bitwise the one-row dot of each.
+using RowsDotFn = void (*)(const uint8_t* w, size_t wrow, int64_t nw, const float* x, int64_t ldx,
+                           const float* xs, int64_t k, int64_t rows, float* out, int64_t ldo);
 
 struct WeightKernels {
   RowDotFn dot = nullptr;
   DequantRowFn dequantize = nullptr;
-  RowsDotFn dot_rows = nullptr;  // only where written (x86-64 AVX2: Q4_0, Q4_1, Q8_0)
+  RowsDotFn dot_rows = nullptr;  // only where written (x86-64 AVX2 or AVX-512VL: Q4_0, Q4_1, Q8_0)
 };
 
 template <DType T>
@@ -747,7 +876,7 @@ WeightKernels kernels_for() {
     k.dequantize = &dequantize_row_avx2<T>;
     if constexpr (T == DType::Q4_0) {
       k.dot = &dot_q4_0_avx2;
-      k.dot_rows = &dot_rows_avx2<0>;
+      k.dot_rows = cpu_has_avx512vl() ? &dot_rows_avx512<0> : &dot_rows_avx2<0>;
     }
     if constexpr (T == DType::Q5_0) k.dot = &dot_q5_0_avx2;
     if constexpr (T == DType::Q4_K) k.dot = &dot_q4_k_avx2;
@@ -755,12 +884,12 @@ WeightKernels kernels_for() {
     if constexpr (T == DType::Q6_K) k.dot = &dot_q6_k_avx2;
     if constexpr (T == DType::Q4_1) {
       k.dot = &dot_q4_1_avx2;
-      k.dot_rows = &dot_rows_avx2<1>;
+      k.dot_rows = cpu_has_avx512vl() ? &dot_rows_avx512<1> : &dot_rows_avx2<1>;
       k.dequantize = &dequantize_q4_1_avx2;
     }
     if constexpr (T == DType::Q8_0) {
       k.dot = &dot_q8_0_avx2;
-      k.dot_rows = &dot_rows_avx2<2>;
+      k.dot_rows = cpu_has_avx512vl() ? &dot_rows_avx512<2> : &dot_rows_avx2<2>;
       k.dequantize = &dequantize_q8_0_avx2;
     }
     if constexpr (T == DType::F16) k.dot = &dot_f16_avx2;
@@ -801,7 +930,7 @@ constexpr int64_t kTileRows = 24;  // a multiple of the 3-row register tile
 constexpr int64_t kXRowsPerPass = 64;
 // Up to this many rows of x take the matvec path with a several-row kernel (weights streamed once,
 // each block unpacked once) rather than dequantizing tiles for a GEMM.
-constexpr int64_t kSmallBatchRows = 8;  // at most kMaxDotRows (the several-row kernels' arrays)
+constexpr int64_t kSmallBatchRows = 8;
 
 }  // namespace
 
@@ -890,31 +1019,44 @@ void CpuKernels::linear(const View& x, const View& w, const View& out) {
   if (M <= kSmallBatchRows) {
     // M == 1 (decode), and a few rows (a batched decode step of several sequences, tl serve
     // --parallel): the weights stream once, and each row of the result is bitwise what M == 1
-    // gives for that row alone (the several-row kernels where written, else one dot per row), so
-    // a batched step chooses exactly the tokens of the sequences decoded one by one.
-    const int64_t nxs = (K + 31) / 32;
+    // gives for that row alone (the several-row kernels where written, kRowGroup rows of x at a
+    // time, else one dot per row), so a batched step chooses exactly the tokens of the sequences
+    // decoded one by one.
+    // Block sums: row-major (row m's at xsum + m * nxs) for the one-row dots, block-major in
+    // groups of kRowGroup rows (xsum[(g * nxs + b) * kRowGroup + m % kRowGroup]) for dot_rows.
+    const bool rows_kernel = M > 1 && wk.dot_rows != nullptr;
+    const int64_t nxs = (K + 31) / 32, groups = (M + kRowGroup - 1) / kRowGroup;
     thread_local std::vector<float> xsum_buf;
-    xsum_buf.resize(static_cast<size_t>(M * nxs));
+    xsum_buf.assign(static_cast<size_t>(rows_kernel ? groups * nxs * kRowGroup : M * nxs), 0.0f);
     float* xsum = xsum_buf.data();
     for (int64_t m = 0; m < M; ++m)
       for (int64_t b = 0; b < K / 32; ++b) {
         float s = 0.0f;
         for (int j = 0; j < 32; ++j) s += xd[m * K + b * 32 + j];
-        xsum[m * nxs + b] = s;
+        xsum[rows_kernel ? ((m / kRowGroup) * nxs + b) * kRowGroup + m % kRowGroup : m * nxs + b] = s;
       }
     // One row at a time: the weights stream through memory in order, which the hardware
     // prefetchers follow best (kernels reading 2 or 4 rows at once measured 15-40 % slower per
     // token once the weights come from DRAM rather than cache).
     // Rows are contiguous, so prefetching each row's bytes kMatvecPrefetchBytes ahead covers the stream.
+    // The several-row kernels are bound by their multiply-adds, not by the weight stream: they
+    // take two adjacent rows at a time and leave the stream to the hardware prefetchers (the
+    // prefetches measured 5-7 % of an 8-row step, stalled on full fill buffers).
     const size_t total = static_cast<size_t>(N) * wrow;
     for_row_groups(pool(), N, wrow, [&](int64_t n0, int64_t n1) {
-      for (int64_t n = n0; n < n1; ++n) {
+      const int64_t step = rows_kernel ? 2 : 1;
+      for (int64_t n = n0; n < n1; n += step) {
+        const int64_t nw = std::min(step, n1 - n);
         const size_t at = static_cast<size_t>(n) * wrow, ahead = at + kMatvecPrefetchBytes;
-        if (ahead < total) prefetch_bytes(wdata + ahead, std::min(wrow, total - ahead));
+        if (!rows_kernel && ahead < total) prefetch_bytes(wdata + ahead, std::min(wrow, total - ahead));
         if (M == 1)
           od[n] = wk.dot(wdata + at, xd, xsum, K);
-        else if (wk.dot_rows != nullptr)
-          wk.dot_rows(wdata + at, xd, K, xsum, nxs, K, M, od + n, N);
+        else if (rows_kernel)
+          for (int64_t g = 0; g < groups; ++g) {
+            const int64_t m0 = g * kRowGroup;
+            wk.dot_rows(wdata + at, wrow, nw, xd + m0 * K, K, xsum + g * nxs * kRowGroup, K,
+                        std::min(kRowGroup, M - m0), od + m0 * N + n, N);
+          }
         else
           for (int64_t m = 0; m < M; ++m) od[m * N + n] = wk.dot(wdata + at, xd + m * K, xsum + m * nxs, K);
       }
