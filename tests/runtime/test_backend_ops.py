@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from tensorlogic import _core
+from tensorlogic.models.testing import QUANT_SCALE_OFFSETS, quant_block_elems, random_quant_blocks
 
 def _backends() -> list[str]:
     """The backends compared with the CPU: TL_CROSS_BACKEND (comma-separated; `cpu` runs the harness
@@ -304,31 +305,16 @@ def cases_matmul_batched_broadcast_transposed():
 
 
 # GGUF block layouts: bytes per block, elements per block, byte offsets of f16 scale fields.
-QUANT = {"q4_0": (18, 32, [0]), "q4_1": (20, 32, [0, 2]), "q5_0": (22, 32, [0]),
-         "q5_1": (24, 32, [0, 2]), "q8_0": (34, 32, [0]), "q4_k": (144, 256, [0, 2]),
-         "q5_k": (176, 256, [0, 2]), "q6_k": (210, 256, [208])}
-
-
-def random_quantized(qtype: str, rows: int, cols: int) -> np.ndarray:
-    """Random raw blocks with sane f16 scales (random bytes elsewhere exercise every bit)."""
-    bb, be, scale_offsets = QUANT[qtype]
-    blocks = RNG.integers(0, 256, (rows * cols // be, bb), dtype=np.uint8)
-    for off in scale_offsets:
-        scales = RNG.uniform(0.002, 0.05, blocks.shape[0]).astype(np.float16)
-        blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
-    return blocks.reshape(rows, cols // be * bb)
-
-
 def cases_linear_all_weight_types_decode_and_prompt_shapes():
     cases = []
-    for wt in ["f32", "f16", "bf16"] + list(QUANT):
-        be = QUANT[wt][1] if wt in QUANT else 1
-        K = be * (3 if be == 256 else 18) if wt in QUANT else 70
+    for wt in ["f32", "f16", "bf16"] + list(QUANT_SCALE_OFFSETS):
+        be = quant_block_elems(wt) if wt in QUANT_SCALE_OFFSETS else 1
+        K = be * (3 if be == 256 else 18) if wt in QUANT_SCALE_OFFSETS else 70
         for M in (1, 2, 8, 9, 77):
             N = int(RNG.integers(1, 150))
             x = randn(M, K)
-            if wt in QUANT:
-                raw = random_quantized(wt, N, K)
+            if wt in QUANT_SCALE_OFFSETS:
+                raw = random_quant_blocks(wt, N, K, RNG)
                 mk = lambda raw=raw, wt=wt, N=N, K=K: _core.from_quantized(raw, wt, [N, K])
             else:
                 w = randn(N, K)
@@ -344,12 +330,12 @@ def cases_expert_linear_all_weight_types_decode_prefill_and_bad_ids():
     """The mixture-of-experts products: every weight type, one token (decode) and many with repeated
     experts (prefill), x shared by a token's experts or one row each, i32/i64 ids, a bad id."""
     cases = []
-    for wt in ["f32", "f16", "bf16"] + list(QUANT):
-        be = QUANT[wt][1] if wt in QUANT else 1
-        K = be * (2 if be == 256 else 6) if wt in QUANT else 70
+    for wt in ["f32", "f16", "bf16"] + list(QUANT_SCALE_OFFSETS):
+        be = quant_block_elems(wt) if wt in QUANT_SCALE_OFFSETS else 1
+        K = be * (2 if be == 256 else 6) if wt in QUANT_SCALE_OFFSETS else 70
         E, N = 5, int(RNG.integers(1, 60))
-        if wt in QUANT:
-            raw = random_quantized(wt, E * N, K)
+        if wt in QUANT_SCALE_OFFSETS:
+            raw = random_quant_blocks(wt, E * N, K, RNG)
             mk = lambda raw=raw, wt=wt, N=N, K=K, E=E: _core.from_quantized(raw, wt, [E * N, K])
         else:
             w = randn(E * N, K)
@@ -368,12 +354,12 @@ def cases_expert_linear_all_weight_types_decode_prefill_and_bad_ids():
 
 def cases_embedding_from_every_table_type_and_bad_ids():
     cases = []
-    for wt in ["f32", "f16", "bf16"] + list(QUANT):
-        be = QUANT[wt][1] if wt in QUANT else 1
-        D = be * 2 if wt in QUANT else 48
+    for wt in ["f32", "f16", "bf16"] + list(QUANT_SCALE_OFFSETS):
+        be = quant_block_elems(wt) if wt in QUANT_SCALE_OFFSETS else 1
+        D = be * 2 if wt in QUANT_SCALE_OFFSETS else 48
         V = 37
-        if wt in QUANT:
-            raw = random_quantized(wt, V, D)
+        if wt in QUANT_SCALE_OFFSETS:
+            raw = random_quant_blocks(wt, V, D, RNG)
             mk = lambda raw=raw, wt=wt, D=D: _core.from_quantized(raw, wt, [V, D])
         else:
             tab = randn(V, D)
@@ -497,14 +483,14 @@ def cases_fused_kernels_norm_linear_residual_swiglu_rope_kv_write():
     # One case per Kernels fused method and path: matrix-vector (M <= 8) and tiled rows, every
     # weight type, with and without the norm weight and the residual, strided operands.
     cases = []
-    for wt in ["f32", "f16"] + list(QUANT):
-        be = QUANT[wt][1] if wt in QUANT else 1
-        K = be * (3 if be == 256 else 18) if wt in QUANT else 70
+    for wt in ["f32", "f16"] + list(QUANT_SCALE_OFFSETS):
+        be = quant_block_elems(wt) if wt in QUANT_SCALE_OFFSETS else 1
+        K = be * (3 if be == 256 else 18) if wt in QUANT_SCALE_OFFSETS else 70
         for M in (1, 3, 9, 40):
             N = int(RNG.integers(1, 150))
             x, nw, res = randn(M, K) * 3, randn(K), randn(M, N)
-            if wt in QUANT:
-                raw = random_quantized(wt, N, K)
+            if wt in QUANT_SCALE_OFFSETS:
+                raw = random_quant_blocks(wt, N, K, RNG)
                 mk = lambda raw=raw, wt=wt, N=N, K=K: _core.from_quantized(raw, wt, [N, K])
             else:
                 w = randn(N, K)
@@ -520,7 +506,7 @@ def cases_fused_kernels_norm_linear_residual_swiglu_rope_kv_write():
                 T(gu), mk(), T(res))))
     for M in (1, 8):  # the down projection's shape (K = 1536): staged rows beyond a block's 48 KiB
         x, res = randn(M, 1536), randn(M, 576)
-        raw = random_quantized("q4_1", 576, 1536)
+        raw = random_quant_blocks("q4_1", 576, 1536, RNG)
         cases.append((f"linear q4_1 M={M} K=1536 + residual", lambda x=x, raw=raw, res=res: _core.linear(
             T(x), _core.from_quantized(raw, "q4_1", [576, 1536]), T(res))))
         w, gu = randn(40, 1536), randn(M, 2 * 1536)

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from tensorlogic import _core
+from tensorlogic.models.testing import QUANT_SCALE_OFFSETS, quant_block_elems, random_quant_blocks
 
 RNG = np.random.default_rng(20261127)
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -117,26 +118,14 @@ def test_max_argmax_over_a_middle_axis(inner):
 # ------------------------------------------------------------------------------ linear, a few rows
 
 # GGUF block layouts: bytes per block, elements per block, byte offsets of the f16 scale fields.
-QUANT = {"q4_0": (18, 32, [0]), "q4_1": (20, 32, [0, 2]), "q5_0": (22, 32, [0]), "q5_1": (24, 32, [0, 2]),
-         "q8_0": (34, 32, [0]), "q4_k": (144, 256, [0, 2]), "q5_k": (176, 256, [0, 2]), "q6_k": (210, 256, [208])}
 SMALL_BATCH_ROWS = 8  # kernels_matmul_quant.cpp's kSmallBatchRows: up to here each row is bitwise alone
-
-
-def random_quantized(qtype: str, rows: int, cols: int, rng) -> np.ndarray:
-    """Random raw blocks [rows, bytes] with sane f16 scales (random bytes elsewhere exercise every bit)."""
-    bb, be, scale_offsets = QUANT[qtype]
-    blocks = rng.integers(0, 256, (rows * cols // be, bb), dtype=np.uint8)
-    for off in scale_offsets:
-        scales = rng.uniform(0.002, 0.05, blocks.shape[0]).astype(np.float16)
-        blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
-    return blocks.reshape(rows, cols // be * bb)
 
 
 def weight(fmt: str, n: int, k: int, rng):
     """(the weight tensor, its values as float64 [n, k])."""
-    if fmt in QUANT:
+    if fmt in QUANT_SCALE_OFFSETS:
         import gguf
-        raw = random_quantized(fmt, n, k, rng)
+        raw = random_quant_blocks(fmt, n, k, rng)
         values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt.upper()]).astype(np.float64)
         return _core.from_quantized(raw, fmt, [n, k]), values
     w = rng.standard_normal((n, k)).astype(np.float32)
@@ -145,7 +134,7 @@ def weight(fmt: str, n: int, k: int, rng):
 
 
 def check_linear_rows(fmt: str, M: int, rng) -> None:
-    be = QUANT[fmt][1] if fmt in QUANT else 1
+    be = quant_block_elems(fmt) if fmt in QUANT_SCALE_OFFSETS else 1
     # K: an odd and an even number of blocks (the kernels take even and odd blocks apart); N odd,
     # so a weight row is left over from the several-row kernels' pairs.
     shapes = [(37, be * 3), (2, be * 2)] if be == 256 else [(37, 32), (1, 96), (20, 576), (7, 1504)]
@@ -165,7 +154,7 @@ def check_linear_rows(fmt: str, M: int, rng) -> None:
 
 
 @pytest.mark.parametrize("M", list(range(1, 18)))
-@pytest.mark.parametrize("fmt", list(QUANT) + ["f16", "bf16", "f32"])
+@pytest.mark.parametrize("fmt", list(QUANT_SCALE_OFFSETS) + ["f16", "bf16", "f32"])
 def test_linear_rows_match_numpy_and_each_row_alone(fmt, M):
     check_linear_rows(fmt, M, np.random.default_rng([M, len(fmt), ord(fmt[-1])]))
 

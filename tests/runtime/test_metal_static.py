@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tensorlogic.models.testing import random_quant_blocks
+
 ROOT = Path(__file__).resolve().parents[2]
 OBJC = ROOT / "objc"
 SHADERS = ROOT / "shaders"
@@ -638,19 +640,6 @@ def test_matmul_kernel_batched_with_transposed_and_broadcast_operands(shim):
                                    rtol=1e-3 if out_dtype == np.float16 else 1e-5, atol=1e-3)
 
 
-def random_quantized_rows(qtype: str, rows: int, cols: int, rng) -> np.ndarray:
-    """Random block bytes (every bit pattern of the quants and scales) with sane f16 scales."""
-    import gguf
-    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype.upper()]]
-    blocks = rng.integers(0, 256, size=(rows, cols // block_elems, block_bytes), dtype=np.uint8)
-    scale_offsets = {"q4_0": [0], "q4_1": [0, 2], "q5_0": [0], "q5_1": [0, 2], "q8_0": [0],
-                     "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208]}[qtype]
-    for off in scale_offsets:
-        scales = rng.uniform(0.002, 0.05, size=blocks.shape[:2]).astype(np.float16)
-        blocks[:, :, off:off + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
-    return blocks.reshape(rows, -1)
-
-
 def dequantize(qtype: str, data: np.ndarray) -> np.ndarray:
     import gguf
     from gguf import quants
@@ -662,7 +651,7 @@ def test_linear_kernel_decodes_every_gguf_block_layout_like_the_gguf_package(shi
     pytest.importorskip("gguf")
     rng = np.random.default_rng(5)
     m, n, k = 2, 5, 512
-    w = random_quantized_rows(qtype, n, k, rng)
+    w = random_quant_blocks(qtype, n, k, rng)
     x = rng.standard_normal((m, k)).astype(np.float32)
     out = np.zeros((m, n), np.float32)
     p = RowsParams(m=m, n=n, k=k, row_bytes=w.shape[1], w_dtype=QTYPES[qtype], out_dtype=F32)
@@ -686,7 +675,7 @@ def test_expert_linear_kernel_routes_each_pair_through_its_expert(shim, qtype, x
     pytest.importorskip("gguf")
     rng = np.random.default_rng(11)
     experts, n, k, tokens, topk = 4, 5, 256, 3, 2
-    w = random_quantized_rows(qtype, experts * n, k, rng)
+    w = random_quant_blocks(qtype, experts * n, k, rng)
     x = rng.standard_normal((tokens, x_rows, k)).astype(np.float32)
     ids = np.array([[2, 0], [3, 2], [1, 2]], np.int64)
     out = np.zeros((tokens, topk, n), np.float32)
@@ -709,7 +698,7 @@ def test_expert_linear_kernel_routes_each_pair_through_its_expert(shim, qtype, x
 def test_gather_rows_kernel_dequantizes_rows(shim, qtype):
     pytest.importorskip("gguf")
     rng = np.random.default_rng(7)
-    table = random_quantized_rows(qtype, 6, 256, rng)
+    table = random_quant_blocks(qtype, 6, 256, rng)
     ids = np.array([5, 0, 3, 3], np.int32)
     out = np.zeros((4, 256), np.float32)
     record = ErrorRecord()
@@ -861,7 +850,7 @@ def test_fused_linear_kernel_normalises_then_multiplies_and_adds_the_strided_add
     m, n, k = 3, 6, 256
     x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
     nw = rng.standard_normal(k).astype(np.float16)
-    w = random_quantized_rows("q4_1", n, k, rng)
+    w = random_quant_blocks("q4_1", n, k, rng)
     addend = np.ascontiguousarray(rng.standard_normal((n, m)).astype(np.float32)).T  # strides (1, m)
     scratch = np.zeros((m, k), np.float32)
     out = np.zeros((m, n), np.float32)

@@ -72,6 +72,27 @@ class TinyGemma3Spec(TinyLlamaSpec):
     weight_types: dict = field(default_factory=dict)  # storage type per tensor kind, e.g. {"attn_v": "Q8_0"}
 
 
+# Byte offsets of the f16 scale fields in one block of each quantized format TL reads.
+QUANT_SCALE_OFFSETS = {"q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2), "q8_0": (0,),
+                       "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+
+
+def quant_block_elems(qtype: str) -> int:
+    """Elements per block of a quantized format named as in QUANT_SCALE_OFFSETS."""
+    return GGML_QUANT_SIZES[GGMLQuantizationType[qtype.upper()]][0]
+
+
+def random_quant_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Raw blocks [rows, bytes] of a `qtype` weight [rows, cols] for kernel tests: random bytes (every
+    bit pattern of the quants) with random but sane f16 scales in [0.002, 0.05]."""
+    block_elems, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[qtype.upper()]]
+    blocks = rng.integers(0, 256, (rows * cols // block_elems, block_bytes), dtype=np.uint8)
+    for off in QUANT_SCALE_OFFSETS[qtype]:
+        scales = rng.uniform(0.002, 0.05, blocks.shape[0]).astype(np.float16)
+        blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(rows, cols // block_elems * block_bytes)
+
+
 def random_quantized(values: np.ndarray, qtype: GGMLQuantizationType, rng: np.random.Generator) -> np.ndarray:
     """Stored bytes of `values` [rows, cols] in `qtype`: quantized where the `gguf` package can,
     random blocks with sane scales for the K-quants. F32/F16 are returned as typed arrays."""
