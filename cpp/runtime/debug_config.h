@@ -57,9 +57,10 @@ inline int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t h
   return x;
 }
 
-inline bool env_flag(const char* name) {
+// `unset`: the value of a missing or empty variable (true for switches that are on by default).
+inline bool env_flag(const char* name, bool unset = false) {
   const char* v = std::getenv(name);
-  if (!v || !*v) return false;
+  if (!v || !*v) return unset;
   std::string s(v);
   return !(s == "0" || s == "false" || s == "False" || s == "no" || s == "off");
 }
@@ -89,15 +90,9 @@ inline bool env_cpu_no_simd() { return env_detail::env_flag("TL_CPU_NO_SIMD"); }
 inline bool env_cpu_no_avx512() { return env_detail::env_flag("TL_CPU_NO_AVX512"); }
 inline bool env_cuda_launch_stats() { return env_detail::env_flag("TL_CUDA_LAUNCH_STATS"); }
 // cuBLAS for the CUDA backend's matrix products (default on; 0 keeps TL's own kernels)
-inline bool env_cuda_blas() {
-  const char* v = std::getenv("TL_CUDA_BLAS");
-  return !(v && *v) || env_detail::env_flag("TL_CUDA_BLAS");
-}
+inline bool env_cuda_blas() { return env_detail::env_flag("TL_CUDA_BLAS", true); }
 // CUDA graphs for compiled functions' replays (default on; 0 launches kernel by kernel)
-inline bool env_cuda_graphs() {
-  const char* v = std::getenv("TL_CUDA_GRAPHS");
-  return !(v && *v) || env_detail::env_flag("TL_CUDA_GRAPHS");
-}
+inline bool env_cuda_graphs() { return env_detail::env_flag("TL_CUDA_GRAPHS", true); }
 // f32 products through cuBLAS may round their inputs to TF32 (off by default)
 inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it

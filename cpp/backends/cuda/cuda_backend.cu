@@ -620,7 +620,8 @@ class CudaBackend final : public Backend {
     if (e - b < kMinGraphCommands || capture_stream_ == nullptr) return false;
     ReplayGraph& g = graph_for(job.plan->recording_id);
     if (g.eager || (g.exec == nullptr && ++g.seen < 2)) return false;  // a recording replayed once pays no capture
-    for (size_t i = b; i < e; ++i) {
+    // A recording's plan never changes: checked once, before its capture.
+    for (size_t i = b; g.exec == nullptr && i < e; ++i) {
       if (kinds[i] == ReplayCommandKind::Outside) {
         g.eager = true;
         return false;
@@ -631,7 +632,7 @@ class CudaBackend final : public Backend {
       if (!capture_body(job, g, b, e)) {
         g.eager = true;
         ++graph_abandoned_;
-        if (run_range(job, b, e)) run_range(job, e, n);
+        run_range(job, b, n);  // stops at the first error, as a plain command buffer does
         return true;
       }
     } else {
@@ -653,7 +654,7 @@ class CudaBackend final : public Backend {
         drop_graph(g);
         g.eager = true;
         ++graph_stale_;
-        if (run_range(job, b, e)) run_range(job, e, n);
+        run_range(job, b, n);  // stops at the first error, as a plain command buffer does
         return true;
       }
     }
@@ -678,24 +679,8 @@ class CudaBackend final : public Backend {
   void launch(LaunchJob& job) {
     encoding_slot_ = -1;
     graph_slot_ = -1;
-    if (!job.plan || !launch_replay(job)) run_commands(job);
+    if (!job.plan || !launch_replay(job)) run_range(job, 0, job.commands.size());
     finish_launch(job);
-  }
-
-  void run_commands(LaunchJob& job) {
-    CompletionState::Pending& pending = job.pending;
-    encoding_slot_ = -1;
-    for (Command& command : job.commands) {
-      try {
-        command(kernels_);
-      } catch (const std::exception& e) {
-        pending.error = e.what();
-        break;
-      } catch (...) {
-        pending.error = "cuda: a command failed with an unknown exception";
-        break;
-      }
-    }
   }
 
   void finish_launch(LaunchJob& job) {

@@ -25,6 +25,7 @@
 
 #include "backends/cpu/half.h"
 #include "runtime/backend.h"
+#include "runtime/debug_config.h"
 #include "cuda_kernels.h"
 
 namespace {
@@ -862,9 +863,7 @@ void test_graph_replay() {
     // Graphs: from the second replay on for the plain, windowed and error variants; none where a
     // command cannot be in one (variant 3). (TL_CUDA_GRAPHS=0 turns them all off.)
     const uint64_t graphs = cuda::graph_launches(*g_backends[1]) - graphs_before;
-    const char* env = std::getenv("TL_CUDA_GRAPHS");
-    const bool on = !(env && *env) || std::strcmp(env, "0") != 0;
-    const bool expect_graphs = on && (kind == 0 || kind == 2);
+    const bool expect_graphs = env_cuda_graphs() && (kind == 0 || kind == 2);
     if (kind == 1) continue;  // a graph only without cuBLAS (TL_CUDA_BLAS=0 or no library found)
     const uint64_t expected = !expect_graphs ? 0 : variant == 5 ? 5 : static_cast<uint64_t>(steps - 1);
     ++checks;
