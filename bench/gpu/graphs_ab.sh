@@ -15,6 +15,8 @@
 #                              SmolLM2-shaped model: TL (graphs on) and llama.cpp CUDA, then TL
 #                              with TL_CUDA_GRAPHS=0
 #   bench/gpu/graphs_ab.sh c   the same bench/llm.py pair for the 1B-shaped model
+#   bench/gpu/graphs_ab.sh k   test_cuda_vs_cpu --bench-kernels per matrix-vector variant
+#   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -34,8 +36,8 @@ bench_model() {  # TL (graphs on) and llama.cpp CUDA in one run, then TL with TL
   echo "== $name: TL (graphs on) and llama.cpp CUDA"
   timeout 300 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
     --repeat 3 --json "$OUTDIR/${name}_after.json" 2>&1 | tail -9
-  echo "== $name: TL with TL_CUDA_GRAPHS=0"
-  TL_CUDA_GRAPHS=0 timeout 150 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 \
+  echo "== $name: TL with ${BEFORE_ENV:-TL_CUDA_GRAPHS=0}"
+  env ${BEFORE_ENV:-TL_CUDA_GRAPHS=0} timeout 150 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 \
     --json "$OUTDIR/${name}_before.json" 2>&1 | tail -4
 }
 
@@ -98,5 +100,14 @@ d)
   echo "== TL_BACKEND=cuda pytest tests/learning"
   TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
   ;;
-*) echo "usage: $0 a|b|c|d" >&2; exit 2 ;;
+k)
+  # The matrix-vector kernels against the bandwidth roofline (test_cuda_vs_cpu --bench-kernels),
+  # once per variant: the older shared-memory kernel, the one-row kernel without and with
+  # programmatic dependent launch (the default)
+  for v in "TL_CUDA_MATVEC1=0 TL_CUDA_PDL=0" "TL_CUDA_PDL=0" "TL_CUDA_PDL=1"; do
+    echo "== --bench-kernels with $v"
+    env $v timeout 150 "$T" --bench-kernels 2>&1 | grep -E "matvec|copy|launch" | sed -e 's/one weight (in L2)/L2/' -e 's/ of the copy bandwidth//'
+  done
+  ;;
+*) echo "usage: $0 a|b|c|d|k" >&2; exit 2 ;;
 esac

@@ -93,6 +93,12 @@ inline bool env_cuda_launch_stats() { return env_detail::env_flag("TL_CUDA_LAUNC
 inline bool env_cuda_blas() { return env_detail::env_flag("TL_CUDA_BLAS", true); }
 // CUDA graphs for compiled functions' replays (default on; 0 launches kernel by kernel)
 inline bool env_cuda_graphs() { return env_detail::env_flag("TL_CUDA_GRAPHS", true); }
+// Programmatic dependent launch for the CUDA matrix-vector kernels (default on; Hopper and later):
+// a decode step's next weight streams into L2 while the kernel before it still runs
+inline bool env_cuda_pdl() { return env_detail::env_flag("TL_CUDA_PDL", true); }
+// The one-row matrix-vector kernel that reads x from global memory (default on; 0: the older
+// kernel that stages x in shared memory in every block; kept for A/B measurements)
+inline bool env_cuda_matvec1() { return env_detail::env_flag("TL_CUDA_MATVEC1", true); }
 // f32 products through cuBLAS may round their inputs to TF32 (off by default)
 inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it

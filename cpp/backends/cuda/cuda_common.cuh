@@ -179,6 +179,28 @@ __device__ __forceinline__ double block_sum_double(double v, double* scratch) {
   return warp_sum_double(total);
 }
 
+// Programmatic dependent launch (Hopper and later; no-ops on older GPUs, where a kernel launched
+// with the attribute simply waits for its predecessor as usual). A kernel launched through
+// launch_dependent (fused.cu) may start while the kernel before it in the stream still runs: until
+// pdl_wait() returns it must read nothing a predecessor may write and write nothing at all (it may
+// only prefetch into L2, which is coherent, so a later load still sees the predecessor's writes).
+// pdl_wait() returns once every predecessor has finished and its writes are visible.
+// pdl_trigger() lets the next such kernel's blocks start (they wait in pdl_wait for this one).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Starts fetching the 128-byte line at p into L2; no data is returned, so it is safe before pdl_wait().
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Grid size for a grid-stride loop over n elements with `threads` threads per block.
 inline unsigned grid_for(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;

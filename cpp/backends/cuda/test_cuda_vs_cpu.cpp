@@ -481,6 +481,41 @@ void test_linear_tall() {
   }
 }
 
+// fused_linear on one row and on a few (the decode shapes): each prologue, with and without a
+// residual addend, the weight rows of the real models' widths (K = 576, 2048, 8192 for the K-quants'
+// 256-element blocks and the 32-element formats alike) and N tall enough for two columns per lane
+// group. One row runs the prologue's own kernel and the one-row kernel (fused.cu).
+void test_fused_linear() {
+  const LinearPrologue pros[] = {LinearPrologue::None, LinearPrologue::RmsNorm, LinearPrologue::SwiGLU};
+  for (DType wt : kQuant) {
+    for (int64_t K : {576, 2048, 8192}) {
+      if (K % block_elems(wt) != 0) continue;
+      for (LinearPrologue pro : pros) {
+        for (int64_t M : {1, 3}) {
+          const bool with_add = coin();
+          const int64_t N = K == 8192 ? rand_int(100, 700) : rand_int(1000, 6000);
+          const int64_t in_cols = pro == LinearPrologue::SwiGLU ? 2 * K : K;
+          auto x = contiguous(DType::F32, {M, in_cols});
+          auto w = make_dual(wt, {N, K}, {K, 1}, 0, static_cast<int64_t>(row_bytes(wt, K)) * N);
+          auto nw = contiguous(DType::F32, {K});
+          auto add = contiguous(DType::F32, {M, N});
+          auto scratch = contiguous(DType::F32, {M, K});
+          auto o = contiguous(DType::F32, {M, N});
+          const std::string what = std::string("fused_linear w=") + dtype_name(wt) + " prologue=" +
+                                   std::to_string(static_cast<int>(pro)) + (with_add ? " +addend" : "") +
+                                   " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+          if (run_both(what, [&](Kernels& k, int s) {
+                k.fused_linear(x->view(s), w->view(s), pro, pro == LinearPrologue::RmsNorm ? nw->view(s) : View{},
+                               1e-5f, with_add ? add->view(s) : View{},
+                               pro == LinearPrologue::None ? View{} : scratch->view(s), o->view(s));
+              }))
+            compare(what, *o, 1e-4, 1e-5, 1e-5);
+        }
+      }
+    }
+  }
+}
+
 // expert_linear: every weight type, decode (T = 1) and prompt shapes, x shared by a token's
 // experts (X = 1) or one row per expert (X = k); ids read on the device; a bad id is an error.
 void test_expert_linear() {
@@ -1231,10 +1266,14 @@ void bench_kernels(Backend& gpu) {
     std::printf("BENCH launch (1-element fill): %.2f us/call\n", time_calls(c) * 1e6);
   }
   const DType types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  const int64_t shapes[][2] = {{8192, 2048}, {2048, 8192}};  // N (rows of w), K
+  // N (rows of w), K: the roofline pair of issue 24, then the 1B-shaped model's qkv, o and gate/up
+  // and the SmolLM2-shaped model's (latency-bound: a few hundred KiB each)
+  const int64_t shapes[][2] = {{8192, 2048}, {2048, 8192}, {3072, 2048}, {2048, 2048}, {16384, 2048},
+                               {960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
   for (DType t : types) {
     for (const auto& sh : shapes) {
       const int64_t N = sh[0], K = sh[1];
+      if (K % block_elems(t) != 0) continue;
       const size_t wbytes = row_bytes(t, K) * N;
       const int copies = static_cast<int>((size_t(256) << 20) / wbytes + 1);
       std::vector<View> ws;
@@ -1336,6 +1375,7 @@ int main(int argc, char** argv) {
   RUN(test_matmul());
   RUN(test_linear());
   RUN(test_linear_tall());
+  RUN(test_fused_linear());
   RUN(test_expert_linear());
   RUN(test_gather());
   RUN(test_training());
