@@ -15,6 +15,7 @@
 #                              SmolLM2-shaped model: TL (graphs on) and llama.cpp CUDA, then TL
 #                              with TL_CUDA_GRAPHS=0
 #   bench/gpu/graphs_ab.sh c   the same bench/llm.py pair for the 1B-shaped model
+#   bench/gpu/graphs_ab.sh m   builds, then ncu_matvec.py and bench/llm.py per matrix-vector variant
 #   bench/gpu/graphs_ab.sh k   test_cuda_vs_cpu --bench-kernels per matrix-vector variant
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
@@ -41,8 +42,7 @@ bench_model() {  # TL (graphs on) and llama.cpp CUDA in one run, then TL with TL
     --json "$OUTDIR/${name}_before.json" 2>&1 | tail -4
 }
 
-case "${1:-}" in
-a)
+prepare_and_models() {  # the build (llama.cpp's in the background) and the models, in the background
   OUT="$WORK/logs" bash bench/gpu/run_h100.sh prepare
   cat "$WORK/logs/summary.txt"
   setsid nohup python3 -c "
@@ -54,6 +54,11 @@ os.rename('$SMOL.tmp', '$SMOL')
 write_tiny_llama('$B1.tmp', n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8, d_ff=8192,
                  context_length=4096, weight_type='Q4_K')
 os.rename('$B1.tmp', '$B1')" > "$WORK/gen.log" 2>&1 < /dev/null &
+}
+
+case "${1:-}" in
+a)
+  prepare_and_models
   cd "$WORK/src" || exit 1
   echo "== test_cuda_vs_cpu (graphs on, the default)"; timeout 240 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -15
   echo "== test_cuda_vs_cpu, TL_CUDA_GRAPHS=0"; TL_CUDA_GRAPHS=0 timeout 240 "$T" > "$OUTDIR/cuda_vs_cpu_nographs.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu_nographs.log" | tail -5
@@ -99,6 +104,20 @@ d)
   done
   echo "== TL_BACKEND=cuda pytest tests/learning"
   TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
+  ;;
+m)
+  # The matrix-vector kernels' own time per variant (ncu), then decode of both models with
+  # matvec1 + programmatic dependent launch (the default), without PDL, and with the older kernel
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-3350}"
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 90); do [ -s "$m" ] && break; sleep 2; done
+    for v in "TL_CUDA_PDL=1" "TL_CUDA_PDL=0" "TL_CUDA_MATVEC1=0 TL_CUDA_PDL=0"; do
+      echo "== $(basename "$m" .gguf): TL with $v"
+      env $v timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -3
+    done
+  done
   ;;
 k)
   # The matrix-vector kernels against the bandwidth roofline (test_cuda_vs_cpu --bench-kernels),

@@ -1322,6 +1322,53 @@ void bench_kernels(Backend& gpu) {
   }
 }
 
+// --bench-matvec: eight one-row products per weight type and shape (eight copies of the weight in
+// turn, so each comes from memory), printed in launch order as "MATVEC <type> <N> <K> <bytes>", for
+// a profiler (ncu) to time the kernels themselves: a launch-bound loop on the host measures the host.
+void bench_matvec(Backend& gpu) {
+  const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K};
+  const int64_t shapes[][2] = {{8192, 2048}, {2048, 8192}, {16384, 2048}, {3072, 2048}, {2048, 2048},
+                               {960, 576}, {3072, 576}, {576, 576}, {576, 1536}, {49152, 576}};
+  for (DType t : types) {
+    for (const auto& sh : shapes) {
+      const int64_t N = sh[0], K = sh[1];
+      if (K % block_elems(t) != 0) continue;
+      const size_t wbytes = row_bytes(t, K) * N;
+      std::vector<void*> ws;
+      for (int i = 0; i < 8; ++i) {
+        void* p = gpu.allocate(wbytes);
+        std::vector<uint8_t> h(wbytes);
+        for (size_t b = 0; b < wbytes; ++b) h[b] = static_cast<uint8_t>(rng());
+        const int64_t bb = block_bytes(t);
+        for (size_t b = 0; b + bb <= wbytes; b += bb)
+          for (int off : scale_offsets(t)) { uint16_t v = cpu::f32_to_f16(0.01f); std::memcpy(&h[b + off], &v, 2); }
+        gpu.copy_to_device(p, h.data(), wbytes);
+        ws.push_back(p);
+      }
+      void* xp = gpu.allocate(K * 4);
+      void* op = gpu.allocate(N * 4);
+      std::vector<float> xh(K, 0.5f);
+      gpu.copy_to_device(xp, xh.data(), K * 4);
+      auto mk = [](void* p, DType dt, int64_t r, int64_t c) {
+        View v;
+        v.data = p; v.dtype = dt; v.ndim = 2; v.shape[0] = r; v.shape[1] = c; v.strides[0] = c; v.strides[1] = 1;
+        return v;
+      };
+      std::vector<Command> cmds;
+      for (void* w : ws) {
+        const View wv = mk(w, t, N, K), xv = mk(xp, DType::F32, 1, K), ov = mk(op, DType::F32, 1, N);
+        cmds.push_back([=](Kernels& k) { k.linear(xv, wv, ov); });
+      }
+      gpu.submit(cmds, [](const std::string&) {});
+      gpu.synchronize();
+      std::printf("MATVEC %s %lld %lld %zu\n", dtype_name(t), static_cast<long long>(N), static_cast<long long>(K), wbytes);
+      for (void* w : ws) gpu.deallocate(w, wbytes);
+      gpu.deallocate(xp, K * 4);
+      gpu.deallocate(op, N * 4);
+    }
+  }
+}
+
 }  // namespace
 
 // A crash names the check group it happened in (stderr is unbuffered; stdout may be lost) and the frames.
@@ -1344,10 +1391,11 @@ void on_crash(int sig) {
 int main(int argc, char** argv) {
   std::signal(SIGSEGV, on_crash);
   std::signal(SIGBUS, on_crash);
-  bool bench = false, bench_k = false;
+  bool bench = false, bench_k = false, bench_mv = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--bench") == 0) bench = true;
     else if (std::strcmp(argv[i], "--bench-kernels") == 0) bench_k = true;
+    else if (std::strcmp(argv[i], "--bench-matvec") == 0) bench_mv = true;
     else rng.seed(std::strtoull(argv[i], nullptr, 10));
   }
   std::unique_ptr<Backend> gpu;
@@ -1355,6 +1403,10 @@ int main(int argc, char** argv) {
     gpu = make_cuda_backend();
   } catch (const std::exception& e) {
     std::printf("SKIP: %s\n", e.what());
+    return 0;
+  }
+  if (bench_mv) {
+    bench_matvec(*gpu);
     return 0;
   }
   if (bench_k) {
