@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 NCU = os.environ.get("NCU", "/usr/local/cuda/bin/ncu")
-UNIT = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+UNIT = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 
 
 def kernel_times(test, env):

@@ -96,8 +96,8 @@ inline bool env_cuda_graphs() { return env_detail::env_flag("TL_CUDA_GRAPHS", tr
 // Programmatic dependent launch for the CUDA matrix-vector kernels (default on; Hopper and later):
 // a decode step's next weight streams into L2 while the kernel before it still runs
 inline bool env_cuda_pdl() { return env_detail::env_flag("TL_CUDA_PDL", true); }
-// The one-row matrix-vector kernel that reads x from global memory (default on; 0: the older
-// kernel that stages x in shared memory in every block; kept for A/B measurements)
+// The one-row matrix-vector kernel for small quantized weights, with the prologue of fused_linear
+// in its own kernel (default on; 0: fused_matvec32_kernel for every size; kept for A/B runs)
 inline bool env_cuda_matvec1() { return env_detail::env_flag("TL_CUDA_MATVEC1", true); }
 // f32 products through cuBLAS may round their inputs to TF32 (off by default)
 inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }

@@ -134,6 +134,20 @@ __global__ void __launch_bounds__(kMatvec32Threads)
                           Addend add, float* out, int M, int64_t N, int64_t K) {
   extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
   float* xs = reinterpret_cast<float*>(xs4);
+  constexpr int kCols = kMatvec32Threads / LPR * COLS;
+  // Every weight row this block will read, asked of L2 at once (the loop below then finds them
+  // there instead of waiting on memory one group at a time); before pdl_wait, so under
+  // programmatic dependent launch while the previous kernel still runs.
+  const int64_t chunk_bytes = static_cast<int64_t>(kCols) * static_cast<int64_t>(w_row_bytes);
+  for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+    const int64_t bytes = N - n0 < kCols ? (N - n0) * static_cast<int64_t>(w_row_bytes) : chunk_bytes;
+    const uint8_t* base = w + n0 * static_cast<int64_t>(w_row_bytes);
+    for (int64_t off = static_cast<int64_t>(threadIdx.x) * 128; off < bytes; off += kMatvec32Threads * 128) {
+      prefetch_l2(base + off);
+    }
+  }
+  pdl_wait();     // x, the norm weight and the addend may be the previous kernel's results
+  pdl_trigger();  // the next matrix-vector kernel may start prefetching its own weight
   stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, true);
   // The sums of each group's two halves, into the group's padding (matvec32_row reads them).
   const int64_t groups = K / 32;
@@ -148,7 +162,6 @@ __global__ void __launch_bounds__(kMatvec32Threads)
     xs[(t >> 1) * kGroupStride + 32 + (t & 1)] = sum;
   }
   __syncthreads();
-  constexpr int kCols = kMatvec32Threads / LPR * COLS;
   const int sub = threadIdx.x % LPR;
   if constexpr (COLS > 1) {
     static_assert(MAXM == 1, "several columns at once only for one row of x");
@@ -197,6 +210,10 @@ __global__ void __launch_bounds__(kMatvec32Threads)
 // while the previous kernel still runs, so the weight streams in behind it; then every load of the
 // loop hits L2 instead of waiting on memory one group at a time.
 constexpr int kMatvec1Threads = 128;
+// Larger weights go to fused_matvec32_kernel: one wave of blocks that stage x once each and loop
+// over columns was faster there (ncu on an H200: 0.6-0.9 x the time for 4-34 MiB weights; this
+// kernel 1.2-1.6 x faster for the 0.2-1 MiB of a SmolLM2-sized layer).
+constexpr size_t kMatvec1MaxBytes = size_t(3) << 20;
 
 template <DType WT, int LPR, int R>
 __global__ void __launch_bounds__(kMatvec1Threads)
@@ -214,22 +231,30 @@ __global__ void __launch_bounds__(kMatvec1Threads)
   }
   pdl_wait();     // x (and the addend) may be the previous kernel's results
   pdl_trigger();  // the next matrix-vector kernel may start prefetching its own weight
+  // x into shared memory, each 32-element group padded to kGroupStride floats: a lane reads its
+  // own group, and from global memory 32 lanes reading 32 groups would touch 32 lines per load.
+  extern __shared__ float4 xs4[];
+  float* xs = reinterpret_cast<float*>(xs4);
+  const int64_t groups = K / 32;
+  for (int64_t t = threadIdx.x; t < groups * 8; t += kMatvec1Threads) {
+    xs4[(t >> 3) * (kGroupStride / 4) + (t & 7)] = __ldg(reinterpret_cast<const float4*>(x) + t);
+  }
+  __syncthreads();
   const int sub = threadIdx.x % LPR;
   const int64_t nb = block_n0 + static_cast<int64_t>(threadIdx.x / LPR) * R;
   const uint8_t* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = w + (nb + r < N ? nb + r : N - 1) * static_cast<int64_t>(w_row_bytes);
   float acc[R] = {};
-  const int64_t groups = K / 32;
   for (int64_t g = sub; g < groups; g += LPR) {
     uint32_t q[R][8];
     float a[R][2], b[R][2];
 #pragma unroll
     for (int r = 0; r < R; ++r) quant32<WT>(rows[r], g, q[r], a[r], b[r]);
-    const float4* xv = reinterpret_cast<const float4*>(x + g * 32);
+    const float4* xv = reinterpret_cast<const float4*>(xs + g * kGroupStride);
     float4 v[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = __ldg(xv + i);
+    for (int i = 0; i < 8; ++i) v[i] = xv[i];
     // The sums of the two 16-element halves, as stage_rows' padding holds them.
     float xsum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -262,11 +287,11 @@ __global__ void __launch_bounds__(kMatvec1Threads)
 // Launches `kernel` with programmatic stream serialization when `dependent` (see pdl_wait).
 template <class... Params, class... Args>
 void launch_dependent(bool dependent, void (*kernel)(Params...), unsigned grid, unsigned block,
-                      cudaStream_t stream, Args... args) {
+                      size_t shared, cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = shared;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -420,7 +445,7 @@ struct Matvec32Launcher {
     }
     const int lpr = matvec_lanes_per_row(K);
     if (M == 1 && prologue == LinearPrologue::None && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-        matvec1_on()) {
+        static_cast<size_t>(N) * row_bytes(T, K) <= kMatvec1MaxBytes && matvec1_on()) {
       lpr == 32 ? one<T, 32>(N, K) : lpr == 16 ? one<T, 16>(N, K) : one<T, 8>(N, K);
       launched = true;
       return;
@@ -444,15 +469,16 @@ struct Matvec32Launcher {
   // multiprocessor, else one (more blocks for short matrices).
   template <DType T, int LPR>
   void one(int64_t N, int64_t K) {
+    const size_t shared = static_cast<size_t>(staged_row_floats(K)) * sizeof(float);
     constexpr int64_t slots = kMatvec1Threads / LPR;
     const bool two = (N + 2 * slots - 1) / (2 * slots) >= 4 * static_cast<int64_t>(sm_count);
     const int64_t per_block = slots * (two ? 2 : 1);
     const unsigned grid = static_cast<unsigned>((N + per_block - 1) / per_block);
     const uint8_t* wd = static_cast<const uint8_t*>(w.data);
     if (two) {
-      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 2>, grid, kMatvec1Threads, stream, x, wd, row_bytes(T, K), add, out, N, K);
+      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 2>, grid, kMatvec1Threads, shared, stream, x, wd, row_bytes(T, K), add, out, N, K);
     } else {
-      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 1>, grid, kMatvec1Threads, stream, x, wd, row_bytes(T, K), add, out, N, K);
+      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 1>, grid, kMatvec1Threads, shared, stream, x, wd, row_bytes(T, K), add, out, N, K);
     }
   }
   template <DType T, int LPR, int MAXM, int COLS>
@@ -482,9 +508,9 @@ struct Matvec32Launcher {
     int64_t blocks = (N + cols - 1) / cols;
     const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
     if (blocks > cap) blocks = cap;
-    kernel<<<static_cast<unsigned>(blocks), kMatvec32Threads, shared, stream>>>(
-        x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype, eps,
-        add, out, M, N, K);
+    launch_dependent(use_pdl(), kernel, static_cast<unsigned>(blocks), kMatvec32Threads, shared, stream,
+                     x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype,
+                     eps, add, out, M, N, K);
   }
 };
 
@@ -520,8 +546,11 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   // same values as the unfused ops) and then the one-row matrix-vector kernel, which prefetches
   // its weight while the prologue runs. Its per-block staging would repeat the prologue in every
   // block (SwiGLU's exp in double thousands of times over).
+  // (RMSNorm before a large weight stays in fused_matvec32_kernel's staging: a handful of blocks
+  // repeat it, cheaply.)
   if (K > 0 && M == 1 && is_quantized(w.dtype) && prologue != LinearPrologue::None &&
-      scratch.data != nullptr && matvec1_on()) {
+      scratch.data != nullptr && matvec1_on() &&
+      (prologue == LinearPrologue::SwiGLU || static_cast<size_t>(N) * row_bytes(w.dtype, K) <= kMatvec1MaxBytes)) {
     if (prologue == LinearPrologue::RmsNorm) {
       rms_norm(x, norm_w, eps, scratch);
     } else {
