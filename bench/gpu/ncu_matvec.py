@@ -1,7 +1,7 @@
 """Kernel time of the CUDA one-row matrix-vector products, per weight type and shape, measured by
 Nsight Compute (ncu, clocks left as they run) rather than by host timers, which a launch-bound loop
 turns into a measure of the host. Runs `test_cuda_vs_cpu --bench-matvec` once per kernel variant
-(TL_CUDA_MATVEC1=0: the older shared-memory kernel; default: matvec1_kernel) and prints the median of
+(VARIANTS: the environment of each) and prints the median of
 each shape's eight launches and the bandwidth it implies. ncu serializes kernels, so programmatic
 dependent launch (the overlap of one kernel's weight fetch with the previous kernel) shows only in
 end-to-end runs (bench/llm.py).
@@ -32,21 +32,26 @@ def kernel_times(test, env):
     return {s: statistics.median(times[8 * i:8 * i + 8]) for i, s in enumerate(shapes)}
 
 
+VARIANTS = [  # label, environment
+    ("start", {"TL_CUDA_MATVEC1": "0", "TL_CUDA_L2_PREFETCH": "0"}),  # the kernel before matvec1 and prefetch
+    ("no-prefetch", {"TL_CUDA_L2_PREFETCH": "0"}),
+    ("default", {}),
+]
+
+
 def main():
     test = sys.argv[1]
     peak = float(sys.argv[2]) if len(sys.argv) > 2 else None
-    old = kernel_times(test, {"TL_CUDA_MATVEC1": "0"})
-    new = kernel_times(test, {})
-    print(f"{'type':6} {'N':>6} {'K':>5} {'MiB':>6} | {'older us':>8} {'GB/s':>6} | {'matvec1 us':>10} {'GB/s':>6}"
-          + (" % peak" if peak else "") + " | speed-up")
-    for s, t_new in new.items():
+    times = [(label, kernel_times(test, env)) for label, env in VARIANTS]
+    print(f"{'type':6} {'N':>6} {'K':>5} {'MiB':>6} | " + " | ".join(f"{label:>11} us  GB/s" for label, _ in times)
+          + (" | default % of peak" if peak else "") + " | start/default")
+    for s in times[-1][1]:
         t, n, k, b = s[0], int(s[1]), int(s[2]), int(s[3])
-        t_old = old.get(s, float("nan"))
-        line = (f"{t:6} {n:6} {k:5} {b / 2**20:6.2f} | {t_old:8.2f} {b / t_old / 1e3:6.0f} | "
-                f"{t_new:10.2f} {b / t_new / 1e3:6.0f}")
+        cells = [f"{tt[s]:14.2f} {b / tt[s] / 1e3:5.0f}" for _, tt in times]
+        line = f"{t:6} {n:6} {k:5} {b / 2**20:6.2f} | " + " | ".join(cells)
         if peak:
-            line += f" {100 * b / t_new / 1e3 / peak:5.0f}%"
-        print(line + f" | {t_old / t_new:5.2f}x")
+            line += f" | {100 * b / times[-1][1][s] / 1e3 / peak:17.0f}%"
+        print(line + f" | {times[0][1][s] / times[-1][1][s]:5.2f}x")
 
 
 if __name__ == "__main__":

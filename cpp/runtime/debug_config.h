@@ -96,6 +96,8 @@ inline bool env_cuda_graphs() { return env_detail::env_flag("TL_CUDA_GRAPHS", tr
 // Programmatic dependent launch for the CUDA matrix-vector kernels (default on; Hopper and later):
 // a decode step's next weight streams into L2 while the kernel before it still runs
 inline bool env_cuda_pdl() { return env_detail::env_flag("TL_CUDA_PDL", true); }
+// The matrix-vector kernels ask L2 for all of their weight rows before they start (default on)
+inline bool env_cuda_l2_prefetch() { return env_detail::env_flag("TL_CUDA_L2_PREFETCH", true); }
 // The one-row matrix-vector kernel for small quantized weights, with the prologue of fused_linear
 // in its own kernel (default on; 0: fused_matvec32_kernel for every size; kept for A/B runs)
 inline bool env_cuda_matvec1() { return env_detail::env_flag("TL_CUDA_MATVEC1", true); }

@@ -131,20 +131,17 @@ template <DType WT, int LPR, int MAXM, int COLS>
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
-                          Addend add, float* out, int M, int64_t N, int64_t K) {
+                          Addend add, float* out, int M, int64_t N, int64_t K, bool prefetch) {
   extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
   float* xs = reinterpret_cast<float*>(xs4);
   constexpr int kCols = kMatvec32Threads / LPR * COLS;
   // Every weight row this block will read, asked of L2 at once (the loop below then finds them
   // there instead of waiting on memory one group at a time); before pdl_wait, so under
   // programmatic dependent launch while the previous kernel still runs.
-  const int64_t chunk_bytes = static_cast<int64_t>(kCols) * static_cast<int64_t>(w_row_bytes);
-  for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
-    const int64_t bytes = N - n0 < kCols ? (N - n0) * static_cast<int64_t>(w_row_bytes) : chunk_bytes;
-    const uint8_t* base = w + n0 * static_cast<int64_t>(w_row_bytes);
-    for (int64_t off = static_cast<int64_t>(threadIdx.x) * 128; off < bytes; off += kMatvec32Threads * 128) {
-      prefetch_l2(base + off);
-    }
+  for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; prefetch && n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+    const int64_t rows = N - n0 < kCols ? N - n0 : kCols;
+    prefetch_range_l2(w + n0 * static_cast<int64_t>(w_row_bytes), rows * static_cast<int64_t>(w_row_bytes),
+                      threadIdx.x, kMatvec32Threads);
   }
   pdl_wait();     // x, the norm weight and the addend may be the previous kernel's results
   pdl_trigger();  // the next matrix-vector kernel may start prefetching its own weight
@@ -218,16 +215,13 @@ constexpr size_t kMatvec1MaxBytes = size_t(3) << 20;
 template <DType WT, int LPR, int R>
 __global__ void __launch_bounds__(kMatvec1Threads)
     matvec1_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w, size_t w_row_bytes,
-                   Addend add, float* __restrict__ out, int64_t N, int64_t K) {
+                   Addend add, float* __restrict__ out, int64_t N, int64_t K, bool prefetch) {
   constexpr int kSlots = kMatvec1Threads / LPR;
   const int64_t block_n0 = static_cast<int64_t>(blockIdx.x) * (kSlots * R);
-  {
+  if (prefetch) {
     const int64_t rows = N - block_n0 < kSlots * R ? N - block_n0 : kSlots * R;
-    const uint8_t* base = w + block_n0 * static_cast<int64_t>(w_row_bytes);
-    const int64_t bytes = rows * static_cast<int64_t>(w_row_bytes);
-    for (int64_t off = static_cast<int64_t>(threadIdx.x) * 128; off < bytes; off += kMatvec1Threads * 128) {
-      prefetch_l2(base + off);
-    }
+    prefetch_range_l2(w + block_n0 * static_cast<int64_t>(w_row_bytes), rows * static_cast<int64_t>(w_row_bytes),
+                      threadIdx.x, kMatvec1Threads);
   }
   pdl_wait();     // x (and the addend) may be the previous kernel's results
   pdl_trigger();  // the next matrix-vector kernel may start prefetching its own weight
@@ -314,6 +308,11 @@ bool use_pdl() {
     }
     return major >= 9;
   }();
+  return on;
+}
+
+bool prefetch_on() {
+  static const bool on = env_cuda_l2_prefetch();
   return on;
 }
 
@@ -476,9 +475,9 @@ struct Matvec32Launcher {
     const unsigned grid = static_cast<unsigned>((N + per_block - 1) / per_block);
     const uint8_t* wd = static_cast<const uint8_t*>(w.data);
     if (two) {
-      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 2>, grid, kMatvec1Threads, shared, stream, x, wd, row_bytes(T, K), add, out, N, K);
+      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 2>, grid, kMatvec1Threads, shared, stream, x, wd, row_bytes(T, K), add, out, N, K, prefetch_on());
     } else {
-      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 1>, grid, kMatvec1Threads, shared, stream, x, wd, row_bytes(T, K), add, out, N, K);
+      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 1>, grid, kMatvec1Threads, shared, stream, x, wd, row_bytes(T, K), add, out, N, K, prefetch_on());
     }
   }
   template <DType T, int LPR, int MAXM, int COLS>
@@ -510,7 +509,7 @@ struct Matvec32Launcher {
     if (blocks > cap) blocks = cap;
     launch_dependent(use_pdl(), kernel, static_cast<unsigned>(blocks), kMatvec32Threads, shared, stream,
                      x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype,
-                     eps, add, out, M, N, K);
+                     eps, add, out, M, N, K, prefetch_on());
   }
 };
 
