@@ -15,7 +15,7 @@
 #                              SmolLM2-shaped model: TL (graphs on) and llama.cpp CUDA, then TL
 #                              with TL_CUDA_GRAPHS=0
 #   bench/gpu/graphs_ab.sh c   the same bench/llm.py pair for the 1B-shaped model
-#   bench/gpu/graphs_ab.sh m   builds, then ncu_matvec.py and bench/llm.py per matrix-vector variant
+#   bench/gpu/graphs_ab.sh m   builds, test_cuda_vs_cpu, ncu_matvec.py, bench/llm.py per matvec variant
 #   bench/gpu/graphs_ab.sh k   test_cuda_vs_cpu --bench-kernels per matrix-vector variant
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
@@ -106,16 +106,17 @@ d)
   TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
   ;;
 m)
-  # The matrix-vector kernels' own time per variant (ncu), then decode of both models with
-  # matvec1 + programmatic dependent launch (the default), without PDL, and with the older kernel
+  # test_cuda_vs_cpu, the matrix-vector kernels' own time per variant (ncu), then decode of both
+  # models with the default kernels and with TL_CUDA_MATVEC1=0 (fused_matvec32_kernel for every size)
   prepare_and_models
   cd "$WORK/src" || exit 1
-  timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-3350}"
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-4800}"
   for m in "$SMOL" "$B1"; do
-    for i in $(seq 90); do [ -s "$m" ] && break; sleep 2; done
-    for v in "TL_CUDA_PDL=1" "TL_CUDA_PDL=0" "TL_CUDA_MATVEC1=0 TL_CUDA_PDL=0"; do
+    for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
+    for v in "TL_CUDA_MATVEC1=1" "TL_CUDA_MATVEC1=0" "TL_CUDA_MATVEC1=1"; do
       echo "== $(basename "$m" .gguf): TL with $v"
-      env $v timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -3
+      env $v timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
     done
   done
   ;;

@@ -33,8 +33,7 @@ def kernel_times(test, env):
 
 
 VARIANTS = [  # label, environment
-    ("start", {"TL_CUDA_MATVEC1": "0", "TL_CUDA_L2_PREFETCH": "0"}),  # the kernel before matvec1 and prefetch
-    ("no-prefetch", {"TL_CUDA_L2_PREFETCH": "0"}),
+    ("matvec32", {"TL_CUDA_MATVEC1": "0"}),  # fused_matvec32_kernel for every size
     ("default", {}),
 ]
 
@@ -44,7 +43,7 @@ def main():
     peak = float(sys.argv[2]) if len(sys.argv) > 2 else None
     times = [(label, kernel_times(test, env)) for label, env in VARIANTS]
     print(f"{'type':6} {'N':>6} {'K':>5} {'MiB':>6} | " + " | ".join(f"{label:>11} us  GB/s" for label, _ in times)
-          + (" | default % of peak" if peak else "") + " | start/default")
+          + (" | default % of peak" if peak else "") + " | matvec32/default")
     for s in times[-1][1]:
         t, n, k, b = s[0], int(s[1]), int(s[2]), int(s[3])
         cells = [f"{tt[s]:14.2f} {b / tt[s] / 1e3:5.0f}" for _, tt in times]

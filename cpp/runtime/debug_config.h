@@ -93,13 +93,8 @@ inline bool env_cuda_launch_stats() { return env_detail::env_flag("TL_CUDA_LAUNC
 inline bool env_cuda_blas() { return env_detail::env_flag("TL_CUDA_BLAS", true); }
 // CUDA graphs for compiled functions' replays (default on; 0 launches kernel by kernel)
 inline bool env_cuda_graphs() { return env_detail::env_flag("TL_CUDA_GRAPHS", true); }
-// Programmatic dependent launch for the CUDA matrix-vector kernels (default on; Hopper and later):
-// a decode step's next weight streams into L2 while the kernel before it still runs
-inline bool env_cuda_pdl() { return env_detail::env_flag("TL_CUDA_PDL", true); }
-// The matrix-vector kernels ask L2 for all of their weight rows before they start (default on)
-inline bool env_cuda_l2_prefetch() { return env_detail::env_flag("TL_CUDA_L2_PREFETCH", true); }
-// The one-row matrix-vector kernel for small quantized weights, with the prologue of fused_linear
-// in its own kernel (default on; 0: fused_matvec32_kernel for every size; kept for A/B runs)
+// The one-row matrix-vector kernel for small quantized weights (default on; 0: fused_matvec32_kernel
+// for every size, and SwiGLU staged in its blocks; kept for A/B runs)
 inline bool env_cuda_matvec1() { return env_detail::env_flag("TL_CUDA_MATVEC1", true); }
 // f32 products through cuBLAS may round their inputs to TF32 (off by default)
 inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }

@@ -179,45 +179,6 @@ __device__ __forceinline__ double block_sum_double(double v, double* scratch) {
   return warp_sum_double(total);
 }
 
-// Programmatic dependent launch (Hopper and later; no-ops on older GPUs, where a kernel launched
-// with the attribute simply waits for its predecessor as usual). A kernel launched through
-// launch_dependent (fused.cu) may start while the kernel before it in the stream still runs: until
-// pdl_wait() returns it must read nothing a predecessor may write and write nothing at all (it may
-// only prefetch into L2, which is coherent, so a later load still sees the predecessor's writes).
-// pdl_wait() returns once every predecessor has finished and its writes are visible.
-// pdl_trigger() lets the next such kernel's blocks start (they wait in pdl_wait for this one).
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-// Starts fetching bytes [p, p + bytes) into L2; no data is returned, so it is safe before pdl_wait().
-// Every thread of the block calls it with its index `tid` of `threads`. On Hopper one thread asks
-// for the whole range with the bulk-copy engine's prefetch (the 16-byte-aligned inside of the
-// range); elsewhere each thread prefetches every 32-byte sector its turn comes to.
-__device__ __forceinline__ void prefetch_range_l2(const void* p, int64_t bytes, int tid, int threads) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (tid != 0) return;
-  uint64_t a = (reinterpret_cast<uint64_t>(p) + 15) & ~uint64_t(15);
-  const uint64_t end = (reinterpret_cast<uint64_t>(p) + static_cast<uint64_t>(bytes)) & ~uint64_t(15);
-  while (a < end) {
-    const uint64_t n = end - a < (uint64_t(1) << 20) ? end - a : (uint64_t(1) << 20);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(static_cast<uint32_t>(n)) : "memory");
-    a += n;
-  }
-#else
-  const char* c = static_cast<const char*>(p);
-  for (int64_t off = static_cast<int64_t>(tid) * 32; off < bytes; off += static_cast<int64_t>(threads) * 32) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
-  }
-#endif
-}
-
 // Grid size for a grid-stride loop over n elements with `threads` threads per block.
 inline unsigned grid_for(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;

@@ -131,20 +131,10 @@ template <DType WT, int LPR, int MAXM, int COLS>
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
-                          Addend add, float* out, int M, int64_t N, int64_t K, bool prefetch) {
+                          Addend add, float* out, int M, int64_t N, int64_t K) {
   extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
   float* xs = reinterpret_cast<float*>(xs4);
   constexpr int kCols = kMatvec32Threads / LPR * COLS;
-  // Every weight row this block will read, asked of L2 at once (the loop below then finds them
-  // there instead of waiting on memory one group at a time); before pdl_wait, so under
-  // programmatic dependent launch while the previous kernel still runs.
-  for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; prefetch && n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
-    const int64_t rows = N - n0 < kCols ? N - n0 : kCols;
-    prefetch_range_l2(w + n0 * static_cast<int64_t>(w_row_bytes), rows * static_cast<int64_t>(w_row_bytes),
-                      threadIdx.x, kMatvec32Threads);
-  }
-  pdl_wait();     // x, the norm weight and the addend may be the previous kernel's results
-  pdl_trigger();  // the next matrix-vector kernel may start prefetching its own weight
   stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, true);
   // The sums of each group's two halves, into the group's padding (matvec32_row reads them).
   const int64_t groups = K / 32;
@@ -199,41 +189,28 @@ __global__ void __launch_bounds__(kMatvec32Threads)
   }
 }
 
-// One row of x (M = 1, any prologue already applied), quantized w: LPR lanes per column and the
-// same per-group expressions and lane order as fused_matvec32_kernel (so the same sums), each lane
-// group taking R consecutive columns, x read straight from global memory (8 to 32 KiB that stay in
-// L1/L2: no staging, no barrier) and the grid covering every column once. Each block first asks L2
-// for all of its weight rows, before pdl_wait(): under programmatic dependent launch that happens
-// while the previous kernel still runs, so the weight streams in behind it; then every load of the
-// loop hits L2 instead of waiting on memory one group at a time.
+// One row of x (M = 1), quantized w, a small weight (at most kMatvec1MaxBytes: a SmolLM2-sized
+// layer, where every kernel is latency-bound): LPR lanes per column and the same per-group
+// expressions and lane order as fused_matvec32_kernel (so the same sums), each lane group taking R
+// consecutive columns and the grid covering every column once: many small blocks (four warps) that
+// each stage x with its prologue (stage_rows, padded) and finish, instead of one wave of large
+// blocks looping over columns.
 constexpr int kMatvec1Threads = 128;
-// Larger weights go to fused_matvec32_kernel: one wave of blocks that stage x once each and loop
-// over columns was faster there (ncu on an H200: 0.6-0.9 x the time for 4-34 MiB weights; this
-// kernel 1.2-1.6 x faster for the 0.2-1 MiB of a SmolLM2-sized layer).
+// Larger weights go to fused_matvec32_kernel, which was as fast or faster there (ncu on an H200,
+// bench/gpu/ncu_matvec.py: this kernel 1.4-1.7 x faster for the 0.2-2.5 MiB weights, equal at 3.4-3.8).
 constexpr size_t kMatvec1MaxBytes = size_t(3) << 20;
 
 template <DType WT, int LPR, int R>
 __global__ void __launch_bounds__(kMatvec1Threads)
     matvec1_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w, size_t w_row_bytes,
-                   Addend add, float* __restrict__ out, int64_t N, int64_t K, bool prefetch) {
+                   LinearPrologue prologue, const void* nw, DType nw_dtype, float eps, Addend add,
+                   float* __restrict__ out, int64_t N, int64_t K) {
   constexpr int kSlots = kMatvec1Threads / LPR;
   const int64_t block_n0 = static_cast<int64_t>(blockIdx.x) * (kSlots * R);
-  if (prefetch) {
-    const int64_t rows = N - block_n0 < kSlots * R ? N - block_n0 : kSlots * R;
-    prefetch_range_l2(w + block_n0 * static_cast<int64_t>(w_row_bytes), rows * static_cast<int64_t>(w_row_bytes),
-                      threadIdx.x, kMatvec1Threads);
-  }
-  pdl_wait();     // x (and the addend) may be the previous kernel's results
-  pdl_trigger();  // the next matrix-vector kernel may start prefetching its own weight
-  // x into shared memory, each 32-element group padded to kGroupStride floats: a lane reads its
-  // own group, and from global memory 32 lanes reading 32 groups would touch 32 lines per load.
   extern __shared__ float4 xs4[];
   float* xs = reinterpret_cast<float*>(xs4);
+  stage_rows(x, 1, K, prologue, nw, nw_dtype, eps, xs, true);
   const int64_t groups = K / 32;
-  for (int64_t t = threadIdx.x; t < groups * 8; t += kMatvec1Threads) {
-    xs4[(t >> 3) * (kGroupStride / 4) + (t & 7)] = __ldg(reinterpret_cast<const float4*>(x) + t);
-  }
-  __syncthreads();
   const int sub = threadIdx.x % LPR;
   const int64_t nb = block_n0 + static_cast<int64_t>(threadIdx.x / LPR) * R;
   const uint8_t* rows[R];
@@ -276,44 +253,6 @@ __global__ void __launch_bounds__(kMatvec1Threads)
       out[n] = s;
     }
   }
-}
-
-// Launches `kernel` with programmatic stream serialization when `dependent` (see pdl_wait).
-template <class... Params, class... Args>
-void launch_dependent(bool dependent, void (*kernel)(Params...), unsigned grid, unsigned block,
-                      size_t shared, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = shared;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent ? 1 : 0;
-  // An error is also the runtime's last error, which the caller's check_launch reports.
-  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
-}
-
-// Programmatic dependent launch is used on compute capability 9.0 and later unless TL_CUDA_PDL=0.
-bool use_pdl() {
-  static const bool on = [] {
-    if (!env_cuda_pdl()) return false;
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return major >= 9;
-  }();
-  return on;
-}
-
-bool prefetch_on() {
-  static const bool on = env_cuda_l2_prefetch();
-  return on;
 }
 
 bool matvec1_on() {
@@ -443,8 +382,7 @@ struct Matvec32Launcher {
       return;
     }
     const int lpr = matvec_lanes_per_row(K);
-    if (M == 1 && prologue == LinearPrologue::None && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-        static_cast<size_t>(N) * row_bytes(T, K) <= kMatvec1MaxBytes && matvec1_on()) {
+    if (M == 1 && static_cast<size_t>(N) * row_bytes(T, K) <= kMatvec1MaxBytes && matvec1_on()) {
       lpr == 32 ? one<T, 32>(N, K) : lpr == 16 ? one<T, 16>(N, K) : one<T, 8>(N, K);
       launched = true;
       return;
@@ -475,9 +413,11 @@ struct Matvec32Launcher {
     const unsigned grid = static_cast<unsigned>((N + per_block - 1) / per_block);
     const uint8_t* wd = static_cast<const uint8_t*>(w.data);
     if (two) {
-      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 2>, grid, kMatvec1Threads, shared, stream, x, wd, row_bytes(T, K), add, out, N, K, prefetch_on());
+      matvec1_kernel<T, LPR, 2><<<grid, kMatvec1Threads, shared, stream>>>(x, wd, row_bytes(T, K), prologue, nw.data,
+                                                                          nw.dtype, eps, add, out, N, K);
     } else {
-      launch_dependent(use_pdl(), matvec1_kernel<T, LPR, 1>, grid, kMatvec1Threads, shared, stream, x, wd, row_bytes(T, K), add, out, N, K, prefetch_on());
+      matvec1_kernel<T, LPR, 1><<<grid, kMatvec1Threads, shared, stream>>>(x, wd, row_bytes(T, K), prologue, nw.data,
+                                                                          nw.dtype, eps, add, out, N, K);
     }
   }
   template <DType T, int LPR, int MAXM, int COLS>
@@ -507,9 +447,9 @@ struct Matvec32Launcher {
     int64_t blocks = (N + cols - 1) / cols;
     const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
     if (blocks > cap) blocks = cap;
-    launch_dependent(use_pdl(), kernel, static_cast<unsigned>(blocks), kMatvec32Threads, shared, stream,
-                     x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype,
-                     eps, add, out, M, N, K, prefetch_on());
+    kernel<<<static_cast<unsigned>(blocks), kMatvec32Threads, shared, stream>>>(
+        x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype, eps,
+        add, out, M, N, K);
   }
 };
 
@@ -541,23 +481,16 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
   const Addend add{addend.data, addend.dtype, addend.data ? addend.strides[0] : 0,
                    addend.data ? addend.strides[1] : 0};
-  // One row with a prologue: the prologue's own kernel (rms_norm or swiglu, into the scratch; the
-  // same values as the unfused ops) and then the one-row matrix-vector kernel, which prefetches
-  // its weight while the prologue runs. Its per-block staging would repeat the prologue in every
-  // block (SwiGLU's exp in double thousands of times over).
-  // (RMSNorm before a large weight stays in fused_matvec32_kernel's staging: a handful of blocks
-  // repeat it, cheaply.)
-  if (K > 0 && M == 1 && is_quantized(w.dtype) && prologue != LinearPrologue::None &&
-      scratch.data != nullptr && matvec1_on() &&
-      (prologue == LinearPrologue::SwiGLU || static_cast<size_t>(N) * row_bytes(w.dtype, K) <= kMatvec1MaxBytes)) {
-    if (prologue == LinearPrologue::RmsNorm) {
-      rms_norm(x, norm_w, eps, scratch);
-    } else {
-      View gate = x, up = x;
-      gate.shape[1] = up.shape[1] = K;
-      up.data = static_cast<float*>(x.data) + K;
-      swiglu(gate, up, scratch);
-    }
+  // One row, SwiGLU, a large weight: swiglu's own kernel into the scratch (the same values as the
+  // unfused ops), then the matrix-vector kernel without a prologue. Staged in fused_matvec32_kernel's
+  // blocks, SwiGLU's exp in double would run once per block: 256 blocks x 8,192 for the 1B-shaped
+  // model's down projection, where the swiglu kernel computes each of the 8,192 once.
+  if (K > 0 && M == 1 && is_quantized(w.dtype) && prologue == LinearPrologue::SwiGLU &&
+      scratch.data != nullptr && matvec1_on() && static_cast<size_t>(N) * row_bytes(w.dtype, K) > kMatvec1MaxBytes) {
+    View gate = x, up = x;
+    gate.shape[1] = up.shape[1] = K;
+    up.data = static_cast<float*>(x.data) + K;
+    swiglu(gate, up, scratch);
     if (launch_quant_matvec(static_cast<const float*>(scratch.data), w, LinearPrologue::None, View{}, 0.0f,
                             add, static_cast<float*>(out.data), 1, static_cast<int>(sm_count_), stream_)) {
       check_launch("fused_linear");
