@@ -122,9 +122,8 @@ m)
   ;;
 k)
   # The matrix-vector kernels against the bandwidth roofline (test_cuda_vs_cpu --bench-kernels),
-  # once per variant: the older shared-memory kernel, the one-row kernel without and with
-  # programmatic dependent launch (the default)
-  for v in "TL_CUDA_MATVEC1=0 TL_CUDA_PDL=0" "TL_CUDA_PDL=0" "TL_CUDA_PDL=1"; do
+  # once per variant: fused_matvec32_kernel for every size, then the default kernels
+  for v in "TL_CUDA_MATVEC1=0" "TL_CUDA_MATVEC1=1"; do
     echo "== --bench-kernels with $v"
     env $v timeout 150 "$T" --bench-kernels 2>&1 | grep -E "matvec|copy|launch" | sed -e 's/one weight (in L2)/L2/' -e 's/ of the copy bandwidth//'
   done
