@@ -33,9 +33,76 @@ constexpr int kElementThreads = 256;
 // in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). `padded`:
 // each 32-element group takes kGroupStride floats (matvec.cuh's layout). Every thread returns
 // after the block synchronised.
+// The padded rows four elements at a time (x 16-byte aligned, K a multiple of 32): float4 loads
+// and stores, unrolled so that a thread's loads are in flight together; the same f32 expressions
+// per element as below (the sum of squares adds each thread's elements in another order, in double).
+__device__ void stage_rows_padded4(const float* x, int M, int64_t K, LinearPrologue prologue,
+                                   const void* nw, DType nw_dtype, float eps, float* xs_base,
+                                   double* scratch) {
+  const int64_t K4 = K / 4;
+  for (int m = 0; m < M; ++m) {
+    float4* xs_row = reinterpret_cast<float4*>(xs_base + m * staged_row_floats(K));
+    // element 4 * d4 of the row: group d4 / 8, float4 d4 % 8 of it
+    auto put = [&](int64_t d4, float4 v) { xs_row[(d4 >> 3) * (kGroupStride / 4) + (d4 & 7)] = v; };
+    if (prologue == LinearPrologue::SwiGLU) {
+      const float4* gate = reinterpret_cast<const float4*>(x + m * 2 * K);
+      const float4* up = gate + K4;
+#pragma unroll 4
+      for (int64_t d4 = threadIdx.x; d4 < K4; d4 += blockDim.x) {
+        const float4 g = gate[d4], u = up[d4];
+        float4 o;  // the swiglu kernel's expression
+        o.x = g.x / (1.0f + exp_rounded(-g.x)) * u.x;
+        o.y = g.y / (1.0f + exp_rounded(-g.y)) * u.y;
+        o.z = g.z / (1.0f + exp_rounded(-g.z)) * u.z;
+        o.w = g.w / (1.0f + exp_rounded(-g.w)) * u.w;
+        put(d4, o);
+      }
+      continue;
+    }
+    const float4* row = reinterpret_cast<const float4*>(x + m * K);
+    float inv = 1.0f;
+    const bool normalize = prologue == LinearPrologue::RmsNorm;
+    if (normalize) {
+      double ss = 0.0;
+#pragma unroll 4
+      for (int64_t d4 = threadIdx.x; d4 < K4; d4 += blockDim.x) {
+        const float4 v = row[d4];
+        ss += static_cast<double>(v.x * v.x);
+        ss += static_cast<double>(v.y * v.y);
+        ss += static_cast<double>(v.z * v.z);
+        ss += static_cast<double>(v.w * v.w);
+      }
+      const double total = block_sum_double(ss, scratch);
+      inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(K) + eps));
+    }
+#pragma unroll 4
+    for (int64_t d4 = threadIdx.x; d4 < K4; d4 += blockDim.x) {
+      float4 v = row[d4];
+      if (normalize) {
+        v.x = v.x * inv;
+        v.y = v.y * inv;
+        v.z = v.z * inv;
+        v.w = v.w * inv;
+        if (nw != nullptr) {
+          v.x *= load_float(nw, nw_dtype, 4 * d4);
+          v.y *= load_float(nw, nw_dtype, 4 * d4 + 1);
+          v.z *= load_float(nw, nw_dtype, 4 * d4 + 2);
+          v.w *= load_float(nw, nw_dtype, 4 * d4 + 3);
+        }
+      }
+      put(d4, v);
+    }
+  }
+  __syncthreads();
+}
+
 __device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prologue,
                            const void* nw, DType nw_dtype, float eps, float* xs_base, bool padded) {
   __shared__ double scratch[32];
+  if (padded && K % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    stage_rows_padded4(x, M, K, prologue, nw, nw_dtype, eps, xs_base, scratch);
+    return;
+  }
   const int64_t row_floats = padded ? staged_row_floats(K) : K;
   for (int m = 0; m < M; ++m) {
     float* xs_row = xs_base + m * row_floats;
