@@ -93,9 +93,6 @@ inline bool env_cuda_launch_stats() { return env_detail::env_flag("TL_CUDA_LAUNC
 inline bool env_cuda_blas() { return env_detail::env_flag("TL_CUDA_BLAS", true); }
 // CUDA graphs for compiled functions' replays (default on; 0 launches kernel by kernel)
 inline bool env_cuda_graphs() { return env_detail::env_flag("TL_CUDA_GRAPHS", true); }
-// The one-row matrix-vector kernel for small quantized weights (default on; 0: fused_matvec32_kernel
-// for every size, and SwiGLU staged in its blocks; kept for A/B runs)
-inline bool env_cuda_matvec1() { return env_detail::env_flag("TL_CUDA_MATVEC1", true); }
 // f32 products through cuBLAS may round their inputs to TF32 (off by default)
 inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it

@@ -12,7 +12,6 @@
 #include "cuda_kernels.h"
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
-#include "runtime/debug_config.h"
 
 namespace tl {
 namespace cuda {
@@ -256,77 +255,6 @@ __global__ void __launch_bounds__(kMatvec32Threads)
   }
 }
 
-// One row of x (M = 1), quantized w, a small weight (at most kMatvec1MaxBytes: a SmolLM2-sized
-// layer, where every kernel is latency-bound): LPR lanes per column and the same per-group
-// expressions and lane order as fused_matvec32_kernel (so the same sums), each lane group taking R
-// consecutive columns and the grid covering every column once: many small blocks (four warps) that
-// each stage x with its prologue (stage_rows, padded) and finish, instead of one wave of large
-// blocks looping over columns.
-constexpr int kMatvec1Threads = 128;
-// Larger weights go to fused_matvec32_kernel, which was as fast or faster there (ncu on an H200,
-// bench/gpu/ncu_matvec.py: this kernel 1.4-1.7 x faster for the 0.2-2.5 MiB weights, equal at 3.4-3.8).
-constexpr size_t kMatvec1MaxBytes = size_t(3) << 20;
-
-template <DType WT, int LPR, int R>
-__global__ void __launch_bounds__(kMatvec1Threads)
-    matvec1_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w, size_t w_row_bytes,
-                   LinearPrologue prologue, const void* nw, DType nw_dtype, float eps, Addend add,
-                   float* __restrict__ out, int64_t N, int64_t K) {
-  constexpr int kSlots = kMatvec1Threads / LPR;
-  const int64_t block_n0 = static_cast<int64_t>(blockIdx.x) * (kSlots * R);
-  extern __shared__ float4 xs4[];
-  float* xs = reinterpret_cast<float*>(xs4);
-  stage_rows(x, 1, K, prologue, nw, nw_dtype, eps, xs, true);
-  const int64_t groups = K / 32;
-  const int sub = threadIdx.x % LPR;
-  const int64_t nb = block_n0 + static_cast<int64_t>(threadIdx.x / LPR) * R;
-  const uint8_t* rows[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = w + (nb + r < N ? nb + r : N - 1) * static_cast<int64_t>(w_row_bytes);
-  float acc[R] = {};
-  for (int64_t g = sub; g < groups; g += LPR) {
-    uint32_t q[R][8];
-    float a[R][2], b[R][2];
-#pragma unroll
-    for (int r = 0; r < R; ++r) quant32<WT>(rows[r], g, q[r], a[r], b[r]);
-    const float4* xv = reinterpret_cast<const float4*>(xs + g * kGroupStride);
-    float4 v[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = xv[i];
-    // The sums of the two 16-element halves, as stage_rows' padding holds them.
-    float xsum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) xsum[i >> 2] += (v[i].x + v[i].y) + (v[i].z + v[i].w);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float s[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        float& t = s[i >> 2];
-        t = fmaf(byte_to_float(q[r][i], 0), v[i].x, t);
-        t = fmaf(byte_to_float(q[r][i], 1), v[i].y, t);
-        t = fmaf(byte_to_float(q[r][i], 2), v[i].z, t);
-        t = fmaf(byte_to_float(q[r][i], 3), v[i].w, t);
-      }
-      acc[r] += (a[r][0] * s[0] + b[r][0] * xsum[0]) + (a[r][1] * s[1] + b[r][1] * xsum[1]);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float s = group_sum<LPR>(acc[r]);
-    const int64_t n = nb + r;
-    if (n < N && sub == 0) {
-      if (add.data != nullptr) s = s + load_float(add.data, add.dtype, n * add.s1);
-      out[n] = s;
-    }
-  }
-}
-
-bool matvec1_on() {
-  static const bool on = env_cuda_matvec1();
-  return on;
-}
-
 __global__ void add_rows_kernel(float* out, int64_t M, int64_t N, Addend add) {
   const int64_t total = M * N;
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
@@ -449,11 +377,6 @@ struct Matvec32Launcher {
       return;
     }
     const int lpr = matvec_lanes_per_row(K);
-    if (M == 1 && static_cast<size_t>(N) * row_bytes(T, K) <= kMatvec1MaxBytes && matvec1_on()) {
-      lpr == 32 ? one<T, 32>(N, K) : lpr == 16 ? one<T, 16>(N, K) : one<T, 8>(N, K);
-      launched = true;
-      return;
-    }
     // One row: four columns per lane group where that still gives every multiprocessor a block's
     // worth of columns (skinny matrices keep one column per group: more blocks). Not for Q6_K,
     // whose 16 words a group per column made it slower (measured on an H200: 17 -> 22 us).
@@ -468,24 +391,6 @@ struct Matvec32Launcher {
                 : lpr == 16 ? go<T, 16, kMatvecRows, 1>(N, K, shared) : go<T, 8, kMatvecRows, 1>(N, K, shared);
     }
     launched = true;
-  }
-  // matvec1_kernel: two columns per lane group where that still leaves four blocks per
-  // multiprocessor, else one (more blocks for short matrices).
-  template <DType T, int LPR>
-  void one(int64_t N, int64_t K) {
-    const size_t shared = static_cast<size_t>(staged_row_floats(K)) * sizeof(float);
-    constexpr int64_t slots = kMatvec1Threads / LPR;
-    const bool two = (N + 2 * slots - 1) / (2 * slots) >= 4 * static_cast<int64_t>(sm_count);
-    const int64_t per_block = slots * (two ? 2 : 1);
-    const unsigned grid = static_cast<unsigned>((N + per_block - 1) / per_block);
-    const uint8_t* wd = static_cast<const uint8_t*>(w.data);
-    if (two) {
-      matvec1_kernel<T, LPR, 2><<<grid, kMatvec1Threads, shared, stream>>>(x, wd, row_bytes(T, K), prologue, nw.data,
-                                                                          nw.dtype, eps, add, out, N, K);
-    } else {
-      matvec1_kernel<T, LPR, 1><<<grid, kMatvec1Threads, shared, stream>>>(x, wd, row_bytes(T, K), prologue, nw.data,
-                                                                          nw.dtype, eps, add, out, N, K);
-    }
   }
   template <DType T, int LPR, int MAXM, int COLS>
   void go(int64_t N, int64_t K, size_t shared) {
@@ -548,29 +453,6 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
   const Addend add{addend.data, addend.dtype, addend.data ? addend.strides[0] : 0,
                    addend.data ? addend.strides[1] : 0};
-  // One row, SwiGLU, a large weight: swiglu's own kernel into the scratch (the same values as the
-  // unfused ops), then the matrix-vector kernel without a prologue. Staged in fused_matvec32_kernel's
-  // blocks, SwiGLU's exp in double would run once per block: 256 blocks x 8,192 for the 1B-shaped
-  // model's down projection, where the swiglu kernel computes each of the 8,192 once.
-  if (K > 0 && M == 1 && is_quantized(w.dtype) && prologue == LinearPrologue::SwiGLU &&
-      scratch.data != nullptr && matvec1_on() && static_cast<size_t>(N) * row_bytes(w.dtype, K) > kMatvec1MaxBytes) {
-    View gate = x, up = x;
-    gate.shape[1] = up.shape[1] = K;
-    up.data = static_cast<float*>(x.data) + K;
-    swiglu(gate, up, scratch);
-    if (launch_quant_matvec(static_cast<const float*>(scratch.data), w, LinearPrologue::None, View{}, 0.0f,
-                            add, static_cast<float*>(out.data), 1, static_cast<int>(sm_count_), stream_)) {
-      check_launch("fused_linear");
-      return;
-    }
-    linear(scratch, w, out);  // a weight the kernel does not take (misaligned): linear's other kernels
-    if (add.data != nullptr) {
-      add_rows_kernel<<<grid_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
-          static_cast<float*>(out.data), M, N, add);
-      check_launch("fused_linear");
-    }
-    return;
-  }
   if (K > 0 && M <= kFusedMaxRows && is_quantized(w.dtype) &&
       launch_quant_matvec(static_cast<const float*>(x.data), w, prologue, norm_w, eps, add,
                           static_cast<float*>(out.data), static_cast<int>(M),
