@@ -15,8 +15,8 @@
 #                              SmolLM2-shaped model: TL (graphs on) and llama.cpp CUDA, then TL
 #                              with TL_CUDA_GRAPHS=0
 #   bench/gpu/graphs_ab.sh c   the same bench/llm.py pair for the 1B-shaped model
-#   bench/gpu/graphs_ab.sh m   builds, test_cuda_vs_cpu, ncu_matvec.py, bench/llm.py per matvec variant
-#   bench/gpu/graphs_ab.sh k   test_cuda_vs_cpu --bench-kernels per matrix-vector variant
+#   bench/gpu/graphs_ab.sh m   builds, test_cuda_vs_cpu, ncu_matvec.py, bench/llm.py on both models
+#   bench/gpu/graphs_ab.sh k   test_cuda_vs_cpu --bench-kernels
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -106,27 +106,20 @@ d)
   TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
   ;;
 m)
-  # test_cuda_vs_cpu, the matrix-vector kernels' own time per variant (ncu), then decode of both
-  # models with the default kernels and with TL_CUDA_MATVEC1=0 (fused_matvec32_kernel for every size)
+  # test_cuda_vs_cpu, the matrix-vector kernels' own time (ncu), then decode of both models
   prepare_and_models
   cd "$WORK/src" || exit 1
   echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
   timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-4800}"
   for m in "$SMOL" "$B1"; do
     for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
-    for v in "TL_CUDA_MATVEC1=1" "TL_CUDA_MATVEC1=0" "TL_CUDA_MATVEC1=1"; do
-      echo "== $(basename "$m" .gguf): TL with $v"
-      env $v timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
-    done
+    echo "== $(basename "$m" .gguf)"
+    timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
   done
   ;;
 k)
-  # The matrix-vector kernels against the bandwidth roofline (test_cuda_vs_cpu --bench-kernels),
-  # once per variant: fused_matvec32_kernel for every size, then the default kernels
-  for v in "TL_CUDA_MATVEC1=0" "TL_CUDA_MATVEC1=1"; do
-    echo "== --bench-kernels with $v"
-    env $v timeout 150 "$T" --bench-kernels 2>&1 | grep -E "matvec|copy|launch" | sed -e 's/one weight (in L2)/L2/' -e 's/ of the copy bandwidth//'
-  done
+  # The matrix-vector kernels against the bandwidth roofline, host-timed (test_cuda_vs_cpu --bench-kernels)
+  timeout 150 "$T" --bench-kernels 2>&1 | grep -E "matvec|copy|launch" | sed -e 's/one weight (in L2)/L2/' -e 's/ of the copy bandwidth//'
   ;;
-*) echo "usage: $0 a|b|c|d|k" >&2; exit 2 ;;
+*) echo "usage: $0 a|b|c|d|k|m" >&2; exit 2 ;;
 esac
