@@ -314,7 +314,8 @@ Tensor rope(const Tensor& x0, DynInt dyn_pos, double base, bool neox) {
   if (D % 2 != 0) throw ShapeError("rope: head_dim must be even, got " + shape_str(x0.shape));
   if (pos_offset < 0) throw ShapeError("rope: position offset must be >= 0");
   Tensor x = contiguous(to_float(x0));
-  int64_t outer = S * H * D ? x.numel() / (S * H * D) : 0;
+  const int64_t row_elems = S * H * D;
+  int64_t outer = row_elems != 0 ? x.numel() / row_elems : 0;
   Tensor out = new_tensor(*dev, x.shape, x.dtype, "rope");
   if (out.numel() == 0) return out;
   View xv = reshape(x, {outer, S, H, D}).view(), ov = reshape(out, {outer, S, H, D}).view();
