@@ -270,6 +270,40 @@ def test_recordings_are_freed_when_the_program_closes():
     assert core.memory_stats()["live_bytes"] == before
 
 
+def test_a_dropped_recording_frees_its_buffers_without_the_cycle_collector():
+    """More signatures than a function keeps (MAX_RECORDINGS_PER_FUNCTION): each recording dropped
+    gives its intermediates back at once. Its KV-cache hooks are closures over Symbolics that point
+    at their trace, a reference cycle only Python's cyclic collector frees; the trace must not hold
+    the Recording, else every dropped one stays (a server whose batches change grew by one a step)."""
+    from tensorlogic.builtins.kvcache import KVCache
+    from tensorlogic.interp.compiled import MAX_RECORDINGS_PER_FUNCTION
+
+    interp = _load("""
+@compile
+fn f(cache, x, pos: int) {
+    cache.write(0, pos, x, x)
+    causal_attention(x * 2.0, cache.keys(0, pos + 1), cache.values(0, pos + 1), pos) + x
+}
+""")
+    caches = [KVCache(1, 8, 64, 64) for _ in range(4 * MAX_RECORDINGS_PER_FUNCTION)]
+    x = core.ones([1, 64, 64], "f32")
+    gc.collect()
+    gc.disable()  # what a server sees between two rare full collections
+    try:
+        live = []
+        for c in caches:  # a cache is part of the signature by identity: one recording each
+            _call(interp, "f", c, x, 0)
+            core.synchronize()
+            live.append(core.memory_stats()["live_bytes"])
+        kept = MAX_RECORDINGS_PER_FUNCTION
+        assert len(interp.functions["f"].impl.entries) == kept
+        # once the function holds all it keeps, each new recording replaces one: no growth
+        assert live[-1] == live[kept], [b - live[0] for b in live]
+    finally:
+        gc.enable()
+    interp.close()
+
+
 def test_compile_annotation_is_checked_by_the_parser():
     from tensorlogic.lang.parser import parse
 

@@ -284,6 +284,7 @@ class BatchScheduler:
             "mean_batch": round(self.batched_tokens / self.steps, 2) if self.steps else 0.0,
             "max_batch": self.max_rows,
             "decode_ms_per_step": round(1000 * self.decode_seconds / self.steps, 1) if self.steps else 0.0,
+            "step_recordings": self._compiled_counts(),
             "prefill_tokens": self.prefilled_tokens,
             "prefill_ms_per_token": (round(1000 * self.prefill_seconds / self.prefilled_tokens, 2)
                                      if self.prefilled_tokens else 0.0),
@@ -291,6 +292,15 @@ class BatchScheduler:
                        "prompt_tokens": len(s.prompt), "generated": len(s.ids), "served": s.served}
                       for s in self.slots],
         }
+
+    def _compiled_counts(self) -> dict:
+        """Recordings and replays of the compiled step (a recording is an eager step, several
+        times slower: a new one per set of slots would cost throughput and memory)."""
+        out = {}
+        for cf in self.session.interp.compiled_functions:
+            if cf.records or cf.replays:
+                out[cf.name] = {"records": cf.records, "replays": cf.replays, "held": len(cf.entries)}
+        return out
 
     def close(self) -> None:
         for s in self.slots:

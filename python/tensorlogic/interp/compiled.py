@@ -344,6 +344,7 @@ class CompiledFunction:
             rec.begin()
         except BaseException:
             symbolic.end()
+            trace.close()
             raise
         recording.note_gradients(trace)
         try:
@@ -365,10 +366,14 @@ class CompiledFunction:
         except BaseException:
             rec.cancel()
             symbolic.end()
+            trace.close()
             raise
         symbolic.end()
         recording.detach_results(outs)
-        fresh = rec.finish(outs)
+        try:
+            fresh = rec.finish(outs)
+        finally:
+            trace.close()  # the entry below holds `rec`; the trace's cycles must not (Trace.close)
         del outs
         fscalars = [float(s) for s in scalars]
         value = _build(spec, fresh, fscalars, tensors)
