@@ -194,7 +194,7 @@ class BatchScheduler:
                 ended.append(self._finish(slot, e.reason))
                 return len(piece)
             slot.state = "decode"
-            self._choose(slot, logits, ended)
+            self._choose(slot, self._read(logits, 1)[0], ended)
         return len(piece)
 
     def _decode(self, decoding: list[Slot], ended: list) -> None:
@@ -215,15 +215,23 @@ class BatchScheduler:
         self.steps += 1
         self.batched_tokens += len(decoding)
         self.max_rows = max(self.max_rows, len(decoding))
+        rows = self._read(logits, len(decoding))
         for b, sl in enumerate(decoding):
             sl.cached_ids.append(sl.next_token)
             sl.pos += 1
-            self._choose(sl, logits[b:b + 1] if len(decoding) > 1 else logits, ended)
+            self._choose(sl, rows[b], ended)
+
+    @staticmethod
+    def _read(logits, rows: int):
+        """The step's logits [rows, vocab] on the host, read once for all its rows (a read per row
+        was a device op and a wait each; a failure here is the iteration's, as any in a step)."""
+        return logits.numpy().reshape(rows, -1)
 
     def _choose(self, slot: Slot, logits, ended: list) -> None:
-        """Sample the slot's next id and stop it where generate_in_pieces (stdlib/generate.tl) stops."""
+        """Sample the slot's next id from its logits row (on the host) and stop it where
+        generate_in_pieces (stdlib/generate.tl) stops."""
         try:
-            tid = slot.sampler.sample(logits)
+            tid = slot.sampler.sample_host(logits)
         except BuiltinArgError as e:
             ended.append(self._fail(slot, ModelError(str(e))))
             return
