@@ -304,6 +304,31 @@ fn f(cache, x, pos: int) {
     interp.close()
 
 
+def test_a_signature_in_steady_use_keeps_its_recording_while_others_come_and_go():
+    """Signatures are dropped least recently used first: one called between every new signature
+    (a server's full set of slots between passing subsets) records once, not once every
+    MAX_RECORDINGS_PER_FUNCTION new signatures."""
+    from tensorlogic.builtins.kvcache import KVCache
+    from tensorlogic.interp.compiled import MAX_RECORDINGS_PER_FUNCTION
+
+    interp = _load("""
+@compile
+fn f(cache, x, pos: int) {
+    cache.write(0, pos, x, x)
+    causal_attention(x, cache.keys(0, pos + 1), cache.values(0, pos + 1), pos)
+}
+""")
+    hot = KVCache(1, 64, 2, 4)
+    passing = [KVCache(1, 4, 2, 4) for _ in range(3 * MAX_RECORDINGS_PER_FUNCTION)]
+    x = core.ones([1, 2, 4], "f32")
+    for i, c in enumerate(passing):
+        _call(interp, "f", hot, x, i)
+        _call(interp, "f", c, x, 0)
+    impl = interp.functions["f"].impl
+    assert impl.records == 1 + len(passing) and impl.replays == len(passing) - 1
+    interp.close()
+
+
 def test_compile_annotation_is_checked_by_the_parser():
     from tensorlogic.lang.parser import parse
 
