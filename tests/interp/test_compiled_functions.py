@@ -254,6 +254,49 @@ fn g(cache, x, pos: int) {
     interp.close()
 
 
+def test_slot_store_bookkeeping_and_bounds_hold_in_replays():
+    """A KV slot store's slots are scalar inputs: one recording writes and reads whichever slot a
+    call names, keeps each slot cache's length, and refuses a position past a slot's capacity (it
+    would be the next slot's first row) or a gap, before anything runs."""
+    from tensorlogic.builtins.convert import BuiltinArgError
+    from tensorlogic.builtins.kvcache import SlotStore
+
+    interp = _load("""
+@compile
+fn f(store, s: int, x, pos: int) {
+    store.write(0, s, pos, x, x)
+    causal_attention(x, store.keys(0, s, pos + 1), store.values(0, s, pos + 1), pos)
+}
+fn g(cache, x, pos: int) {
+    cache.write(0, pos, x, x)
+    causal_attention(x, cache.keys(0, pos + 1), cache.values(0, pos + 1), pos)
+}
+""")
+    from tensorlogic.builtins.kvcache import KVCache
+
+    store = SlotStore(3, 1, 4, 2, 4)
+    alone = [KVCache(1, 4, 2, 4) for _ in range(3)]
+    rng = np.random.default_rng(0)
+    for p in range(4):
+        for s in (2, 0, 1):
+            x = core.from_numpy(rng.standard_normal((1, 2, 4)).astype(np.float32))
+            assert _same(_call(interp, "f", store, s, x, p), _call(interp, "g", alone[s], x, p))
+            assert store.cache(s).lengths[0] == p + 1
+    assert interp.functions["f"].impl.records == 1
+    for s in range(3):
+        assert _same(store.cache(s).k[0], alone[s].k[0])
+    before = store.k[0].numpy().copy()
+    with pytest.raises((TLError, BuiltinArgError), match="full|out of range"):
+        _call(interp, "f", store, 0, x, 4)  # slot 1's first row: refused, nothing written
+    with pytest.raises((TLError, BuiltinArgError), match="gap"):
+        store.cache(2).lengths[0] = 1
+        _call(interp, "f", store, 2, x, 3)
+    with pytest.raises((TLError, BuiltinArgError), match="slot 3 is out of range"):
+        _call(interp, "f", store, 3, x, 0)
+    assert np.array_equal(store.k[0].numpy(), before)
+    interp.close()
+
+
 def test_recordings_are_freed_when_the_program_closes():
     interp = _load(STEP)
     x = core.ones([64, 64], "f32")

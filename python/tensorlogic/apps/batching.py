@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from ..builtins.convert import BuiltinArgError, core
-from ..builtins.kvcache import KVCache
+from ..builtins.kvcache import SlotStore
 from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
 from ..models.errors import ModelError
@@ -49,7 +49,7 @@ DTYPE_BYTES = {"f32": 4, "f16": 2}
 class Slot:
     """One sequence's place: its KV cache, what the cache holds, and the request it serves."""
 
-    def __init__(self, index: int, cache: KVCache):
+    def __init__(self, index: int, cache):  # a KVCache: its slot's rows of the BatchScheduler's SlotStore
         self.index = index
         self.cache = cache
         self.cached_ids: list[int] = []
@@ -85,8 +85,10 @@ class BatchScheduler:
         self.session = session
         self.parallel = parallel
         self.slot_context = context
-        self.slots = [Slot(i, KVCache(cfg.n_layers, context, cfg.n_kv_heads, cfg.head_dim, session.kv_dtype))
-                      for i in range(parallel)]
+        # one storage for every slot's cache (the batched step takes slots as numbers: one recording
+        # per row count, not one per set of slots)
+        self.store = SlotStore(parallel, cfg.n_layers, context, cfg.n_kv_heads, cfg.head_dim, session.kv_dtype)
+        self.slots = [Slot(i, self.store.cache(i)) for i in range(parallel)]
         self.kv_bytes_per_slot = (2 * cfg.n_layers * context * cfg.n_kv_heads * cfg.head_dim
                                   * DTYPE_BYTES.get(session.kv_dtype, 4))
         interp = session.interp
@@ -206,7 +208,8 @@ class BatchScheduler:
         tokens = [sl.next_token for sl in decoding]
         positions = [sl.pos for sl in decoding]
         try:
-            logits = s.interp.call_value(self._step_fn, [s.model, [sl.cache for sl in decoding], tokens, positions])
+            logits = s.interp.call_value(self._step_fn, [s.model, self.store, [sl.index for sl in decoding],
+                                                         tokens, positions])
         except TLError as e:
             err = ModelError(" ".join(str(e).split("\n")[:1]))
             for sl in decoding:
@@ -311,8 +314,8 @@ class BatchScheduler:
         return out
 
     def close(self) -> None:
+        self.store.release()
         for s in self.slots:
-            s.cache.release()
             s.cached_ids = []
 
 
