@@ -15,7 +15,9 @@ Invariants:
   gives each row of a small batch bitwise the one-row result), so greedy output does not depend on
   what else runs; tests/e2e/test_server_batching.py checks it token for token.
 - Each slot's cache is allocated once, at start, for slot_context positions (--context divided among
-  the slots, as llama-server's -c and -np): the KV memory is bounded and /health reports it.
+  the slots, as llama-server's -c and -np), as its rows of one SlotStore (builtins/kvcache.py): the
+  KV memory is bounded and /health reports it; the batched step names slots by number, so it keeps
+  one recording per row count (never more than MAX_STEP_ROWS), whichever slots decode.
 """
 from __future__ import annotations
 
@@ -305,8 +307,8 @@ class BatchScheduler:
         }
 
     def _compiled_counts(self) -> dict:
-        """Recordings and replays of the compiled step (a recording is an eager step, several
-        times slower: a new one per set of slots would cost throughput and memory)."""
+        """Recordings and replays of the compiled step (/health): a recording is an eager step,
+        1.3-1.9x a replay, and holds its intermediates; one per row count is the steady state."""
         out = {}
         for cf in self.session.interp.compiled_functions:
             if cf.records or cf.replays:
