@@ -3,13 +3,14 @@ streaming clients, against one server; reports generated tokens/s and time to fi
 each phase and their ratios (issue #26's targets: tokens/s >= 3x, TTFT p50 <= 2x), and the
 second-turn TTFT of a chat whose first turn is in the prompt cache against the first turn's.
 
-Every request is a streamed chat completion at temperature 0 with max_tokens --tokens, its prompt
-made unique (a request number) so that only the chat template's shared opening is reused from the
-prompt cache; generated tokens are the usage's completion_tokens (stream_options.include_usage).
+Every request is a streamed chat completion at temperature 0 (or --temperature, seeded) with
+max_tokens --tokens, its prompt made unique (a request number) so that only the chat template's
+shared opening is reused from the prompt cache; generated tokens are the usage's completion_tokens (stream_options.include_usage).
 The concurrent clients start --stagger seconds apart and then loop, as independent users would.
 
     python bench/serve_batch.py [--parallel 8] [--clients 8] [--requests 3] [--tokens 64] [--stagger 0.25]
-                                [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT] [--json OUT]
+                                [--temperature 0] [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT]
+                                [--json OUT]
 """
 from __future__ import annotations
 
@@ -33,10 +34,15 @@ TOPICS = ["a dragon who learns to cook", "the history of the bicycle", "a robot 
           "a lighthouse keeper's night", "how bread is made"]
 
 
-def _stream(url: str, messages: list, tokens: int) -> tuple[float, float, int, dict]:
+TEMPERATURE = 0.0  # --temperature: 0 is greedy; above it every request samples (seeded by its number)
+
+
+def _stream(url: str, messages: list, tokens: int, seed: int = 0) -> tuple[float, float, int, dict]:
     """(time to first token, total time, completion tokens, usage) of one streamed chat request."""
-    body = {"messages": messages, "max_tokens": tokens, "temperature": 0, "stream": True,
+    body = {"messages": messages, "max_tokens": tokens, "temperature": TEMPERATURE, "stream": True,
             "stream_options": {"include_usage": True}}
+    if TEMPERATURE > 0:
+        body["seed"] = seed
     start = time.perf_counter()
     first = None
     usage: dict = {}
@@ -70,7 +76,7 @@ def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger
         for i in range(requests):
             topic = TOPICS[(c + i) % len(TOPICS)]
             msg = [{"role": "user", "content": f"Request {tag}-{c}-{i}. Write a long story about {topic}."}]
-            t, _, n, _ = _stream(url, msg, tokens)
+            t, _, n, _ = _stream(url, msg, tokens, seed=1000 * c + i)
             with lock:
                 ttft.append(t)
                 generated[0] += n
@@ -117,9 +123,12 @@ def main() -> int:
                     help="seconds between two clients' first requests (default 0.25)")
     ap.add_argument("--model", default=None)
     ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="every request's temperature (default 0: greedy; the chat turns stay greedy)")
     ap.add_argument("--url", default=None, help="a running server (then --parallel, --model are its own)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    global TEMPERATURE
 
     proc = None
     url = args.url
@@ -142,17 +151,19 @@ def main() -> int:
                 return 1
             time.sleep(0.2)
     try:
+        TEMPERATURE = args.temperature
         _phase(url, 1, 1, 8, "warm")  # the first decode step records the compiled step
         _phase(url, args.clients, 1, 8, "warm8")
         one = _phase(url, 1, args.requests, args.tokens, "one")
         many = _phase(url, args.clients, args.requests, args.tokens, "many", args.stagger)
+        TEMPERATURE = 0.0
         turns = _chat_turns(url, 16)
         health = httpx.get(url + "/health", timeout=30).json()
     finally:
         if proc is not None:
             proc.terminate()
             proc.wait(30)
-    out = {"parallel": args.parallel, "one_client": one, "many_clients": many,
+    out = {"parallel": args.parallel, "temperature": args.temperature, "one_client": one, "many_clients": many,
            "tokens_per_s_ratio": round(many["tokens_per_s"] / one["tokens_per_s"], 2),
            "ttft_p50_ratio": round(many["ttft_p50_ms"] / one["ttft_p50_ms"], 2),
            "chat_turns": turns, "slots": {k: v for k, v in health.get("slots", {}).items() if k != "slots"}}

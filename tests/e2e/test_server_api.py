@@ -168,6 +168,10 @@ def test_request_log_and_metrics(server):
         r["usage"]["completion_tokens"]
     assert value(text, "tl_prompt_tokens_total") == value(before, "tl_prompt_tokens_total") + r["usage"]["prompt_tokens"]
     assert "# TYPE tl_request_duration_seconds histogram" in text and "tl_requests_waiting 0" in text
+    assert 0 < value(text, "tl_memory_live_bytes") < value(text, "tl_memory_rss_bytes")
+    assert value(text, "tl_memory_pool_bytes") == value(text, "tl_memory_live_bytes") + \
+        value(text, "tl_memory_cached_bytes")
+    assert "# TYPE tl_memory_recordings_bytes gauge" in text
     log = server.log.read_text()
     assert re.search(r"^tl serve: 127\.0\.0\.1 POST /v1/completions 200 \d+\.\d{3}s prompt=\d+ completion=3$", log, re.M)
     assert re.search(r"^tl serve: 127\.0\.0\.1 POST /v1/completions 400 \d+\.\d{3}s$", log, re.M)

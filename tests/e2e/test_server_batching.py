@@ -131,6 +131,15 @@ def test_health_reports_bounded_kv_memory_per_slot(server):
     assert all(0 <= s["cached_tokens"] <= SLOT_CONTEXT for s in slots["slots"])
 
 
+def test_health_reports_the_memory_the_server_holds(server):
+    mem = server.health()["memory"]
+    kv = PARALLEL * 2 * 30 * SLOT_CONTEXT * 3 * 64 * 4
+    assert mem["live_bytes"] > kv  # the slots' caches and the weights, at least
+    assert mem["pool_bytes"] == mem["live_bytes"] + mem["cached_bytes"]
+    assert 0 <= mem["recordings_bytes"] < mem["live_bytes"] < mem["rss_bytes"]
+    assert mem["cache_limit_bytes"] > 0
+
+
 def test_a_client_leaving_mid_stream_frees_its_slot_and_others_go_on(server, expected):
     long_body = {"messages": [{"role": "user", "content": "Tell me a very long story."}], "max_tokens": 300,
                  "stream": True, "temperature": 0}

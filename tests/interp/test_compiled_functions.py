@@ -254,6 +254,49 @@ fn g(cache, x, pos: int) {
     interp.close()
 
 
+def test_slot_store_bookkeeping_and_bounds_hold_in_replays():
+    """A KV slot store's slots are scalar inputs: one recording writes and reads whichever slot a
+    call names, keeps each slot cache's length, and refuses a position past a slot's capacity (it
+    would be the next slot's first row) or a gap, before anything runs."""
+    from tensorlogic.builtins.convert import BuiltinArgError
+    from tensorlogic.builtins.kvcache import SlotStore
+
+    interp = _load("""
+@compile
+fn f(store, s: int, x, pos: int) {
+    store.write(0, s, pos, x, x)
+    causal_attention(x, store.keys(0, s, pos + 1), store.values(0, s, pos + 1), pos)
+}
+fn g(cache, x, pos: int) {
+    cache.write(0, pos, x, x)
+    causal_attention(x, cache.keys(0, pos + 1), cache.values(0, pos + 1), pos)
+}
+""")
+    from tensorlogic.builtins.kvcache import KVCache
+
+    store = SlotStore(3, 1, 4, 2, 4)
+    alone = [KVCache(1, 4, 2, 4) for _ in range(3)]
+    rng = np.random.default_rng(0)
+    for p in range(4):
+        for s in (2, 0, 1):
+            x = core.from_numpy(rng.standard_normal((1, 2, 4)).astype(np.float32))
+            assert _same(_call(interp, "f", store, s, x, p), _call(interp, "g", alone[s], x, p))
+            assert store.cache(s).lengths[0] == p + 1
+    assert interp.functions["f"].impl.records == 1
+    for s in range(3):
+        assert _same(store.cache(s).k[0], alone[s].k[0])
+    before = store.k[0].numpy().copy()
+    with pytest.raises((TLError, BuiltinArgError), match="full|out of range"):
+        _call(interp, "f", store, 0, x, 4)  # slot 1's first row: refused, nothing written
+    with pytest.raises((TLError, BuiltinArgError), match="gap"):
+        store.cache(2).lengths[0] = 1
+        _call(interp, "f", store, 2, x, 3)
+    with pytest.raises((TLError, BuiltinArgError), match="slot 3 is out of range"):
+        _call(interp, "f", store, 3, x, 0)
+    assert np.array_equal(store.k[0].numpy(), before)
+    interp.close()
+
+
 def test_recordings_are_freed_when_the_program_closes():
     interp = _load(STEP)
     x = core.ones([64, 64], "f32")
@@ -268,6 +311,65 @@ def test_recordings_are_freed_when_the_program_closes():
     interp.close()
     core.synchronize()
     assert core.memory_stats()["live_bytes"] == before
+
+
+def test_a_dropped_recording_frees_its_buffers_without_the_cycle_collector():
+    """More signatures than a function keeps (MAX_RECORDINGS_PER_FUNCTION): each recording dropped
+    gives its intermediates back at once. Its KV-cache hooks are closures over Symbolics that point
+    at their trace, a reference cycle only Python's cyclic collector frees; the trace must not hold
+    the Recording, else every dropped one stays (a server whose batches change grew by one a step)."""
+    from tensorlogic.builtins.kvcache import KVCache
+    from tensorlogic.interp.compiled import MAX_RECORDINGS_PER_FUNCTION
+
+    interp = _load("""
+@compile
+fn f(cache, x, pos: int) {
+    cache.write(0, pos, x, x)
+    causal_attention(x * 2.0, cache.keys(0, pos + 1), cache.values(0, pos + 1), pos) + x
+}
+""")
+    caches = [KVCache(1, 8, 64, 64) for _ in range(4 * MAX_RECORDINGS_PER_FUNCTION)]
+    x = core.ones([1, 64, 64], "f32")
+    gc.collect()
+    gc.disable()  # what a server sees between two rare full collections
+    try:
+        live = []
+        for c in caches:  # a cache is part of the signature by identity: one recording each
+            _call(interp, "f", c, x, 0)
+            core.synchronize()
+            live.append(core.memory_stats()["live_bytes"])
+        kept = MAX_RECORDINGS_PER_FUNCTION
+        assert len(interp.functions["f"].impl.entries) == kept
+        # once the function holds all it keeps, each new recording replaces one: no growth
+        assert live[-1] == live[kept], [b - live[0] for b in live]
+    finally:
+        gc.enable()
+    interp.close()
+
+
+def test_a_signature_in_steady_use_keeps_its_recording_while_others_come_and_go():
+    """Signatures are dropped least recently used first: one called between every new signature
+    (a server's full set of slots between passing subsets) records once, not once every
+    MAX_RECORDINGS_PER_FUNCTION new signatures."""
+    from tensorlogic.builtins.kvcache import KVCache
+    from tensorlogic.interp.compiled import MAX_RECORDINGS_PER_FUNCTION
+
+    interp = _load("""
+@compile
+fn f(cache, x, pos: int) {
+    cache.write(0, pos, x, x)
+    causal_attention(x, cache.keys(0, pos + 1), cache.values(0, pos + 1), pos)
+}
+""")
+    hot = KVCache(1, 64, 2, 4)
+    passing = [KVCache(1, 4, 2, 4) for _ in range(3 * MAX_RECORDINGS_PER_FUNCTION)]
+    x = core.ones([1, 2, 4], "f32")
+    for i, c in enumerate(passing):
+        _call(interp, "f", hot, x, i)
+        _call(interp, "f", c, x, 0)
+    impl = interp.functions["f"].impl
+    assert impl.records == 1 + len(passing) and impl.replays == len(passing) - 1
+    interp.close()
 
 
 def test_compile_annotation_is_checked_by_the_parser():

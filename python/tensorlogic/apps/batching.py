@@ -15,7 +15,9 @@ Invariants:
   gives each row of a small batch bitwise the one-row result), so greedy output does not depend on
   what else runs; tests/e2e/test_server_batching.py checks it token for token.
 - Each slot's cache is allocated once, at start, for slot_context positions (--context divided among
-  the slots, as llama-server's -c and -np): the KV memory is bounded and /health reports it.
+  the slots, as llama-server's -c and -np), as its rows of one SlotStore (builtins/kvcache.py): the
+  KV memory is bounded and /health reports it; the batched step names slots by number, so it keeps
+  one recording per row count (never more than MAX_STEP_ROWS), whichever slots decode.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import time
 from typing import Any
 
 from ..builtins.convert import BuiltinArgError, core
-from ..builtins.kvcache import KVCache
+from ..builtins.kvcache import SlotStore
 from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
 from ..models.errors import ModelError
@@ -49,7 +51,7 @@ DTYPE_BYTES = {"f32": 4, "f16": 2}
 class Slot:
     """One sequence's place: its KV cache, what the cache holds, and the request it serves."""
 
-    def __init__(self, index: int, cache: KVCache):
+    def __init__(self, index: int, cache):  # a KVCache: its slot's rows of the BatchScheduler's SlotStore
         self.index = index
         self.cache = cache
         self.cached_ids: list[int] = []
@@ -85,8 +87,10 @@ class BatchScheduler:
         self.session = session
         self.parallel = parallel
         self.slot_context = context
-        self.slots = [Slot(i, KVCache(cfg.n_layers, context, cfg.n_kv_heads, cfg.head_dim, session.kv_dtype))
-                      for i in range(parallel)]
+        # one storage for every slot's cache (the batched step takes slots as numbers: one recording
+        # per row count, not one per set of slots)
+        self.store = SlotStore(parallel, cfg.n_layers, context, cfg.n_kv_heads, cfg.head_dim, session.kv_dtype)
+        self.slots = [Slot(i, self.store.cache(i)) for i in range(parallel)]
         self.kv_bytes_per_slot = (2 * cfg.n_layers * context * cfg.n_kv_heads * cfg.head_dim
                                   * DTYPE_BYTES.get(session.kv_dtype, 4))
         interp = session.interp
@@ -194,7 +198,7 @@ class BatchScheduler:
                 ended.append(self._finish(slot, e.reason))
                 return len(piece)
             slot.state = "decode"
-            self._choose(slot, logits, ended)
+            self._choose(slot, self._read(logits, 1)[0], ended)
         return len(piece)
 
     def _decode(self, decoding: list[Slot], ended: list) -> None:
@@ -206,7 +210,8 @@ class BatchScheduler:
         tokens = [sl.next_token for sl in decoding]
         positions = [sl.pos for sl in decoding]
         try:
-            logits = s.interp.call_value(self._step_fn, [s.model, [sl.cache for sl in decoding], tokens, positions])
+            logits = s.interp.call_value(self._step_fn, [s.model, self.store, [sl.index for sl in decoding],
+                                                         tokens, positions])
         except TLError as e:
             err = ModelError(" ".join(str(e).split("\n")[:1]))
             for sl in decoding:
@@ -215,15 +220,23 @@ class BatchScheduler:
         self.steps += 1
         self.batched_tokens += len(decoding)
         self.max_rows = max(self.max_rows, len(decoding))
+        rows = self._read(logits, len(decoding))
         for b, sl in enumerate(decoding):
             sl.cached_ids.append(sl.next_token)
             sl.pos += 1
-            self._choose(sl, logits[b:b + 1] if len(decoding) > 1 else logits, ended)
+            self._choose(sl, rows[b], ended)
+
+    @staticmethod
+    def _read(logits, rows: int):
+        """The step's logits [rows, vocab] on the host, read once for all its rows (a read per row
+        was a device op and a wait each; a failure here is the iteration's, as any in a step)."""
+        return logits.numpy().reshape(rows, -1)
 
     def _choose(self, slot: Slot, logits, ended: list) -> None:
-        """Sample the slot's next id and stop it where generate_in_pieces (stdlib/generate.tl) stops."""
+        """Sample the slot's next id from its logits row (on the host) and stop it where
+        generate_in_pieces (stdlib/generate.tl) stops."""
         try:
-            tid = slot.sampler.sample(logits)
+            tid = slot.sampler.sample_host(logits)
         except BuiltinArgError as e:
             ended.append(self._fail(slot, ModelError(str(e))))
             return
@@ -284,6 +297,7 @@ class BatchScheduler:
             "mean_batch": round(self.batched_tokens / self.steps, 2) if self.steps else 0.0,
             "max_batch": self.max_rows,
             "decode_ms_per_step": round(1000 * self.decode_seconds / self.steps, 1) if self.steps else 0.0,
+            "step_recordings": self._compiled_counts(),
             "prefill_tokens": self.prefilled_tokens,
             "prefill_ms_per_token": (round(1000 * self.prefill_seconds / self.prefilled_tokens, 2)
                                      if self.prefilled_tokens else 0.0),
@@ -292,9 +306,18 @@ class BatchScheduler:
                       for s in self.slots],
         }
 
+    def _compiled_counts(self) -> dict:
+        """Recordings and replays of the compiled step (/health): a recording is an eager step,
+        1.3-1.9x a replay, and holds its intermediates; one per row count is the steady state."""
+        out = {}
+        for cf in self.session.interp.compiled_functions:
+            if cf.records or cf.replays:
+                out[cf.name] = {"records": cf.records, "replays": cf.replays, "held": len(cf.entries)}
+        return out
+
     def close(self) -> None:
+        self.store.release()
         for s in self.slots:
-            s.cache.release()
             s.cached_ids = []
 
 

@@ -8,6 +8,7 @@ counters need no lock. The text of /metrics follows the Prometheus exposition fo
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Callable
@@ -60,8 +61,50 @@ class Metrics:
         out.append(f"tl_request_duration_seconds_count {self.duration_count}")
         for name, (help_text, value) in gauges.items():
             head(name, "gauge", help_text)
-            out.append(f"{name} {value:g}")
+            out.append(f"{name} {value}" if isinstance(value, int) else f"{name} {value:g}")  # bytes in full
         return "\n".join(out) + "\n"
+
+
+def memory(interp) -> dict:
+    """The server's memory (/health, /metrics): the process's resident set, the runtime's buffer
+    pool (live tensors, cached free blocks, all it holds, the cache's bound) and what the compiled
+    steps' recordings own (intermediates kept for replays; at most MAX_RECORDINGS_PER_FUNCTION per
+    function). Read from the event loop while the worker runs: counters only, no tensor touched."""
+    from ..builtins.convert import core
+
+    stats = core.memory_stats()
+    owned = 0
+    for cf in list(interp.compiled_functions):
+        for entry in list(cf.entries.values()):
+            rec = getattr(entry, "recording", None)
+            if rec is not None:
+                owned += int(rec.owned_bytes)
+    return {"rss_bytes": _rss_bytes(), "live_bytes": int(stats["live_bytes"]),
+            "cached_bytes": int(stats["cached_bytes"]), "pool_bytes": int(stats["device_bytes"]),
+            "cache_limit_bytes": int(stats["cache_limit_bytes"]), "recordings_bytes": owned}
+
+
+MEMORY_GAUGES = {"rss_bytes": "resident set size of the server process",
+                 "pool_bytes": "bytes the runtime's buffer pool holds (live tensors and cached free blocks)",
+                 "live_bytes": "bytes of live tensors (weights, KV caches, recordings, work in flight)",
+                 "cached_bytes": "free blocks the pool keeps for reuse",
+                 "recordings_bytes": "bytes the compiled steps' recordings own"}
+
+
+def memory_gauges(interp) -> dict[str, tuple[str, float]]:
+    m = memory(interp)
+    return {f"tl_memory_{k}": (text, m[k]) for k, text in MEMORY_GAUGES.items()}
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # not Linux: the peak from getrusage instead
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _label(v: str) -> str:

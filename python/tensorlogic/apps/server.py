@@ -940,6 +940,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
     from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
     from starlette.routing import Route
 
+    from . import serve_metrics
     from .serve_metrics import Metrics, RequestLog
 
     metrics = Metrics()
@@ -1284,6 +1285,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
             "queue": engine.status(), "slots": engine.slots_report(),
             "requests": {k: counts.get(k, 0) for k in ("served", "cancelled", "rejected", "invalid", "errors")},
             "generated_tokens": generated, "uptime_s": round(time.time() - engine.started_at, 1),
+            "memory": serve_metrics.memory(s.interp),
         })
 
     async def http_error(request: Request, exc: HTTPException):
@@ -1339,6 +1341,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
                   "tl_requests_waiting": ("generations waiting in the queue", q["waiting"]),
                   "tl_generated_tokens": ("tokens generated since the start (finished generations)", generated),
                   "tl_uptime_seconds": ("seconds since the server started", time.time() - engine.started_at)}
+        gauges.update(serve_metrics.memory_gauges(engine.session.interp))
         return PlainTextResponse(metrics.text(gauges), media_type="text/plain; version=0.0.4")
 
     # Every OpenAI route also answers without its /v1 prefix (a client whose base URL lacks it).

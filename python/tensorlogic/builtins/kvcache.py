@@ -256,6 +256,123 @@ class KVCache(TLObject):
     __repr__ = tl_repr
 
 
+class SlotStore(TLObject):
+    """The KV caches of `tl serve --parallel`'s slots as one storage: per layer one K and one V
+    buffer [slots * capacity, kv_heads, head_dim], slot s owning rows s*capacity.. . `cache(s)` is
+    slot s's KVCache, whose buffers are views of its rows (a prompt's prefill writes through it as
+    through any cache); `write`, `keys` and `values` take the slot as a number, so in a compiled
+    batched step (stdlib/batch.tl) the slots are scalar inputs like the positions: one recording
+    serves every set of slots with as many rows, where a list of caches (part of the signature by
+    identity) recorded each new set anew.
+    Invariants: slot s's rows are only ever written at s*capacity + pos with 0 <= pos <= its
+    cache's length (no gap) and pos < capacity; the slot caches' lengths are the bookkeeping, kept
+    by replay hooks as KVCache.write keeps its own."""
+
+    tl_type_name = "KV slot store"
+    tl_recordable_methods = frozenset({"write", "keys", "values"})
+
+    def __init__(self, slots: int, n_layers: int, capacity: int, n_kv_heads: int, head_dim: int,
+                 dtype: str = "f32"):
+        if min(slots, n_layers, capacity, n_kv_heads, head_dim) <= 0:
+            raise BuiltinArgError("a KV slot store needs positive slots, layers, capacity, heads and head_dim")
+        self.n_slots, self.n_layers, self.capacity, self.dtype = slots, n_layers, capacity, dtype
+        self.k = [core.zeros([slots * capacity, n_kv_heads, head_dim], dtype) for _ in range(n_layers)]
+        self.v = [core.zeros([slots * capacity, n_kv_heads, head_dim], dtype) for _ in range(n_layers)]
+        self.caches = []
+        for s in range(slots):
+            c = KVCache(n_layers, capacity, dtype=dtype)  # no buffers of its own: views of its rows
+            rows = slice(s * capacity, (s + 1) * capacity)
+            c.k = [k[rows] for k in self.k]
+            c.v = [v[rows] for v in self.v]
+            self.caches.append(c)
+        track_open(self)
+
+    def cache(self, slot: int) -> KVCache:
+        return self.caches[slot]
+
+    def _slot(self, slot: Any) -> Any:
+        s = slot.value if slot.__class__ is Symbolic else to_int(slot, "slot")
+        if not 0 <= s < self.n_slots:
+            raise BuiltinArgError(f"slot {s} is out of range (0..{self.n_slots - 1})")
+        return slot
+
+    def write(self, layer: Any, slot: Any, pos: Any, k: Any, v: Any) -> None:
+        """K and V [1, kv_heads, head_dim] at position pos of the slot (a decode step's token)."""
+        slot = self._slot(slot)
+        cache = self.caches[int(getattr(slot, "value", slot))]
+        i = cache._layer(layer)
+        k, v = to_tensor(k, "K"), to_tensor(v, "V")
+        if k.ndim != 3 or k.shape[0] != 1 or tuple(k.shape) != tuple(v.shape):
+            raise BuiltinArgError(f"a slot store takes one position's K and V [1, kv_heads, head_dim], got "
+                                  f"{type_name(k)} and {type_name(v)}")
+        if k.dtype != self.dtype:
+            k, v = k.astype(self.dtype), v.astype(self.dtype)
+        p = pos.value if pos.__class__ is Symbolic else to_int(pos, "position")
+        cache._replayed_write(i, p, 1)  # the eager checks (gap, capacity) and the length
+        dynamic = any(x.__class__ is Symbolic and x.live for x in (slot, pos))
+        row = slot * self.capacity + pos if dynamic else int(getattr(slot, "value", slot)) * self.capacity + p
+        core.copy_(core.slice(self.k[i], 0, row, row + 1, 1), k)
+        core.copy_(core.slice(self.v[i], 0, row, row + 1, 1), v)
+        if dynamic:
+            symbolic.add_hook(lambda scalars, i=i, slot=slot, pos=pos: self._replayed_write(
+                i, symbolic.evaluate(slot, scalars), symbolic.evaluate(pos, scalars)))
+
+    def _replayed_write(self, i: int, slot: int, pos: int) -> None:
+        if not 0 <= slot < self.n_slots:
+            raise BuiltinArgError(f"slot {slot} is out of range (0..{self.n_slots - 1})")
+        self.caches[slot]._replayed_write(i, pos, 1)
+
+    def keys(self, layer: Any, slot: Any, n: Any) -> Any:
+        return self._view(self.k, layer, slot, n)
+
+    def values(self, layer: Any, slot: Any, n: Any) -> Any:
+        return self._view(self.v, layer, slot, n)
+
+    def _view(self, bufs: list, layer: Any, slot: Any, n: Any) -> Any:
+        """The slot's first n positions of a layer (a view; its start and length follow the slot
+        and n at each replay)."""
+        slot = self._slot(slot)
+        cache = self.caches[int(getattr(slot, "value", slot))]
+        i = cache._layer(layer)
+        count = n.value if n.__class__ is Symbolic else to_int(n, "length")
+        cache._check_view(cache.k, i, count)
+        if not any(x.__class__ is Symbolic and x.live for x in (slot, n)):
+            start = int(getattr(slot, "value", slot)) * self.capacity
+            return bufs[i][start:start + count]
+        symbolic.add_hook(lambda scalars, i=i, slot=slot, n=n: self._check_replayed_view(
+            i, symbolic.evaluate(slot, scalars), symbolic.evaluate(n, scalars)))
+        start = slot * self.capacity
+        return core.slice(bufs[i], 0, start, start + n, 1)
+
+    def _check_replayed_view(self, i: int, slot: int, count: int) -> None:
+        if not 0 <= slot < self.n_slots:
+            raise BuiltinArgError(f"slot {slot} is out of range (0..{self.n_slots - 1})")
+        c = self.caches[slot]
+        c._check_view(c.k, i, count)
+
+    def release(self) -> None:
+        for c in self.caches:
+            c.release()
+        self.k = [None] * self.n_layers
+        self.v = [None] * self.n_layers
+
+    release_device_memory = release
+
+    def tl_call_method(self, name: str, args: list[Any]) -> Any:
+        if name == "write" and len(args) == 5:
+            return self.write(*args)
+        if name in ("keys", "values") and len(args) == 3:
+            return getattr(self, name)(*args)
+        if name == "cache" and len(args) == 1:
+            return self.caches[int(self._slot(args[0]))]
+        raise AttributeError(name)
+
+    def tl_repr(self) -> str:
+        return f"KV slot store({self.n_slots} slots of {self.capacity} positions, {self.n_layers} layers, {self.dtype})"
+
+    __repr__ = tl_repr
+
+
 @builtin("KVCache::new_f32", "KVCache::new_f32(n_layers)", "growing f32 KV cache (allocated on first write)",
          min_args=1, max_args=1, category="nn")
 def kv_new_f32(n_layers):

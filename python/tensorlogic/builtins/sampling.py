@@ -26,7 +26,8 @@ def choose_token(logits: np.ndarray, temperature: float, top_k: int, top_p: floa
     set of the most likely whose mass reaches top_p, then (min_p > 0) to those whose probability is
     at least min_p times the most likely one's (as llama.cpp, on the logits before T); argmax at
     T = 0. -inf logits are never drawn."""
-    x = np.asarray(logits, dtype=np.float64).reshape(-1)
+    src = np.asarray(logits).reshape(-1)
+    x = np.asarray(src, dtype=np.float64)
     if x.size == 0:
         raise BuiltinArgError("logits are empty")
     if np.isnan(x).any() or np.isposinf(x).any() or np.isneginf(x).all():
@@ -41,7 +42,7 @@ def choose_token(logits: np.ndarray, temperature: float, top_k: int, top_p: floa
         raise BuiltinArgError(f"min_p must be in [0, 1], got {min_p}")
     if temperature == 0:
         return int(np.argmax(x))
-    order = np.argsort(-x, kind="stable")
+    order = _most_likely_first(x, src)
     order = order[np.isfinite(x[order])]
     if top_k > 0:
         order = order[:top_k]
@@ -55,6 +56,21 @@ def choose_token(logits: np.ndarray, temperature: float, top_k: int, top_p: floa
         keep = max(1, int(np.count_nonzero(x[order] >= x[order[0]] + math.log(min_p))))
         order, p = order[:keep], p[:keep] / p[:keep].sum()
     return int(order[rng.choice(len(order), p=p)])
+
+
+def _most_likely_first(x: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """np.argsort(-x, kind="stable"): the ids by logit, largest first, equal logits in id order.
+    Logits that came as float32 (a model's) are sorted by their bits mapped to an order-preserving
+    uint32 key, as two stable passes over its 16-bit halves (numpy sorts 16-bit ints by radix): low
+    half first, then high, so equal keys keep id order; the same permutation (-0.0 counts as 0.0,
+    as in the comparison). 0.7 ms for 49,152 ids where the float sort took 4.5, most of a sampled
+    token's host time."""
+    if src.dtype != np.float32:
+        return np.argsort(-x, kind="stable")
+    bits = (-src + np.float32(0.0)).view(np.uint32)  # + 0.0 turns -0.0 into 0.0
+    key = np.where(bits >= 0x80000000, ~bits, bits | np.uint32(0x80000000))  # ascending with -x
+    by_low = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    return by_low[np.argsort((key[by_low] >> 16).astype(np.uint16), kind="stable")]
 
 
 REPEAT_LAST_N = 64  # ids the repeat penalty looks back over (llama.cpp's default penalty_last_n)
@@ -119,6 +135,20 @@ class SamplerValue(TLObject):
                 choose_token(flat.numpy(), 0.0, 0, 1.0, None)  # raises on NaN, +inf, all -inf
             return int(best.item())
         return choose_token(logits.numpy(), self.temperature, self.top_k, self.top_p, self.rng(), self.min_p)
+
+    def sample_host(self, logits: np.ndarray) -> int:
+        """What `sample` chooses for the same logits, read already (one [vocab] row of a batched
+        step's logits, which the batch scheduler reads once for all its rows): the same id, the
+        same generator draws and repeat-penalty memory. Greedy takes the first largest logit, as the
+        device's argmax, after choose_token's checks (NaN, +inf, all -inf raise)."""
+        if self.repeat_penalty != 1.0:
+            x = apply_repeat_penalty(logits, self.recent, self.repeat_penalty)
+            tid = choose_token(x, self.temperature, self.top_k, self.top_p, self.rng(), self.min_p)
+            self.recent = (self.recent + [tid])[-REPEAT_LAST_N:]
+            return tid
+        if self.temperature == 0.0:
+            return choose_token(logits, 0.0, 0, 1.0, None)
+        return choose_token(logits, self.temperature, self.top_k, self.top_p, self.rng(), self.min_p)
 
     def tl_get_field(self, name: str) -> Any:
         if name in ("temperature", "top_k", "top_p", "repeat_penalty", "min_p"):

@@ -96,7 +96,17 @@ class Trace:
     def abandon(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
-            self.recording.abandon(reason)
+            if self.recording is not None:
+                self.recording.abandon(reason)
+
+    def close(self) -> None:
+        """The recording has ended: let go of the native Recording. The hooks and guards it leaves
+        behind are closures over this trace's Symbolics, which point back here, so the trace lives in
+        a reference cycle until Python's cyclic collector runs (rarely: its oldest generation); holding
+        the Recording (whose buffers, a compiled step's intermediates, can be megabytes) from here would
+        keep those buffers from the pool that long after the recording was dropped. The compiled
+        function's entry holds the Recording itself."""
+        self.recording = None
 
     @property
     def live(self) -> bool:

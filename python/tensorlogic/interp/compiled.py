@@ -34,7 +34,7 @@ from ..builtins import recording, symbolic
 from ..builtins.symbolic import Symbolic, Trace
 from .values import StructValue
 
-MAX_RECORDINGS_PER_FUNCTION = 8
+MAX_RECORDINGS_PER_FUNCTION = 8  # per function; the least recently used one is dropped for a new one
 DEBUG = False  # `tl run --debug`: one stderr line per recording, abandonment and refusal
 ENABLED = os.environ.get("TL_COMPILE", "1") != "0"  # TL_COMPILE=0: every call runs eagerly
 
@@ -276,6 +276,9 @@ class CompiledFunction:
         entry = self.entries.get(k)
         if entry is None:
             return self._record(k, argv, tensors, scalars, pinned)
+        # least recently used goes first when a new signature needs room: a signature in steady use
+        # (a server's full batch of slots) is not dropped for passing ones and recorded again
+        self.entries[k] = self.entries.pop(k)
         if entry.__class__ is _Eager:
             return self.impl(argv)
         g = self.interp.globals
@@ -344,6 +347,7 @@ class CompiledFunction:
             rec.begin()
         except BaseException:
             symbolic.end()
+            trace.close()
             raise
         recording.note_gradients(trace)
         try:
@@ -365,10 +369,14 @@ class CompiledFunction:
         except BaseException:
             rec.cancel()
             symbolic.end()
+            trace.close()
             raise
         symbolic.end()
         recording.detach_results(outs)
-        fresh = rec.finish(outs)
+        try:
+            fresh = rec.finish(outs)
+        finally:
+            trace.close()  # the entry below holds `rec`; the trace's cycles must not (Trace.close)
         del outs
         fscalars = [float(s) for s in scalars]
         value = _build(spec, fresh, fscalars, tensors)
