@@ -28,10 +28,16 @@ constexpr size_t kMatvec32MaxSharedBytes = 48 * 1024 - 512;
 constexpr int kElementThreads = 256;
 
 
-// The prepared rows xs [M, K] in shared memory: x's rows as they are, RMS-normalised (statistics
-// in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). `padded`:
-// each 32-element group takes kGroupStride floats (matvec.cuh's layout). Every thread returns
-// after the block synchronised.
+// The one f32 expression of SwiGLU (the swiglu kernel's, unary Silu's times up) and of an
+// RMS-normalised element, shared by every kernel that computes them, so they round alike.
+__device__ __forceinline__ float swiglu_value(float gate, float up) {
+  return gate / (1.0f + exp_rounded(-gate)) * up;
+}
+__device__ __forceinline__ float rms_normed(float v, float inv, const void* nw, DType nw_dtype, int64_t d) {
+  v = v * inv;
+  return nw != nullptr ? v * load_float(nw, nw_dtype, d) : v;
+}
+
 // The padded rows four elements at a time (x 16-byte aligned, K a multiple of 32): float4 loads
 // and stores, unrolled so that a thread's loads are in flight together; the same f32 expressions
 // per element as below (the sum of squares adds each thread's elements in another order, in double).
@@ -49,12 +55,8 @@ __device__ void stage_rows_padded4(const float* x, int M, int64_t K, LinearProlo
 #pragma unroll 4
       for (int64_t d4 = threadIdx.x; d4 < K4; d4 += blockDim.x) {
         const float4 g = gate[d4], u = up[d4];
-        float4 o;  // the swiglu kernel's expression
-        o.x = g.x / (1.0f + exp_rounded(-g.x)) * u.x;
-        o.y = g.y / (1.0f + exp_rounded(-g.y)) * u.y;
-        o.z = g.z / (1.0f + exp_rounded(-g.z)) * u.z;
-        o.w = g.w / (1.0f + exp_rounded(-g.w)) * u.w;
-        put(d4, o);
+        put(d4, make_float4(swiglu_value(g.x, u.x), swiglu_value(g.y, u.y), swiglu_value(g.z, u.z),
+                            swiglu_value(g.w, u.w)));
       }
       continue;
     }
@@ -78,16 +80,8 @@ __device__ void stage_rows_padded4(const float* x, int M, int64_t K, LinearProlo
     for (int64_t d4 = threadIdx.x; d4 < K4; d4 += blockDim.x) {
       float4 v = row[d4];
       if (normalize) {
-        v.x = v.x * inv;
-        v.y = v.y * inv;
-        v.z = v.z * inv;
-        v.w = v.w * inv;
-        if (nw != nullptr) {
-          v.x *= load_float(nw, nw_dtype, 4 * d4);
-          v.y *= load_float(nw, nw_dtype, 4 * d4 + 1);
-          v.z *= load_float(nw, nw_dtype, 4 * d4 + 2);
-          v.w *= load_float(nw, nw_dtype, 4 * d4 + 3);
-        }
+        v = make_float4(rms_normed(v.x, inv, nw, nw_dtype, 4 * d4), rms_normed(v.y, inv, nw, nw_dtype, 4 * d4 + 1),
+                        rms_normed(v.z, inv, nw, nw_dtype, 4 * d4 + 2), rms_normed(v.w, inv, nw, nw_dtype, 4 * d4 + 3));
       }
       put(d4, v);
     }
@@ -95,6 +89,10 @@ __device__ void stage_rows_padded4(const float* x, int M, int64_t K, LinearProlo
   __syncthreads();
 }
 
+// The prepared rows xs [M, K] in shared memory: x's rows as they are, RMS-normalised (statistics
+// in double, as rms_norm), or swiglu of their [gate | up] halves (x is then [M, 2K]). `padded`:
+// each 32-element group takes kGroupStride floats (matvec.cuh's layout). Every thread returns
+// after the block synchronised.
 __device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prologue,
                            const void* nw, DType nw_dtype, float eps, float* xs_base, bool padded) {
   __shared__ double scratch[32];
@@ -109,9 +107,7 @@ __device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prol
     if (prologue == LinearPrologue::SwiGLU) {
       const float* row = x + m * 2 * K;
       for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
-        const float g = row[d];
-        const float silu = g / (1.0f + exp_rounded(-g));  // the swiglu kernel's expression
-        at(d) = silu * row[K + d];
+        at(d) = swiglu_value(row[d], row[K + d]);
       }
       continue;
     }
@@ -128,12 +124,7 @@ __device__ void stage_rows(const float* x, int M, int64_t K, LinearPrologue prol
       inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(K) + eps));
     }
     for (int64_t d = threadIdx.x; d < K; d += blockDim.x) {
-      float v = row[d];
-      if (normalize) {
-        v = v * inv;
-        if (nw != nullptr) v *= load_float(nw, nw_dtype, d);
-      }
-      at(d) = v;
+      at(d) = normalize ? rms_normed(row[d], inv, nw, nw_dtype, d) : row[d];
     }
   }
   __syncthreads();
@@ -200,7 +191,6 @@ __global__ void __launch_bounds__(kMatvec32Threads)
                           Addend add, float* out, int M, int64_t N, int64_t K) {
   extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
   float* xs = reinterpret_cast<float*>(xs4);
-  constexpr int kCols = kMatvec32Threads / LPR * COLS;
   stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, true);
   // The sums of each group's two halves, into the group's padding (matvec32_row reads them).
   const int64_t groups = K / 32;
@@ -215,6 +205,7 @@ __global__ void __launch_bounds__(kMatvec32Threads)
     xs[(t >> 1) * kGroupStride + 32 + (t & 1)] = sum;
   }
   __syncthreads();
+  constexpr int kCols = kMatvec32Threads / LPR * COLS;
   const int sub = threadIdx.x % LPR;
   if constexpr (COLS > 1) {
     static_assert(MAXM == 1, "several columns at once only for one row of x");
@@ -271,9 +262,7 @@ __global__ void swiglu_kernel(const void* gate, DType g_dtype, int64_t gs0, int6
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = t / n, i = t - r * n;
-    const float x = load_float(gate, g_dtype, r * gs0 + i * gs1);
-    const float silu = x / (1.0f + exp_rounded(-x));  // unary Silu's expression
-    out[t] = silu * load_float(up, u_dtype, r * us0 + i * us1);
+    out[t] = swiglu_value(load_float(gate, g_dtype, r * gs0 + i * gs1), load_float(up, u_dtype, r * us0 + i * us1));
   }
 }
 

@@ -483,8 +483,9 @@ void test_linear_tall() {
 
 // fused_linear on one row and on a few (the decode shapes): each prologue, with and without a
 // residual addend, the weight rows of the real models' widths (K = 576, 2048, 8192 for the K-quants'
-// 256-element blocks and the 32-element formats alike) and N tall enough for two columns per lane
-// group. One row runs the prologue's own kernel and the one-row kernel (fused.cu).
+// 256-element blocks and the 32-element formats alike) and N taking four columns per lane
+// group where K >= 1024 and N > 32 x the multiprocessor count (fused.cu's four-column kernel), one
+// column below that.
 void test_fused_linear() {
   const LinearPrologue pros[] = {LinearPrologue::None, LinearPrologue::RmsNorm, LinearPrologue::SwiGLU};
   for (DType wt : kQuant) {
@@ -1010,36 +1011,60 @@ void test_destroy_from_completion() {
   }
 }
 
-// A SmolLM2-135M-shaped decode step at the Kernels level (30 layers, d 576, 9/3 heads of 64,
-// FFN 1536, Q4_1 weights, Q8_0 tied embedding/logits), timed over many tokens.
-void bench_decode(Backend& gpu, int ctx) {
-  const int64_t d = 576, H = 9, Hkv = 3, Dh = 64, F = 1536, V = 49152, L = 30, Smax = 8192;
+// Device buffers of the benchmarks: random contents made quickly (xorshift), quantized blocks with
+// sane scales, f32 as small normal values, Bool as a zeroed output; released together.
+struct BenchBuffers {
+  Backend& gpu;
   struct Buf { void* p; size_t n; };
   std::vector<Buf> bufs;
-  auto alloc = [&](size_t bytes, bool random_q = false, DType qt = DType::F32) {
+  void* alloc(size_t bytes, DType qt) {
     void* p = gpu.allocate(bytes);
-    std::vector<uint8_t> h(bytes);
-    for (auto& c : h) c = static_cast<uint8_t>(rand_int(0, 255));
-    if (random_q) {
+    if (p == nullptr) { std::printf("BENCH out of device memory\n"); std::exit(1); }
+    std::vector<uint8_t> h(bytes);  // Bool: an output, left as zeros
+    uint64_t state = rng() | 1;
+    for (size_t i = 0; qt != DType::Bool && i + 8 <= bytes; i += 8) {  // xorshift: 256 MiB quickly
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      std::memcpy(&h[i], &state, 8);
+    }
+    if (is_quantized(qt)) {
       const int64_t bb = block_bytes(qt);
       for (size_t b = 0; b + bb <= bytes; b += bb)
         for (int off : scale_offsets(qt)) { uint16_t v = cpu::f32_to_f16(0.01f); std::memcpy(&h[b + off], &v, 2); }
-    } else {
+    } else if (qt == DType::F32) {
       for (size_t i = 0; i + 4 <= bytes; i += 4) { float f = rand_normal() * 0.1f; std::memcpy(&h[i], &f, 4); }
     }
     gpu.copy_to_device(p, h.data(), bytes);
     bufs.push_back({p, bytes});
     return p;
+  }
+  void release() {
+    for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
+    bufs.clear();
+  }
+  ~BenchBuffers() { release(); }
+};
+
+View bench_view(void* p, DType t, std::vector<int64_t> shape) {
+  View v;
+  v.data = p;
+  v.dtype = t;
+  v.ndim = static_cast<int>(shape.size());
+  auto st = contiguous_strides(shape);
+  for (int i = 0; i < v.ndim; ++i) { v.shape[i] = shape[i]; v.strides[i] = st[i]; }
+  return v;
+}
+
+// A SmolLM2-135M-shaped decode step at the Kernels level (30 layers, d 576, 9/3 heads of 64,
+// FFN 1536, Q4_1 weights, Q8_0 tied embedding/logits), timed over many tokens.
+void bench_decode(Backend& gpu, int ctx) {
+  const int64_t d = 576, H = 9, Hkv = 3, Dh = 64, F = 1536, V = 49152, L = 30, Smax = 8192;
+  BenchBuffers buffers{gpu, {}};
+  auto alloc = [&](size_t bytes, bool random_q = false, DType qt = DType::F32) {
+    return buffers.alloc(bytes, random_q ? qt : DType::F32);
   };
-  auto view = [](void* p, DType t, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
-    View v;
-    v.data = p;
-    v.dtype = t;
-    v.ndim = static_cast<int>(shape.size());
-    if (strides.empty()) strides = contiguous_strides(shape);
-    for (int i = 0; i < v.ndim; ++i) { v.shape[i] = shape[i]; v.strides[i] = strides[i]; }
-    return v;
-  };
+  auto view = bench_view;
   const DType wq = DType::Q4_1;
   struct Layer { View wq, wk, wv, wo, wg, wu, wd, n1, n2; void *kc, *vc; };
   std::vector<Layer> layers(L);
@@ -1192,7 +1217,6 @@ void bench_decode(Backend& gpu, int ctx) {
                 static_cast<long long>(d), static_cast<long long>(F), 1e6 * sec / reps,
                 2.0 * 128 * d * F * reps / sec / 1e12);
   }
-  for (auto& b : bufs) gpu.deallocate(b.p, b.n);
 }
 
 // Kernel microbenchmarks against the roofline (`--bench-kernels`): HBM bandwidth measured here by
@@ -1202,39 +1226,9 @@ void bench_decode(Backend& gpu, int ctx) {
 // prompt-sized products in TFLOP/s. Times are per call from back-to-back calls in one command
 // buffer (launch gaps included: an upper bound on the kernel time), median of 3.
 void bench_kernels(Backend& gpu) {
-  struct Buf { void* p; size_t n; };
-  std::vector<Buf> bufs;
-  auto alloc = [&](size_t bytes, DType qt) {
-    void* p = gpu.allocate(bytes);
-    if (p == nullptr) { std::printf("BENCH out of device memory\n"); std::exit(1); }
-    std::vector<uint8_t> h(bytes);  // Bool: an output, left as zeros
-    uint64_t state = rng() | 1;
-    for (size_t i = 0; qt != DType::Bool && i + 8 <= bytes; i += 8) {  // xorshift: 256 MiB quickly
-      state ^= state << 13;
-      state ^= state >> 7;
-      state ^= state << 17;
-      std::memcpy(&h[i], &state, 8);
-    }
-    if (is_quantized(qt)) {
-      const int64_t bb = block_bytes(qt);
-      for (size_t b = 0; b + bb <= bytes; b += bb)
-        for (int off : scale_offsets(qt)) { uint16_t v = cpu::f32_to_f16(0.01f); std::memcpy(&h[b + off], &v, 2); }
-    } else if (qt == DType::F32) {
-      for (size_t i = 0; i + 4 <= bytes; i += 4) { float f = rand_normal() * 0.1f; std::memcpy(&h[i], &f, 4); }
-    }
-    gpu.copy_to_device(p, h.data(), bytes);
-    bufs.push_back({p, bytes});
-    return p;
-  };
-  auto view = [](void* p, DType t, std::vector<int64_t> shape) {
-    View v;
-    v.data = p;
-    v.dtype = t;
-    v.ndim = static_cast<int>(shape.size());
-    auto st = contiguous_strides(shape);
-    for (int i = 0; i < v.ndim; ++i) { v.shape[i] = shape[i]; v.strides[i] = st[i]; }
-    return v;
-  };
+  BenchBuffers buffers{gpu, {}};
+  auto alloc = [&](size_t bytes, DType qt) { return buffers.alloc(bytes, qt); };
+  auto view = bench_view;
   // Seconds per call of `calls` (median of 3 runs after a warm-up run).
   auto time_calls = [&](const std::vector<Command>& c) {
     gpu.submit(c, [](const std::string&) {});
@@ -1257,8 +1251,7 @@ void bench_kernels(Backend& gpu) {
     const double s = time_calls(c);
     hbm = 2.0 * n * 4 / s;
     std::printf("BENCH copy 1 GiB f32: %.1f us, %.0f GB/s (read + write): the bandwidth roofline below\n", s * 1e6, hbm / 1e9);
-    for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
-    bufs.clear();
+    buffers.release();
   }
   {  // the cost of one launch: a 1-element fill
     View f = view(alloc(4, DType::Bool), DType::F32, {1});
@@ -1290,8 +1283,7 @@ void bench_kernels(Backend& gpu) {
                   "%6.0f GB/s of weights, %3.0f%% of the copy bandwidth\n",
                   dtype_name(t), static_cast<long long>(N), static_cast<long long>(K), s1 * 1e6, s * 1e6,
                   wbytes / s / 1e9, 100.0 * wbytes / s / hbm);
-      for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
-      bufs.clear();
+      buffers.release();
     }
   }
   // Prompt-sized products: 512 rows through a 1B-shaped FFN weight (Q4_K), and the f32 layer of
@@ -1305,8 +1297,7 @@ void bench_kernels(Backend& gpu) {
     const double s = time_calls(c);
     std::printf("BENCH linear q4_k M=%lld K=%lld N=%lld: %.1f us/call, %.1f TFLOP/s\n", static_cast<long long>(M),
                 static_cast<long long>(K), static_cast<long long>(N), s * 1e6, 2.0 * M * K * N / s / 1e12);
-    for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
-    bufs.clear();
+    buffers.release();
   }
   {
     const int64_t M = 1024, K = 4096, N = 8192;
@@ -1317,8 +1308,7 @@ void bench_kernels(Backend& gpu) {
     const double s = time_calls(c);
     std::printf("BENCH matmul f32 %lldx%lldx%lld: %.1f us/call, %.1f TFLOP/s\n", static_cast<long long>(M),
                 static_cast<long long>(K), static_cast<long long>(N), s * 1e6, 2.0 * M * K * N / s / 1e12);
-    for (auto& bf : bufs) gpu.deallocate(bf.p, bf.n);
-    bufs.clear();
+    buffers.release();
   }
 }
 
@@ -1334,37 +1324,17 @@ void bench_matvec(Backend& gpu) {
       const int64_t N = sh[0], K = sh[1];
       if (K % block_elems(t) != 0) continue;
       const size_t wbytes = row_bytes(t, K) * N;
-      std::vector<void*> ws;
-      for (int i = 0; i < 8; ++i) {
-        void* p = gpu.allocate(wbytes);
-        std::vector<uint8_t> h(wbytes);
-        for (size_t b = 0; b < wbytes; ++b) h[b] = static_cast<uint8_t>(rng());
-        const int64_t bb = block_bytes(t);
-        for (size_t b = 0; b + bb <= wbytes; b += bb)
-          for (int off : scale_offsets(t)) { uint16_t v = cpu::f32_to_f16(0.01f); std::memcpy(&h[b + off], &v, 2); }
-        gpu.copy_to_device(p, h.data(), wbytes);
-        ws.push_back(p);
-      }
-      void* xp = gpu.allocate(K * 4);
-      void* op = gpu.allocate(N * 4);
-      std::vector<float> xh(K, 0.5f);
-      gpu.copy_to_device(xp, xh.data(), K * 4);
-      auto mk = [](void* p, DType dt, int64_t r, int64_t c) {
-        View v;
-        v.data = p; v.dtype = dt; v.ndim = 2; v.shape[0] = r; v.shape[1] = c; v.strides[0] = c; v.strides[1] = 1;
-        return v;
-      };
+      BenchBuffers buffers{gpu, {}};
+      const View xv = bench_view(buffers.alloc(K * 4, DType::F32), DType::F32, {1, K});
+      const View ov = bench_view(buffers.alloc(N * 4, DType::Bool), DType::F32, {1, N});
       std::vector<Command> cmds;
-      for (void* w : ws) {
-        const View wv = mk(w, t, N, K), xv = mk(xp, DType::F32, 1, K), ov = mk(op, DType::F32, 1, N);
+      for (int i = 0; i < 8; ++i) {
+        const View wv = bench_view(buffers.alloc(wbytes, t), t, {N, K});
         cmds.push_back([=](Kernels& k) { k.linear(xv, wv, ov); });
       }
       gpu.submit(cmds, [](const std::string&) {});
       gpu.synchronize();
       std::printf("MATVEC %s %lld %lld %zu\n", dtype_name(t), static_cast<long long>(N), static_cast<long long>(K), wbytes);
-      for (void* w : ws) gpu.deallocate(w, wbytes);
-      gpu.deallocate(xp, K * 4);
-      gpu.deallocate(op, N * 4);
     }
   }
 }
