@@ -290,16 +290,19 @@ class SlotStore(TLObject):
     def cache(self, slot: int) -> KVCache:
         return self.caches[slot]
 
-    def _slot(self, slot: Any) -> Any:
-        s = slot.value if slot.__class__ is Symbolic else to_int(slot, "slot")
+    def _index(self, s: int) -> int:
         if not 0 <= s < self.n_slots:
             raise BuiltinArgError(f"slot {s} is out of range (0..{self.n_slots - 1})")
-        return slot
+        return s
+
+    def _slot(self, slot: Any) -> int:
+        """The slot's number now (a recording's symbolic slot: this call's value), checked."""
+        return self._index(slot.value if slot.__class__ is Symbolic else to_int(slot, "slot"))
 
     def write(self, layer: Any, slot: Any, pos: Any, k: Any, v: Any) -> None:
         """K and V [1, kv_heads, head_dim] at position pos of the slot (a decode step's token)."""
-        slot = self._slot(slot)
-        cache = self.caches[int(getattr(slot, "value", slot))]
+        s = self._slot(slot)
+        cache = self.caches[s]
         i = cache._layer(layer)
         k, v = to_tensor(k, "K"), to_tensor(v, "V")
         if k.ndim != 3 or k.shape[0] != 1 or tuple(k.shape) != tuple(v.shape):
@@ -310,7 +313,7 @@ class SlotStore(TLObject):
         p = pos.value if pos.__class__ is Symbolic else to_int(pos, "position")
         cache._replayed_write(i, p, 1)  # the eager checks (gap, capacity) and the length
         dynamic = any(x.__class__ is Symbolic and x.live for x in (slot, pos))
-        row = slot * self.capacity + pos if dynamic else int(getattr(slot, "value", slot)) * self.capacity + p
+        row = slot * self.capacity + pos if dynamic else s * self.capacity + p
         core.copy_(core.slice(self.k[i], 0, row, row + 1, 1), k)
         core.copy_(core.slice(self.v[i], 0, row, row + 1, 1), v)
         if dynamic:
@@ -318,9 +321,7 @@ class SlotStore(TLObject):
                 i, symbolic.evaluate(slot, scalars), symbolic.evaluate(pos, scalars)))
 
     def _replayed_write(self, i: int, slot: int, pos: int) -> None:
-        if not 0 <= slot < self.n_slots:
-            raise BuiltinArgError(f"slot {slot} is out of range (0..{self.n_slots - 1})")
-        self.caches[slot]._replayed_write(i, pos, 1)
+        self.caches[self._index(slot)]._replayed_write(i, pos, 1)
 
     def keys(self, layer: Any, slot: Any, n: Any) -> Any:
         return self._view(self.k, layer, slot, n)
@@ -331,23 +332,20 @@ class SlotStore(TLObject):
     def _view(self, bufs: list, layer: Any, slot: Any, n: Any) -> Any:
         """The slot's first n positions of a layer (a view; its start and length follow the slot
         and n at each replay)."""
-        slot = self._slot(slot)
-        cache = self.caches[int(getattr(slot, "value", slot))]
+        s = self._slot(slot)
+        cache = self.caches[s]
         i = cache._layer(layer)
         count = n.value if n.__class__ is Symbolic else to_int(n, "length")
         cache._check_view(cache.k, i, count)
         if not any(x.__class__ is Symbolic and x.live for x in (slot, n)):
-            start = int(getattr(slot, "value", slot)) * self.capacity
-            return bufs[i][start:start + count]
+            return bufs[i][s * self.capacity:s * self.capacity + count]
         symbolic.add_hook(lambda scalars, i=i, slot=slot, n=n: self._check_replayed_view(
             i, symbolic.evaluate(slot, scalars), symbolic.evaluate(n, scalars)))
         start = slot * self.capacity
         return core.slice(bufs[i], 0, start, start + n, 1)
 
     def _check_replayed_view(self, i: int, slot: int, count: int) -> None:
-        if not 0 <= slot < self.n_slots:
-            raise BuiltinArgError(f"slot {slot} is out of range (0..{self.n_slots - 1})")
-        c = self.caches[slot]
+        c = self.caches[self._index(slot)]
         c._check_view(c.k, i, count)
 
     def release(self) -> None:
@@ -364,7 +362,7 @@ class SlotStore(TLObject):
         if name in ("keys", "values") and len(args) == 3:
             return getattr(self, name)(*args)
         if name == "cache" and len(args) == 1:
-            return self.caches[int(self._slot(args[0]))]
+            return self.caches[self._slot(args[0])]
         raise AttributeError(name)
 
     def tl_repr(self) -> str:

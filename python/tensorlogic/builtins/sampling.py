@@ -121,12 +121,7 @@ class SamplerValue(TLObject):
     def sample(self, logits: Any) -> int:
         if not isinstance(logits, Tensor):
             raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
-        if self.repeat_penalty != 1.0:
-            x = apply_repeat_penalty(logits.numpy(), self.recent, self.repeat_penalty)
-            tid = choose_token(x, self.temperature, self.top_k, self.top_p, self.rng(), self.min_p)
-            self.recent = (self.recent + [tid])[-REPEAT_LAST_N:]
-            return tid
-        if self.temperature == 0.0:
+        if self.temperature == 0.0 and self.repeat_penalty == 1.0:
             # Greedy checks the logits as sampling does: a device-side sum is finite exactly when no
             # logit is NaN or infinite, so the whole vector is read back only when it is not.
             flat = logits.reshape([-1])
@@ -134,7 +129,7 @@ class SamplerValue(TLObject):
             if not math.isfinite(float(total.item())):
                 choose_token(flat.numpy(), 0.0, 0, 1.0, None)  # raises on NaN, +inf, all -inf
             return int(best.item())
-        return choose_token(logits.numpy(), self.temperature, self.top_k, self.top_p, self.rng(), self.min_p)
+        return self.sample_host(logits.numpy())
 
     def sample_host(self, logits: np.ndarray) -> int:
         """What `sample` chooses for the same logits, read already (one [vocab] row of a batched
