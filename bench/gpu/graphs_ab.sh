@@ -17,6 +17,11 @@
 #   bench/gpu/graphs_ab.sh c   the same bench/llm.py pair for the 1B-shaped model
 #   bench/gpu/graphs_ab.sh m   builds, test_cuda_vs_cpu, ncu_matvec.py, bench/llm.py on both models
 #   bench/gpu/graphs_ab.sh k   test_cuda_vs_cpu --bench-kernels
+#   bench/gpu/graphs_ab.sh p   builds, test_cuda_vs_cpu, ncu_matvec.py with and without the early
+#                              weight loads (TL_CUDA_MATVEC_PREFETCH=0)
+#   bench/gpu/graphs_ab.sh q   bench/llm.py on both models with and without them, interleaved; then
+#                              where the 1B model's 512-token prefill spends its time
+#                              (profile_prefill.py: wall, host, ncu), exact and TF32
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -121,5 +126,24 @@ k)
   # The matrix-vector kernels against the bandwidth roofline, host-timed (test_cuda_vs_cpu --bench-kernels)
   timeout 150 "$T" --bench-kernels 2>&1 | grep -E "matvec|copy|launch" | sed -e 's/one weight (in L2)/L2/' -e 's/ of the copy bandwidth//'
   ;;
-*) echo "usage: $0 a|b|c|d|k|m" >&2; exit 2 ;;
+p)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-4800}" TL_CUDA_MATVEC_PREFETCH=0
+  ;;
+q)
+  cd "$WORK/src" || exit 1
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
+    for v in 1 0 1 0; do
+      echo "== $(basename "$m" .gguf) TL_CUDA_MATVEC_PREFETCH=$v"
+      TL_CUDA_MATVEC_PREFETCH=$v timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
+    done
+  done
+  echo "== prefill of the 1B shape, exact"; timeout 100 python3 bench/gpu/profile_prefill.py "$B1" --host 2>&1 | head -40
+  echo "== prefill, TF32"; TL_CUDA_TF32=1 timeout 60 python3 bench/gpu/profile_prefill.py "$B1" 2>&1 | head -6
+  echo "== prefill kernels (ncu)"; timeout 200 python3 bench/gpu/profile_prefill.py "$B1" --ncu 2>&1 | head -32
+  ;;
+*) echo "usage: $0 a|b|c|d|k|m|p|q" >&2; exit 2 ;;
 esac

@@ -8,6 +8,9 @@
 // before its single store; so the results equal
 // rms_norm (swiglu) + linear + add on this backend. Larger M runs rms_norm (swiglu) into the
 // caller's scratch, the tiled linear and an add kernel. RoPE angles are computed in double as in the rope kernel.
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "matvec.cuh"
@@ -184,16 +187,32 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
 constexpr int kMatvec32Threads = 256;
 
 // COLS > 1 (one row of x only): each lane group takes COLS consecutive columns at once.
-template <DType WT, int LPR, int MAXM, int COLS>
+// PREFETCH: each lane loads its first weight group of its block's first columns before staging x,
+// so that the weights' memory latency overlaps the staging (the same sums either way).
+template <DType WT, int LPR, int MAXM, int COLS, bool PREFETCH>
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
                           Addend add, float* out, int M, int64_t N, int64_t K) {
   extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
   float* xs = reinterpret_cast<float*>(xs4);
-  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, true);
-  // The sums of each group's two halves, into the group's padding (matvec32_row reads them).
+  constexpr int kCols = kMatvec32Threads / LPR * COLS;
+  const int sub = threadIdx.x % LPR;
   const int64_t groups = K / 32;
+  // The lane group's first columns (those of the block's first pass) and their rows (a column
+  // past N reads row N - 1, computed and not stored).
+  const int64_t nb_first = static_cast<int64_t>(blockIdx.x) * kCols + static_cast<int64_t>(threadIdx.x / LPR) * COLS;
+  Quant32 first[COLS];
+  if constexpr (PREFETCH) {
+    if (nb_first < N && sub < groups) {
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        load_quant32<WT>(w + (nb_first + c < N ? nb_first + c : N - 1) * w_row_bytes, sub, first[c]);
+      }
+    }
+  }
+  stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, true);
+  // The sums of each group's two halves, into the group's padding (dot32_rows reads them).
   for (int64_t t = threadIdx.x; t < M * groups * 2; t += blockDim.x) {
     const float4* h = reinterpret_cast<const float4*>(xs + (t >> 1) * kGroupStride + (t & 1) * 16);
     float sum = 0.0f;
@@ -205,8 +224,6 @@ __global__ void __launch_bounds__(kMatvec32Threads)
     xs[(t >> 1) * kGroupStride + 32 + (t & 1)] = sum;
   }
   __syncthreads();
-  constexpr int kCols = kMatvec32Threads / LPR * COLS;
-  const int sub = threadIdx.x % LPR;
   if constexpr (COLS > 1) {
     static_assert(MAXM == 1, "several columns at once only for one row of x");
     for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
@@ -215,7 +232,7 @@ __global__ void __launch_bounds__(kMatvec32Threads)
 #pragma unroll
       for (int c = 0; c < COLS; ++c) rows[c] = w + (nb + c < N ? nb + c : N - 1) * w_row_bytes;
       float acc[COLS] = {};
-      if (nb < N) matvec32_cols<WT, LPR, COLS>(rows, xs, K, sub, acc);
+      if (nb < N) matvec32_cols<WT, LPR, COLS>(rows, xs, K, sub, acc, PREFETCH && nb == nb_first ? &first : nullptr);
 #pragma unroll
       for (int c = 0; c < COLS; ++c) {
         float s = group_sum<LPR>(acc[c]);
@@ -231,7 +248,7 @@ __global__ void __launch_bounds__(kMatvec32Threads)
     for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
       const int64_t n = n0 + threadIdx.x / LPR;
       float acc[MAXM] = {};
-      if (n < N) matvec32_row<WT, LPR, MAXM>(w + n * w_row_bytes, xs, M, K, sub, acc);
+      if (n < N) matvec32_row<WT, LPR, MAXM>(w + n * w_row_bytes, xs, M, K, sub, acc, PREFETCH && n == nb_first ? first : nullptr);
 #pragma unroll
       for (int m = 0; m < MAXM; ++m) {
         if (m < M) {
@@ -383,7 +400,16 @@ struct Matvec32Launcher {
   }
   template <DType T, int LPR, int MAXM, int COLS>
   void go(int64_t N, int64_t K, size_t shared) {
-    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS>;
+    // TL_CUDA_MATVEC_PREFETCH=0: without the early weight loads (kept for A/B measurements).
+    static const bool prefetch = [] {
+      const char* e = std::getenv("TL_CUDA_MATVEC_PREFETCH");
+      return e == nullptr || std::strcmp(e, "0") != 0;
+    }();
+    prefetch ? go_with<T, LPR, MAXM, COLS, true>(N, K, shared) : go_with<T, LPR, MAXM, COLS, false>(N, K, shared);
+  }
+  template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH>
+  void go_with(int64_t N, int64_t K, size_t shared) {
+    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH>;
     // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
     // more would only stage x again.
     // The occupancy query costs host time on every launch (about a microsecond, ~120 launches a

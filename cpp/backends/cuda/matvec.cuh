@@ -42,81 +42,119 @@ struct Addend {
 bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
                          float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream);
 
+// One 32-element group of a quantized weight row as quant32 reads it: the integers and the affine
+// map of each 16-element half.
+struct Quant32 {
+  uint32_t q[8];
+  float a[2], b[2];
+};
+
+template <DType WT>
+__device__ __forceinline__ void load_quant32(const uint8_t* row, int64_t g, Quant32& d) {
+  quant32<WT>(row, g, d.q, d.a, d.b);
+}
+
 // xs: the staged rows (staged_row_floats(K) floats each; floats 32 and 33 of each group hold the
 // sums of its two 16-element halves). The weights come as integers and an affine map per half
 // (quant32), so each element costs a byte-to-float conversion and one FMA.
-// MAXM: the most rows the caller may pass (1 for the common decode case: fewer registers).
-template <DType WT, int LPR, int MAXM>
-__device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs, int M, int64_t K,
-                                             int sub, float (&acc)[MAXM]) {
-  const int64_t groups = K / 32, xrow = staged_row_floats(K);
-#pragma unroll 2
-  for (int64_t g = sub; g < groups; g += LPR) {
-    uint32_t q[8];
-    float a[2], b[2];
-    quant32<WT>(row, g, q, a, b);
-    float qf[32];
+// acc[m] += group g of the weight row (d) dotted with group g of row m of x.
+template <int MAXM>
+__device__ __forceinline__ void dot32_rows(const Quant32& d, const float* xs, int M, int64_t xrow,
+                                           int64_t g, float (&acc)[MAXM]) {
+  float qf[32];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 8; ++i) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) qf[4 * i + k] = byte_to_float(q[i], k);
-    }
+    for (int k = 0; k < 4; ++k) qf[4 * i + k] = byte_to_float(d.q[i], k);
+  }
 #pragma unroll
-    for (int m = 0; m < MAXM; ++m) {
-      if (m < M) {
-        const float* xg = xs + m * xrow + g * kGroupStride;
-        const float4* xv = reinterpret_cast<const float4*>(xg);
-        float s[2] = {0.0f, 0.0f};
+  for (int m = 0; m < MAXM; ++m) {
+    if (m < M) {
+      const float* xg = xs + m * xrow + g * kGroupStride;
+      const float4* xv = reinterpret_cast<const float4*>(xg);
+      float s[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float4 v = xv[i];
-          float& t = s[i >> 2];
-          t = fmaf(qf[4 * i], v.x, t);
-          t = fmaf(qf[4 * i + 1], v.y, t);
-          t = fmaf(qf[4 * i + 2], v.z, t);
-          t = fmaf(qf[4 * i + 3], v.w, t);
-        }
-        const float2 xsum = *reinterpret_cast<const float2*>(xg + 32);
-        acc[m] += (a[0] * s[0] + b[0] * xsum.x) + (a[1] * s[1] + b[1] * xsum.y);
+      for (int i = 0; i < 8; ++i) {
+        const float4 v = xv[i];
+        float& t = s[i >> 2];
+        t = fmaf(qf[4 * i], v.x, t);
+        t = fmaf(qf[4 * i + 1], v.y, t);
+        t = fmaf(qf[4 * i + 2], v.z, t);
+        t = fmaf(qf[4 * i + 3], v.w, t);
       }
+      const float2 xsum = *reinterpret_cast<const float2*>(xg + 32);
+      acc[m] += (d.a[0] * s[0] + d.b[0] * xsum.x) + (d.a[1] * s[1] + d.b[1] * xsum.y);
     }
   }
 }
 
-// One row of x (M = 1) against COLS weight rows at once: the COLS rows' loads are in flight
-// together (the kernel is latency-bound otherwise) and each float4 of x is read once for all of
-// them. Per column the same operations in the same order as matvec32_row, so the same sums.
-template <DType WT, int LPR, int COLS>
-__device__ __forceinline__ void matvec32_cols(const uint8_t* const (&rows)[COLS], const float* xs,
-                                              int64_t K, int sub, float (&acc)[COLS]) {
-  const int64_t groups = K / 32;
-  for (int64_t g = sub; g < groups; g += LPR) {
-    uint32_t q[COLS][8];
-    float a[COLS][2], b[COLS][2];
+// Lane `sub`'s share of one weight row against the M staged rows: the groups sub, sub + LPR, ...
+// in that order. `first`: group `sub`, already loaded by the caller (the kernel issues those loads
+// before it stages x, so their memory latency overlaps the staging), or nullptr.
+// MAXM: the most rows the caller may pass (1 for the common decode case: fewer registers).
+template <DType WT, int LPR, int MAXM>
+__device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs, int M, int64_t K,
+                                             int sub, float (&acc)[MAXM], const Quant32* first) {
+  const int64_t groups = K / 32, xrow = staged_row_floats(K);
+  int64_t g = sub;
+  if (first != nullptr) {
+    if (g < groups) dot32_rows<MAXM>(*first, xs, M, xrow, g, acc);
+    g += LPR;
+  }
+#pragma unroll 2
+  for (; g < groups; g += LPR) {
+    Quant32 d;
+    load_quant32<WT>(row, g, d);
+    dot32_rows<MAXM>(d, xs, M, xrow, g, acc);
+  }
+}
+
+// acc[c] += group g of weight row c (d[c]) dotted with the staged group xg of one row of x: each
+// float4 of x read once for all COLS rows. Per column the same operations in the same order as
+// dot32_rows, so the same sums.
+template <int COLS>
+__device__ __forceinline__ void dot32_cols(const Quant32 (&d)[COLS], const float* xg, float (&acc)[COLS]) {
+  const float4* xv = reinterpret_cast<const float4*>(xg);
+  float s[COLS][2];
 #pragma unroll
-    for (int c = 0; c < COLS; ++c) quant32<WT>(rows[c], g, q[c], a[c], b[c]);
-    const float* xg = xs + g * kGroupStride;
-    const float4* xv = reinterpret_cast<const float4*>(xg);
-    float s[COLS][2];
+  for (int c = 0; c < COLS; ++c) s[c][0] = s[c][1] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < COLS; ++c) s[c][0] = s[c][1] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float4 v = xv[i];
-#pragma unroll
-      for (int c = 0; c < COLS; ++c) {
-        float& t = s[c][i >> 2];
-        t = fmaf(byte_to_float(q[c][i], 0), v.x, t);
-        t = fmaf(byte_to_float(q[c][i], 1), v.y, t);
-        t = fmaf(byte_to_float(q[c][i], 2), v.z, t);
-        t = fmaf(byte_to_float(q[c][i], 3), v.w, t);
-      }
-    }
-    const float2 xsum = *reinterpret_cast<const float2*>(xg + 32);
+  for (int i = 0; i < 8; ++i) {
+    const float4 v = xv[i];
 #pragma unroll
     for (int c = 0; c < COLS; ++c) {
-      acc[c] += (a[c][0] * s[c][0] + b[c][0] * xsum.x) + (a[c][1] * s[c][1] + b[c][1] * xsum.y);
+      float& t = s[c][i >> 2];
+      t = fmaf(byte_to_float(d[c].q[i], 0), v.x, t);
+      t = fmaf(byte_to_float(d[c].q[i], 1), v.y, t);
+      t = fmaf(byte_to_float(d[c].q[i], 2), v.z, t);
+      t = fmaf(byte_to_float(d[c].q[i], 3), v.w, t);
     }
+  }
+  const float2 xsum = *reinterpret_cast<const float2*>(xg + 32);
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    acc[c] += (d[c].a[0] * s[c][0] + d[c].b[0] * xsum.x) + (d[c].a[1] * s[c][1] + d[c].b[1] * xsum.y);
+  }
+}
+
+// One row of x (M = 1) against COLS weight rows at once: the COLS rows' loads are in flight
+// together (the kernel is latency-bound otherwise). `first`: group `sub` of each row, already
+// loaded (as matvec32_row's), or nullptr.
+template <DType WT, int LPR, int COLS>
+__device__ __forceinline__ void matvec32_cols(const uint8_t* const (&rows)[COLS], const float* xs,
+                                              int64_t K, int sub, float (&acc)[COLS],
+                                              const Quant32 (*first)[COLS]) {
+  const int64_t groups = K / 32;
+  int64_t g = sub;
+  if (first != nullptr) {
+    if (g < groups) dot32_cols<COLS>(*first, xs + g * kGroupStride, acc);
+    g += LPR;
+  }
+  for (; g < groups; g += LPR) {
+    Quant32 d[COLS];
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) load_quant32<WT>(rows[c], g, d[c]);
+    dot32_cols<COLS>(d, xs + g * kGroupStride, acc);
   }
 }
 

@@ -1,0 +1,101 @@
+"""Where a prompt's prefill spends its time on the CUDA backend: wall time per prefill against the
+kernels' summed time (Nsight Compute, clocks as they run) and the host's share (cProfile of one
+prefill: the interpreter and op encoding). The difference between the wall time and the kernel
+time is the GPU waiting for the host (or for its own launches).
+
+    python3 bench/gpu/profile_prefill.py MODEL.gguf [--tokens 512] [--host]   # wall times; cProfile
+    python3 bench/gpu/profile_prefill.py MODEL.gguf --ncu                      # kernel time by name
+
+--ncu runs this script again under ncu with --once (one prefill, no warm-up: cuBLAS's first-call
+set-up kernels are few and short) and sums gpu__time_duration per kernel name.
+"""
+import argparse
+import collections
+import csv
+import cProfile
+import io
+import os
+import pstats
+import subprocess
+import sys
+import threading
+import time
+
+NCU = os.environ.get("NCU", "/usr/local/cuda/bin/ncu")
+UNIT = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}
+
+
+def prefill_runs(model: str, tokens: int, runs: int, host: bool, backend: str = "cuda") -> None:
+    from tensorlogic import _core
+    from tensorlogic.apps.llm_session import LlmSession
+
+    ids = [3 + (i * 7919) % 1000 for i in range(tokens)]
+    with LlmSession(model, backend=backend, context=tokens + 8) as s:
+        walls = []
+        for i in range(runs):
+            s.cached_ids = []
+            if host and i == runs - 1:
+                # the interpreter runs on a thread of its own (deep_stack): profile the threads
+                # started from here on, from their first event
+                prof = cProfile.Profile()
+
+                def start(*_):
+                    sys.setprofile(None)
+                    prof.enable()
+                threading.setprofile(start)
+            cpu = time.process_time()
+            t = time.perf_counter()
+            r = s.generate(ids, 1, temperature=0.0, stop_at_eog=False)
+            walls.append(time.perf_counter() - t)
+            cpu = time.process_time() - cpu
+            if host and i == runs - 1:
+                threading.setprofile(None)
+            print(f"prefill {i}: {1e3 * r.prompt_seconds:.2f} ms ({tokens / r.prompt_seconds:,.0f} tok/s), "
+                  f"call {1e3 * walls[-1]:.2f} ms, process CPU {1e3 * cpu:.2f} ms", flush=True)
+        if host:
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+            print(out.getvalue()[-6000:])
+    _core.shutdown()
+
+
+def ncu_summary(model: str, tokens: int) -> None:
+    cmd = [NCU, "--clock-control", "none", "--csv", "--metrics", "gpu__time_duration.sum",
+           sys.executable, __file__, model, "--tokens", str(tokens), "--once"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    rows = list(csv.DictReader(io.StringIO("\n".join(l for l in p.stdout.splitlines() if l.startswith('"')))))
+    if not rows:
+        sys.exit(f"ncu gave no rows\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
+    by_name: dict = collections.defaultdict(lambda: [0, 0.0])
+    for r in rows:
+        name = r["Kernel Name"].split("(")[0].split("<")[0][-60:]
+        us = float(r["Metric Value"].replace(",", "")) * UNIT[r["Metric Unit"]]
+        by_name[name][0] += 1
+        by_name[name][1] += us
+    total = sum(v[1] for v in by_name.values())
+    print(f"{len(rows)} kernels, {total / 1e3:.2f} ms of kernel time (load and one {tokens}-token prefill)")
+    for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]:
+        print(f"  {us / 1e3:8.3f} ms {100 * us / total:5.1f}% {n:5d}x  {name}")
+    for line in p.stdout.splitlines():
+        if line.startswith("prefill"):
+            print("  (under ncu)", line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--host", action="store_true", help="cProfile the last prefill")
+    ap.add_argument("--ncu", action="store_true")
+    ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.ncu:
+        ncu_summary(a.model, a.tokens)
+    else:
+        prefill_runs(a.model, a.tokens, 1 if a.once else a.runs, a.host, a.backend)
+
+
+if __name__ == "__main__":
+    main()
