@@ -22,6 +22,9 @@
 #   bench/gpu/graphs_ab.sh q   bench/llm.py on both models with and without them, interleaved; then
 #                              where the 1B model's 512-token prefill spends its time
 #                              (profile_prefill.py: wall, host, ncu), exact and TF32
+#   bench/gpu/graphs_ab.sh r   builds, test_cuda_vs_cpu, the cross-backend pytest files on CUDA, the
+#                              prefill profile of both models (exact, TF32, ncu), bench/llm.py on
+#                              both models against BEFORE_ENV (default TL_CUDA_MATVEC_PREFETCH=0)
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -145,5 +148,26 @@ q)
   echo "== prefill, TF32"; TL_CUDA_TF32=1 timeout 60 python3 bench/gpu/profile_prefill.py "$B1" 2>&1 | head -6
   echo "== prefill kernels (ncu)"; timeout 200 python3 bench/gpu/profile_prefill.py "$B1" --ncu 2>&1 | head -32
   ;;
-*) echo "usage: $0 a|b|c|d|k|m|p|q" >&2; exit 2 ;;
+r)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py 2>&1 | tail -2
+  TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_fused_ops.py 2>&1 | tail -2
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
+    echo "== prefill $(basename "$m" .gguf), exact"; timeout 60 python3 bench/gpu/profile_prefill.py "$m" 2>&1 | tail -2
+    echo "== prefill, TF32"; TL_CUDA_TF32=1 timeout 60 python3 bench/gpu/profile_prefill.py "$m" 2>&1 | tail -2
+  done
+  echo "== prefill kernels (ncu), 1B, TF32"; TL_CUDA_TF32=1 timeout 200 python3 bench/gpu/profile_prefill.py "$B1" --ncu 2>&1 | head -12
+  for m in "$SMOL" "$B1"; do
+    for v in now before now before; do
+      echo "== $(basename "$m" .gguf) $v"
+      if [ $v = now ]; then e=TL_NOTHING=1; else e=${BEFORE_ENV:-TL_CUDA_MATVEC_PREFETCH=0}; fi
+      env $e timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
+    done
+  done
+  ;;
+*) echo "usage: $0 a|b|c|d|k|m|p|q|r" >&2; exit 2 ;;
 esac

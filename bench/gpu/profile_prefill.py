@@ -29,8 +29,8 @@ def prefill_runs(model: str, tokens: int, runs: int, host: bool, backend: str = 
     from tensorlogic import _core
     from tensorlogic.apps.llm_session import LlmSession
 
-    ids = [3 + (i * 7919) % 1000 for i in range(tokens)]
     with LlmSession(model, backend=backend, context=tokens + 8) as s:
+        ids = [3 + (i * 7919) % (s.config.vocab_size - 3) for i in range(tokens)]
         walls = []
         for i in range(runs):
             s.cached_ids = []
@@ -68,7 +68,7 @@ def ncu_summary(model: str, tokens: int) -> None:
         sys.exit(f"ncu gave no rows\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
     by_name: dict = collections.defaultdict(lambda: [0, 0.0])
     for r in rows:
-        name = r["Kernel Name"].split("(")[0].split("<")[0][-60:]
+        name = r["Kernel Name"].replace("(anonymous namespace)::", "").split("(")[0][:90]
         us = float(r["Metric Value"].replace(",", "")) * UNIT[r["Metric Unit"]]
         by_name[name][0] += 1
         by_name[name][1] += us

@@ -22,6 +22,7 @@ namespace {
 constexpr int kAttnWarps = 4;
 constexpr int kMaxHeadDim = 512;
 constexpr int kMaxSplits = 64;  // key splits of one (row, head) task
+constexpr int64_t kTiledMinRows = 16;  // query rows from which prefill takes the tiled kernel
 
 struct Strided3 {
   const void* data;
@@ -248,6 +249,219 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
 }
 
+// Prefill (many query rows): flash attention's tiling in f32. A block takes kTileQ query rows of
+// one head and walks the visible keys kTileK at a time; the tile's queries, keys, values and
+// weights sit in shared memory, so each key and value row is read from memory once per block
+// instead of once per query row. Thread t computes rows g, g + 16, g + 32, g + 48 (g = t / 16)
+// against keys l, l + 16, ... of the tile (l = t % 16): each score is the same sequential f32 dot
+// product over d as attention_kernel's, then scale, softcap and mask as there; the 16 threads of a
+// row (a half warp) reduce its max and sum with shuffles, and each accumulates its rows' outputs
+// for the dims 4l + 64u .. 4l + 64u + 3. Online softmax per row (running max and sum); a key of
+// weight 0 adds nothing, even where its value row holds a NaN; a row that sees no key gets zeros.
+constexpr int kTileQ = 64;
+constexpr int kTileThreads = 256;
+
+template <int DT, int BK>
+struct TileShape {
+  static constexpr int kStride = DT + 4;       // floats per q/k/v row in shared memory
+  static constexpr int kPStride = BK + 4;      // floats per weight row
+  static constexpr int kCols = BK / 16;        // keys per thread
+  static constexpr int kChunks = DT / 64;      // float4 columns of the output per thread
+  static constexpr size_t kSharedBytes =
+      sizeof(float) * (static_cast<size_t>(kTileQ + 2 * BK) * kStride + static_cast<size_t>(kTileQ) * kPStride);
+};
+
+// rows [r0, r0 + rows) of x (head h) into dst [rows][DT], zeros past D and past `valid` rows.
+template <int DT>
+__device__ __forceinline__ void load_tile(const Strided3& x, int64_t r0, int rows, int valid, int64_t h,
+                                          int64_t D, bool vec4, float* dst, int stride) {
+  if (vec4) {
+    constexpr int kQuads = DT / 4;
+    for (int t = threadIdx.x; t < rows * kQuads; t += blockDim.x) {
+      const int r = t / kQuads, d4 = t - r * kQuads;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < valid && 4 * d4 < D) {
+        v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x.data) + (r0 + r) * x.s0 + h * x.s1) + d4);
+      }
+      *reinterpret_cast<float4*>(dst + r * stride + 4 * d4) = v;
+    }
+  } else {
+    for (int t = threadIdx.x; t < rows * DT; t += blockDim.x) {
+      const int r = t / DT, d = t - r * DT;
+      dst[r * stride + d] = r < valid && d < D ? load_float(x.data, x.dtype, (r0 + r) * x.s0 + h * x.s1 + d * x.s2) : 0.0f;
+    }
+  }
+}
+
+template <int DT, int BK>
+__global__ void __launch_bounds__(kTileThreads)
+    attention_tiled_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
+                           int64_t mask_s0, int64_t mask_s1, float scale, float softcap, bool causal,
+                           int64_t q_pos_offset, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv,
+                           int64_t D, float* out) {
+  using Shape = TileShape<DT, BK>;
+  constexpr int kStride = Shape::kStride, kPStride = Shape::kPStride, kCols = Shape::kCols;
+  constexpr int kChunks = Shape::kChunks;
+  extern __shared__ float4 tile_shared[];
+  float* qs = reinterpret_cast<float*>(tile_shared);
+  float* ks = qs + kTileQ * kStride;
+  float* vs = ks + BK * kStride;
+  float* ps = vs + BK * kStride;
+  const int g = threadIdx.x >> 4, l = threadIdx.x & 15;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTileQ;
+  const int64_t h = blockIdx.y, hk = h / (Hq / Hkv);
+  const int q_valid = static_cast<int>(Sq - i0 < kTileQ ? Sq - i0 : kTileQ);
+  auto vec4_ok = [&](const Strided3& x) {
+    return x.dtype == DType::F32 && x.s2 == 1 && (D & 3) == 0 && ((x.s0 | x.s1) & 3) == 0 &&
+           (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
+  };
+  const bool k4 = vec4_ok(k), v4 = vec4_ok(v);
+  load_tile<DT>(q, i0, kTileQ, q_valid, h, D, vec4_ok(q), qs, kStride);
+  // keys past the tile's last query are invisible under the causal mask
+  int64_t keys = Sk;
+  if (causal) {
+    const int64_t last = q_pos_offset + i0 + q_valid - 1;
+    keys = last < 0 ? 0 : (last + 1 < Sk ? last + 1 : Sk);
+  }
+  float m[4], lsum[4], acc[4][kChunks][4];
+#pragma unroll
+  for (int rr = 0; rr < 4; ++rr) {
+    m[rr] = -INFINITY;
+    lsum[rr] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) acc[rr][u][0] = acc[rr][u][1] = acc[rr][u][2] = acc[rr][u][3] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < keys; j0 += BK) {
+    const int k_valid = static_cast<int>(keys - j0 < BK ? keys - j0 : BK);
+    __syncthreads();  // the previous tile's keys, values and weights are no longer read
+    load_tile<DT>(k, j0, BK, k_valid, hk, D, k4, ks, kStride);
+    load_tile<DT>(v, j0, BK, k_valid, hk, D, v4, vs, kStride);
+    __syncthreads();
+    float sc[4][kCols];
+#pragma unroll
+    for (int rr = 0; rr < 4; ++rr) {
+#pragma unroll
+      for (int cc = 0; cc < kCols; ++cc) sc[rr][cc] = 0.0f;
+    }
+    for (int d = 0; d < DT; d += 4) {
+      float4 qv[4], kv[kCols];
+#pragma unroll
+      for (int rr = 0; rr < 4; ++rr) qv[rr] = *reinterpret_cast<const float4*>(qs + (g + 16 * rr) * kStride + d);
+#pragma unroll
+      for (int cc = 0; cc < kCols; ++cc) kv[cc] = *reinterpret_cast<const float4*>(ks + (l + 16 * cc) * kStride + d);
+#pragma unroll
+      for (int rr = 0; rr < 4; ++rr) {
+#pragma unroll
+        for (int cc = 0; cc < kCols; ++cc) {
+          float t = sc[rr][cc];
+          t = fmaf(qv[rr].x, kv[cc].x, t);
+          t = fmaf(qv[rr].y, kv[cc].y, t);
+          t = fmaf(qv[rr].z, kv[cc].z, t);
+          t = fmaf(qv[rr].w, kv[cc].w, t);
+          sc[rr][cc] = t;
+        }
+      }
+    }
+#pragma unroll
+    for (int rr = 0; rr < 4; ++rr) {
+      const int64_t i = i0 + g + 16 * rr;
+      float rmax = -INFINITY;
+#pragma unroll
+      for (int cc = 0; cc < kCols; ++cc) {
+        const int jj = l + 16 * cc;
+        const int64_t j = j0 + jj;
+        float s = -INFINITY;
+        if (jj < k_valid && i < Sq && (!causal || j <= q_pos_offset + i)) {
+          s = sc[rr][cc] * scale;
+          if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+          if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
+        }
+        sc[rr][cc] = s;
+        rmax = fmaxf(rmax, s);
+      }
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, o));
+      const float m_new = fmaxf(m[rr], rmax);
+      // nothing visible yet: the weights stay 0 and the running values unchanged
+      const float corr = m_new == -INFINITY ? 1.0f : expf(m[rr] - m_new);
+      float psum = 0.0f;
+#pragma unroll
+      for (int cc = 0; cc < kCols; ++cc) {
+        const float p = sc[rr][cc] == -INFINITY ? 0.0f : expf(sc[rr][cc] - m_new);
+        ps[(g + 16 * rr) * kPStride + l + 16 * cc] = p;
+        psum += p;
+      }
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
+      lsum[rr] = lsum[rr] * corr + psum;
+      m[rr] = m_new;
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        acc[rr][u][0] *= corr;
+        acc[rr][u][1] *= corr;
+        acc[rr][u][2] *= corr;
+        acc[rr][u][3] *= corr;
+      }
+    }
+    __syncthreads();  // every row's weights are in ps
+    for (int jj = 0; jj < k_valid; ++jj) {
+      float p[4];
+#pragma unroll
+      for (int rr = 0; rr < 4; ++rr) p[rr] = ps[(g + 16 * rr) * kPStride + jj];
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        const float4 vv = *reinterpret_cast<const float4*>(vs + jj * kStride + 4 * l + 64 * u);
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) {
+          if (p[rr] != 0.0f) {
+            acc[rr][u][0] = fmaf(p[rr], vv.x, acc[rr][u][0]);
+            acc[rr][u][1] = fmaf(p[rr], vv.y, acc[rr][u][1]);
+            acc[rr][u][2] = fmaf(p[rr], vv.z, acc[rr][u][2]);
+            acc[rr][u][3] = fmaf(p[rr], vv.w, acc[rr][u][3]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < 4; ++rr) {
+    const int64_t i = i0 + g + 16 * rr;
+    if (i >= Sq) continue;
+    const float inv = lsum[rr] > 0.0f ? 1.0f / lsum[rr] : 0.0f;
+    float* o = out + (i * Hq + h) * D;
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t d = 4 * l + 64 * u + e;
+        if (d < D) o[d] = acc[rr][u][e] * inv;
+      }
+    }
+  }
+}
+
+// Launches attention_tiled_kernel<DT, BK> (its shared memory above the default 48 KiB, asked for
+// once); false, launching nothing, where the device allows less.
+template <int DT, int BK>
+bool launch_attention_tiled(const View& q, const View& k, const View& v, const void* mp, DType mdt,
+                            int64_t ms0, int64_t ms1, float scale, float softcap, bool causal,
+                            int64_t q_pos_offset, float* op, cudaStream_t stream) {
+  constexpr size_t shared = TileShape<DT, BK>::kSharedBytes;
+  static const bool allowed =
+      cudaFuncSetAttribute(attention_tiled_kernel<DT, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared)) == cudaSuccess;
+  if (!allowed) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const int64_t Sq = q.shape[0], Hq = q.shape[1], D = q.shape[2];
+  const dim3 grid(static_cast<unsigned>((Sq + kTileQ - 1) / kTileQ), static_cast<unsigned>(Hq));
+  attention_tiled_kernel<DT, BK><<<grid, kTileThreads, shared, stream>>>(
+      strided3(q), strided3(k), strided3(v), mp, mdt, ms0, ms1, scale, softcap, causal, q_pos_offset,
+      Sq, k.shape[0], Hq, k.shape[1], D, op);
+  return true;
+}
+
 // Merges the key splits' (max, sum, accumulators) records of each (row, head) task.
 __global__ void attention_combine_kernel(const float* partial, int splits, int64_t tasks, int64_t D,
                                          float* out) {
@@ -324,6 +538,21 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
     splits = std::min<int64_t>({splits, by_keys, by_scratch, kMaxSplits});
     if (splits < 1) splits = 1;
   }
+  const void* mp = mask.data;
+  const int64_t ms0 = mask.data ? mask.strides[0] : 0, ms1 = mask.data ? mask.strides[1] : 0;
+  auto* op = static_cast<float*>(out.data);
+  // Prefill: the tiled kernel once the query rows fill a few tiles (not in a replay graph, whose
+  // key count changes per replay).
+  if (dyn.device == nullptr && Sq >= kTiledMinRows && D <= 256 && Hq <= 65535) {
+    const bool launched =
+        D <= 64    ? launch_attention_tiled<64, 64>(q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_)
+        : D <= 128 ? launch_attention_tiled<128, 32>(q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_)
+                   : launch_attention_tiled<256, 32>(q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_);
+    if (launched) {
+      check_launch("attention");
+      return;
+    }
+  }
   const int64_t min_chunk = dyn.device != nullptr ? 128 : 1;
   float* partial = splits > 1 ? attention_scratch_ : nullptr;
   // The last split block of each task merges in the same launch when there is a counter per task.
@@ -331,9 +560,6 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
       partial != nullptr && tasks <= static_cast<int64_t>(kAttentionCounters) ? attention_counters_ : nullptr;
   const dim3 grid(static_cast<unsigned>(tasks < (1 << 30) ? tasks : (1 << 30)),
                   static_cast<unsigned>(splits));
-  const void* mp = mask.data;
-  const int64_t ms0 = mask.data ? mask.strides[0] : 0, ms1 = mask.data ? mask.strides[1] : 0;
-  auto* op = static_cast<float*>(out.data);
 #define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
   attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                     \
       strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, softcap,    \

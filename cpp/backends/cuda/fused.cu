@@ -400,11 +400,17 @@ struct Matvec32Launcher {
   }
   template <DType T, int LPR, int MAXM, int COLS>
   void go(int64_t N, int64_t K, size_t shared) {
-    // TL_CUDA_MATVEC_PREFETCH=0: without the early weight loads (kept for A/B measurements).
-    static const bool prefetch = [] {
+    // The early weight loads pay off on small weights, whose few blocks are one latency chain
+    // each (SmolLM2's 0.2-1.8 MiB projections: 5-15 % less kernel time, decode +7 %), and cost on
+    // large ones (9-34 MiB: up to 70 % more kernel time, with the second group's loads no longer
+    // issued beside the first's; measured on an H200 with bench/gpu/ncu_matvec.py).
+    // TL_CUDA_MATVEC_PREFETCH=0 / 1: never / always (for A/B measurements).
+    static const int mode = [] {
       const char* e = std::getenv("TL_CUDA_MATVEC_PREFETCH");
-      return e == nullptr || std::strcmp(e, "0") != 0;
+      return e == nullptr || *e == 0 ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
     }();
+    constexpr int64_t kPrefetchMaxBytes = 2 << 20;
+    const bool prefetch = mode < 0 ? static_cast<int64_t>(row_bytes(T, K)) * N <= kPrefetchMaxBytes : mode == 1;
     prefetch ? go_with<T, LPR, MAXM, COLS, true>(N, K, shared) : go_with<T, LPR, MAXM, COLS, false>(N, K, shared);
   }
   template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH>

@@ -270,25 +270,39 @@ struct ExpertLauncher {
 
 // rows [n0, n0 + rows) of a quantized or f16/bf16 [N, K] weight as f32 [rows, K] (for cuBLAS).
 // `wide`: w is aligned for dequant32 (kDequant32Align16); otherwise four 8-element chunks.
+// Quantized: each lane of a warp expands one 32-element group (32 consecutive groups of the
+// output per warp, contiguous since out is [rows, K]) into its row of the warp's shared tile, and
+// the warp then writes the tile 128 bytes per store (a lane storing its own group directly would
+// touch 32 lines per store).
 template <DType WT>
-__global__ void convert_rows_kernel(const uint8_t* w, size_t w_row_bytes, int64_t n0, int64_t rows,
-                                    int64_t K, bool wide, float* out) {
+__global__ void __launch_bounds__(kConvertThreads)
+    convert_rows_kernel(const uint8_t* w, size_t w_row_bytes, int64_t n0, int64_t rows, int64_t K,
+                        bool wide, float* out) {
   if constexpr (quantized_dtype(WT)) {
+    __shared__ float tile[kConvertThreads / 32][32][33];  // 33: a column read hits 32 banks
+    const int lane = threadIdx.x & 31;
+    float (*mine)[33] = tile[threadIdx.x >> 5];
     const int64_t groups = K / 32, total = rows * groups;
-    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
-         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      const int64_t r = t / groups, g = t - r * groups;
-      float v[32];
-      const uint8_t* row = w + (n0 + r) * w_row_bytes;
-      if (wide) {
-        dequant32<WT>(row, g, v);
-      } else {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t t0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + (threadIdx.x - lane); t0 < total; t0 += stride) {
+      const int64_t t = t0 + lane;
+      if (t < total) {
+        const int64_t r = t / groups, g = t - r * groups;
+        float v[32];
+        const uint8_t* row = w + (n0 + r) * w_row_bytes;
+        if (wide) {
+          dequant32<WT>(row, g, v);
+        } else {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) dequant_chunk8<WT>(row, g * 4 + c, v + 8 * c);
+          for (int c = 0; c < 4; ++c) dequant_chunk8<WT>(row, g * 4 + c, v + 8 * c);
+        }
+#pragma unroll
+        for (int e = 0; e < 32; ++e) mine[lane][e] = v[e];
       }
-      float4* o = reinterpret_cast<float4*>(out + r * K + g * 32);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+      __syncwarp();
+      const int64_t here = total - t0 < 32 ? total - t0 : 32;
+      for (int i = 0; i < here; ++i) out[(t0 + i) * 32 + lane] = mine[i][lane];
+      __syncwarp();  // the tile is read before the next groups overwrite it
     }
   } else {
     const int64_t total = rows * K;

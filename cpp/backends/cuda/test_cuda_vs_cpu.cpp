@@ -701,12 +701,15 @@ void test_norm_rope_mask() {
 }
 
 void test_attention() {
-  for (int rep = 0; rep < 16; ++rep) {
-    // rep 0 and 1: decode-like long contexts (the key-split path), then random shapes.
+  for (int rep = 0; rep < 30; ++rep) {
+    // rep 0 and 1: decode-like long contexts (the key-split path), then random shapes; from rep 16
+    // prefill-sized ones (the tiled kernel: 16 or more query rows), some with a softcap.
+    const bool prefill = rep >= 16;
     const int64_t Hkv = rep < 2 ? 3 : rand_int(1, 3), group = rep < 2 ? 3 : rand_int(1, 3), Hq = Hkv * group;
     const int64_t D = rep < 2 ? 64 : std::vector<int64_t>{16, 32, 64, 80, 128, 256}[rand_int(0, 5)];
-    const int64_t Sq = rep < 2 ? rep + 1 : (rep % 3 == 0 ? 1 : rand_int(1, 20));
-    const int64_t Sk = rep < 2 ? 1500 - 700 * rep : rand_int(1, 300);
+    const int64_t Sq = rep < 2 ? rep + 1 : prefill ? rand_int(16, 200) : (rep % 3 == 0 ? 1 : rand_int(1, 20));
+    const int64_t Sk = rep < 2 ? 1500 - 700 * rep : prefill ? Sq + rand_int(0, 100) : rand_int(1, 300);
+    const float softcap = prefill && rep % 3 == 0 ? 20.0f : 0.0f;
     const int64_t Smax = Sk + rand_int(0, 20);
     const bool causal = rep % 2 == 0, with_mask = rep % 4 == 1;
     const int64_t qpos = causal ? std::max<int64_t>(0, Sk - Sq - rand_int(-2, 2)) : 0;
@@ -726,10 +729,11 @@ void test_attention() {
     const std::string what = "attention Sq=" + std::to_string(Sq) + " Sk=" + std::to_string(Sk) +
                              " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
                              " D=" + std::to_string(D) + (causal ? " causal" : "") +
-                             (with_mask ? " mask" : "") + " kv " + dtype_name(tkv);
+                             (with_mask ? " mask" : "") + (softcap > 0.0f ? " softcap" : "") +
+                             " kv " + dtype_name(tkv);
     if (run_both(what, [&](Kernels& kk, int s) {
           kk.attention(q->view(s), k->view(s), v->view(s), with_mask ? mask->view(s) : none, scale,
-                       causal, qpos, o->view(s));
+                       causal, qpos, o->view(s), softcap);
         }))
       compare(what, *o, 1e-4, 1e-5);
   }
