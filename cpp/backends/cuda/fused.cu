@@ -189,7 +189,7 @@ constexpr int kMatvec32Threads = 256;
 // COLS > 1 (one row of x only): each lane group takes COLS consecutive columns at once.
 // PREFETCH: each lane loads its first weight group of its block's first columns before staging x,
 // so that the weights' memory latency overlaps the staging (the same sums either way).
-template <DType WT, int LPR, int MAXM, int COLS, bool PREFETCH>
+template <DType WT, int LPR, int MAXM, int COLS, bool PREFETCH, int UNROLL>
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kMatvec32Threads)
 #pragma unroll
       for (int c = 0; c < COLS; ++c) rows[c] = w + (nb + c < N ? nb + c : N - 1) * w_row_bytes;
       float acc[COLS] = {};
-      if (nb < N) matvec32_cols<WT, LPR, COLS>(rows, xs, K, sub, acc, PREFETCH && nb == nb_first ? &first : nullptr);
+      if (nb < N) matvec32_cols<WT, LPR, COLS, UNROLL>(rows, xs, K, sub, acc, PREFETCH && nb == nb_first ? &first : nullptr);
 #pragma unroll
       for (int c = 0; c < COLS; ++c) {
         float s = group_sum<LPR>(acc[c]);
@@ -411,11 +411,21 @@ struct Matvec32Launcher {
     }();
     constexpr int64_t kPrefetchMaxBytes = 2 << 20;
     const bool prefetch = mode < 0 ? static_cast<int64_t>(row_bytes(T, K)) * N <= kPrefetchMaxBytes : mode == 1;
-    prefetch ? go_with<T, LPR, MAXM, COLS, true>(N, K, shared) : go_with<T, LPR, MAXM, COLS, false>(N, K, shared);
+    static const bool unroll = [] {
+      const char* e = std::getenv("TL_CUDA_MATVEC_UNROLL");
+      return e != nullptr && std::strcmp(e, "2") == 0;
+    }();
+    if (prefetch) {
+      go_with<T, LPR, MAXM, COLS, true, 1>(N, K, shared);
+    } else if constexpr (COLS > 1) {
+      unroll ? go_with<T, LPR, MAXM, COLS, false, 2>(N, K, shared) : go_with<T, LPR, MAXM, COLS, false, 1>(N, K, shared);
+    } else {
+      go_with<T, LPR, MAXM, COLS, false, 1>(N, K, shared);
+    }
   }
-  template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH>
+  template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH, int UNROLL>
   void go_with(int64_t N, int64_t K, size_t shared) {
-    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH>;
+    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH, UNROLL>;
     // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
     // more would only stage x again.
     // The occupancy query costs host time on every launch (about a microsecond, ~120 launches a
