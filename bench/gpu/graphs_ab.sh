@@ -25,9 +25,7 @@
 #   bench/gpu/graphs_ab.sh r   builds, test_cuda_vs_cpu, the cross-backend pytest files on CUDA, the
 #                              prefill profile of both models (exact, TF32, ncu), bench/llm.py on
 #                              both models against BEFORE_ENV (default TL_CUDA_MATVEC_PREFETCH=0)
-#   bench/gpu/graphs_ab.sh u   builds (llama.cpp in the background), test_cuda_vs_cpu with
-#                              TL_CUDA_MATVEC_UNROLL=2, ncu_matvec.py with and without it
-#   bench/gpu/graphs_ab.sh v   (after u) both models: TL and llama.cpp CUDA, TL with BEFORE_ENV, TL
+#   bench/gpu/graphs_ab.sh v   (after a build with the llama.cpp sdist carried: p, r or a) both models: TL and llama.cpp CUDA, TL with BEFORE_ENV, TL
 #                              with TL_CUDA_TF32=1
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
@@ -173,12 +171,6 @@ r)
     done
   done
   ;;
-u)
-  prepare_and_models
-  cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu, TL_CUDA_MATVEC_UNROLL=2"; TL_CUDA_MATVEC_UNROLL=2 timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
-  timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-4800}" TL_CUDA_MATVEC_UNROLL=2 | grep -v " 576 \| 576$"
-  ;;
 v)
   cd "$WORK/src" || exit 1
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
@@ -190,5 +182,5 @@ v)
       --json "$OUTDIR/$(basename "$m" .gguf)_tf32.json" 2>&1 | tail -1
   done
   ;;
-*) echo "usage: $0 a|b|c|d|k|m|p|q|r|u|v" >&2; exit 2 ;;
+*) echo "usage: $0 a|b|c|d|k|m|p|q|r|v" >&2; exit 2 ;;
 esac

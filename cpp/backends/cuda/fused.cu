@@ -189,7 +189,7 @@ constexpr int kMatvec32Threads = 256;
 // COLS > 1 (one row of x only): each lane group takes COLS consecutive columns at once.
 // PREFETCH: each lane loads its first weight group of its block's first columns before staging x,
 // so that the weights' memory latency overlaps the staging (the same sums either way).
-template <DType WT, int LPR, int MAXM, int COLS, bool PREFETCH, int UNROLL>
+template <DType WT, int LPR, int MAXM, int COLS, bool PREFETCH>
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kMatvec32Threads)
 #pragma unroll
       for (int c = 0; c < COLS; ++c) rows[c] = w + (nb + c < N ? nb + c : N - 1) * w_row_bytes;
       float acc[COLS] = {};
-      if (nb < N) matvec32_cols<WT, LPR, COLS, UNROLL>(rows, xs, K, sub, acc, PREFETCH && nb == nb_first ? &first : nullptr);
+      if (nb < N) matvec32_cols<WT, LPR, COLS>(rows, xs, K, sub, acc, PREFETCH && nb == nb_first ? &first : nullptr);
 #pragma unroll
       for (int c = 0; c < COLS; ++c) {
         float s = group_sum<LPR>(acc[c]);
@@ -402,8 +402,10 @@ struct Matvec32Launcher {
   void go(int64_t N, int64_t K, size_t shared) {
     // The early weight loads pay off on small weights, whose few blocks are one latency chain
     // each (SmolLM2's 0.2-1.8 MiB projections: 5-15 % less kernel time, decode +7 %), and cost on
-    // large ones (9-34 MiB: up to 70 % more kernel time, with the second group's loads no longer
-    // issued beside the first's; measured on an H200 with bench/gpu/ncu_matvec.py).
+    // large ones (9-34 MiB: up to 70 % more kernel time, the cause not isolated; measured on an
+    // H200 with bench/gpu/ncu_matvec.py). Unrolling the
+    // four-column loop by 2 instead (both groups' loads in flight, 102-177 registers) was slower on
+    // the large ones too (Q4_K 8192x2048: 11.1 -> 14.0 us).
     // TL_CUDA_MATVEC_PREFETCH=0 / 1: never / always (for A/B measurements).
     static const int mode = [] {
       const char* e = std::getenv("TL_CUDA_MATVEC_PREFETCH");
@@ -411,21 +413,11 @@ struct Matvec32Launcher {
     }();
     constexpr int64_t kPrefetchMaxBytes = 2 << 20;
     const bool prefetch = mode < 0 ? static_cast<int64_t>(row_bytes(T, K)) * N <= kPrefetchMaxBytes : mode == 1;
-    static const bool unroll = [] {
-      const char* e = std::getenv("TL_CUDA_MATVEC_UNROLL");
-      return e != nullptr && std::strcmp(e, "2") == 0;
-    }();
-    if (prefetch) {
-      go_with<T, LPR, MAXM, COLS, true, 1>(N, K, shared);
-    } else if constexpr (COLS > 1) {
-      unroll ? go_with<T, LPR, MAXM, COLS, false, 2>(N, K, shared) : go_with<T, LPR, MAXM, COLS, false, 1>(N, K, shared);
-    } else {
-      go_with<T, LPR, MAXM, COLS, false, 1>(N, K, shared);
-    }
+    prefetch ? go_with<T, LPR, MAXM, COLS, true>(N, K, shared) : go_with<T, LPR, MAXM, COLS, false>(N, K, shared);
   }
-  template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH, int UNROLL>
+  template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH>
   void go_with(int64_t N, int64_t K, size_t shared) {
-    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH, UNROLL>;
+    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH>;
     // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
     // more would only stage x again.
     // The occupancy query costs host time on every launch (about a microsecond, ~120 launches a

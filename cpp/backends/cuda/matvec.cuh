@@ -140,7 +140,7 @@ __device__ __forceinline__ void dot32_cols(const Quant32 (&d)[COLS], const float
 // One row of x (M = 1) against COLS weight rows at once: the COLS rows' loads are in flight
 // together (the kernel is latency-bound otherwise). `first`: group `sub` of each row, already
 // loaded (as matvec32_row's), or nullptr.
-template <DType WT, int LPR, int COLS, int UNROLL = 1>
+template <DType WT, int LPR, int COLS>
 __device__ __forceinline__ void matvec32_cols(const uint8_t* const (&rows)[COLS], const float* xs,
                                               int64_t K, int sub, float (&acc)[COLS],
                                               const Quant32 (*first)[COLS]) {
@@ -150,7 +150,6 @@ __device__ __forceinline__ void matvec32_cols(const uint8_t* const (&rows)[COLS]
     if (g < groups) dot32_cols<COLS>(*first, xs + g * kGroupStride, acc);
     g += LPR;
   }
-#pragma unroll UNROLL
   for (; g < groups; g += LPR) {
     Quant32 d[COLS];
 #pragma unroll
