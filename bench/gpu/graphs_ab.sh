@@ -27,7 +27,8 @@
 #                              both models against BEFORE_ENV (default TL_CUDA_MATVEC_PREFETCH=0)
 #   bench/gpu/graphs_ab.sh w   builds, test_cuda_vs_cpu, then bench/llm.py on both models with this
 #                              tree's Python layer and with .carry/base_generate.tl as
-#                              stdlib/generate.tl (the same native module), interleaved
+#                              stdlib/generate.tl (the same native module), interleaved; and
+#                              decode_ceiling.py (the device's rate without the host's reads)
 #   bench/gpu/graphs_ab.sh v   (after a build with the llama.cpp sdist carried: p, r or a) both models: TL and llama.cpp CUDA, TL with BEFORE_ENV, TL
 #                              with TL_CUDA_TF32=1
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
@@ -187,6 +188,8 @@ w)
       if [ $v = now ]; then pp=$WORK/src/python; else pp=$WORK/base/python; fi
       PYTHONPATH="$WORK/pydeps:$pp" timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
     done
+    echo "== $(basename "$m" .gguf): the device's own decode rate (decode_ceiling.py)"
+    timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -2
   done
   ;;
 v)
