@@ -29,6 +29,8 @@
 #                              tree's Python layer and with .carry/base_generate.tl as
 #                              stdlib/generate.tl (the same native module), interleaved; and
 #                              decode_ceiling.py (the device's rate without the host's reads)
+#   bench/gpu/graphs_ab.sh x   builds, then the host's time per decoded token on both models
+#                              (profile_decode_host.py)
 #   bench/gpu/graphs_ab.sh v   (after a build with the llama.cpp sdist carried: p, r or a) both models: TL and llama.cpp CUDA, TL with BEFORE_ENV, TL
 #                              with TL_CUDA_TF32=1
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
@@ -192,6 +194,14 @@ w)
     timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -2
   done
   ;;
+x)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
+    echo "== $(basename "$m" .gguf)"; timeout 100 python3 bench/gpu/profile_decode_host.py "$m" --tokens 128 2>&1 | tail -24
+  done
+  ;;
 v)
   cd "$WORK/src" || exit 1
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
@@ -203,5 +213,5 @@ v)
       --json "$OUTDIR/$(basename "$m" .gguf)_tf32.json" 2>&1 | tail -1
   done
   ;;
-*) echo "usage: $0 a|b|c|d|k|m|p|q|r|v|w" >&2; exit 2 ;;
+*) echo "usage: $0 a|b|c|d|k|m|p|q|r|v|w|x" >&2; exit 2 ;;
 esac
