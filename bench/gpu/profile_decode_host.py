@@ -43,6 +43,10 @@ def main() -> None:
         rows = []
         for (file, line, name), (cc, nc, tt, ct, _) in stats.stats.items():
             rows.append((tt, ct, nc, f"{file.split('/')[-1]}:{line}({name})" if file != "~" else name))
+        waits = ("_core.item", "_core.numpy", "_core.replay", "acquire")
+        python = sum(r[0] for r in rows if not any(w in r[3] for w in waits))
+        print(f"host time per token outside the native calls that wait (item, numpy, replay, locks): "
+              f"{1e6 * python / n:.0f} us (under cProfile)")
         print("per token: tottime us | cumtime us | calls | function")
         for tt, ct, nc, label in sorted(rows, reverse=True)[:22]:
             print(f"  {1e6 * tt / n:9.1f} | {1e6 * ct / n:9.1f} | {nc / n:6.1f} | {label}")

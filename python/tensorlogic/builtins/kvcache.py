@@ -25,6 +25,10 @@ from .registry import TLObject, builtin
 from .symbolic import Symbolic
 
 
+# kinds of a replay check (KVCache._on_replay)
+_WRITE, _VIEW_K, _VIEW_V = "write", "keys", "values"
+
+
 class KVCache(TLObject):
     tl_type_name = "KVCache"
     # compiled functions (interp/compiled.py) may call these: with a symbolic position or length
@@ -90,12 +94,29 @@ class KVCache(TLObject):
             # hook keeps the lengths (host state) and the eager checks
             core.copy_(core.slice(self.k[i], 0, pos, pos + s, 1), k)
             core.copy_(core.slice(self.v[i], 0, pos, pos + s, 1), v)
-            symbolic.add_hook(lambda scalars, i=i, pos=pos, s=s:
-                              self._replayed_write(i, symbolic.evaluate(pos, scalars), s))
+            self._on_replay((_WRITE, i, pos, s))
         else:
             self.k[i][p:p + s] = k
             self.v[i][p:p + s] = v
         self.lengths[i] = p + s
+
+    def _on_replay(self, check: tuple) -> None:
+        """Registers one replay check of the recording in progress: (_WRITE, layer, position, rows) sets
+        the layer's length after checking the write as eager would; (_VIEW_K or _VIEW_V, layer, count,
+        0) checks a view's bounds. All of a recording's checks on this cache run in one hook
+        (symbolic.add_batched_hook), in recording order; a symbolic value shared by many layers (the
+        step's position) is evaluated once per replay. The check names the store, never holds its
+        list: a replay must not keep buffers alive that the cache released (it is refused instead)."""
+        symbolic.add_batched_hook(("kvcache", id(self)), self._replay_checks, check)
+
+    def _replay_checks(self, checks: list, scalars: list) -> None:
+        known: dict = {}
+        for kind, i, value, s in checks:
+            x = symbolic.evaluate_once(value, scalars, known)
+            if kind is _WRITE:
+                self._replayed_write(i, x, s)
+            else:
+                self._check_view(self.k if kind is _VIEW_K else self.v, i, x)
 
     def _replayed_write(self, i: int, p: int, s: int) -> None:
         if p < 0 or p > self.lengths[i]:
@@ -136,8 +157,7 @@ class KVCache(TLObject):
         q_out = core.rope_kv_write(q, k, v, self.k[i], self.v[i], pos if dynamic else p,
                                    to_float(base, "base"), to_bool(neox, "neox"))
         if dynamic:
-            symbolic.add_hook(lambda scalars, i=i, pos=pos, s=s:
-                              self._replayed_write(i, symbolic.evaluate(pos, scalars), s))
+            self._on_replay((_WRITE, i, pos, s))
         self.lengths[i] = p + s
         return q_out
 
@@ -170,9 +190,7 @@ class KVCache(TLObject):
         if dynamic:
             # the hook names the store ("k" or "v"), never holds its list: a replay must not keep
             # buffers alive that the cache released (it is refused instead)
-            which = "k" if bufs is self.k else "v"
-            symbolic.add_hook(lambda scalars, which=which, i=i, n=n:
-                              self._check_view(getattr(self, which), i, symbolic.evaluate(n, scalars)))
+            self._on_replay((_VIEW_K if bufs is self.k else _VIEW_V, i, n, 0))
             return core.slice(bufs[i], 0, 0, n, 1)
         return bufs[i][0:count]
 
@@ -188,7 +206,7 @@ class KVCache(TLObject):
             return self._view(self.k, i, end), self._view(self.v, i, end), pos
         self._check_view(self.k, i, end.value)
         symbolic.add_guard(lambda scalars: symbolic.evaluate(end, scalars) > window)
-        symbolic.add_hook(lambda scalars: self._check_view(self.k, i, symbolic.evaluate(end, scalars)))
+        self._on_replay((_VIEW_K, i, end, 0))
         start = end - window
         return core.slice(self.k[i], 0, start, end, 1), core.slice(self.v[i], 0, start, end, 1), window - 1
 
@@ -317,8 +335,22 @@ class SlotStore(TLObject):
         core.copy_(core.slice(self.k[i], 0, row, row + 1, 1), k)
         core.copy_(core.slice(self.v[i], 0, row, row + 1, 1), v)
         if dynamic:
-            symbolic.add_hook(lambda scalars, i=i, slot=slot, pos=pos: self._replayed_write(
-                i, symbolic.evaluate(slot, scalars), symbolic.evaluate(pos, scalars)))
+            self._on_replay((_WRITE, i, slot, pos))
+
+    def _on_replay(self, check: tuple) -> None:
+        """One replay check of the recording in progress, (_WRITE, layer, slot, position) or
+        (_VIEW_K, layer, slot, count): all of a recording's checks on this store run in one hook,
+        in recording order (as KVCache._on_replay; a batched step has three per row and layer)."""
+        symbolic.add_batched_hook(("slots", id(self)), self._replay_checks, check)
+
+    def _replay_checks(self, checks: list, scalars: list) -> None:
+        known: dict = {}
+        for kind, i, slot, x in checks:
+            s, v = symbolic.evaluate_once(slot, scalars, known), symbolic.evaluate_once(x, scalars, known)
+            if kind is _WRITE:
+                self._replayed_write(i, s, v)
+            else:
+                self._check_replayed_view(i, s, v)
 
     def _replayed_write(self, i: int, slot: int, pos: int) -> None:
         self.caches[self._index(slot)]._replayed_write(i, pos, 1)
@@ -339,8 +371,7 @@ class SlotStore(TLObject):
         cache._check_view(cache.k, i, count)
         if not any(x.__class__ is Symbolic and x.live for x in (slot, n)):
             return bufs[i][s * self.capacity:s * self.capacity + count]
-        symbolic.add_hook(lambda scalars, i=i, slot=slot, n=n: self._check_replayed_view(
-            i, symbolic.evaluate(slot, scalars), symbolic.evaluate(n, scalars)))
+        self._on_replay((_VIEW_K, i, slot, n))
         start = slot * self.capacity
         return core.slice(bufs[i], 0, start, start + n, 1)
 

@@ -37,6 +37,8 @@ class Trace:
         # body did (an optimizer step's counter) and returns the values of the scalar inputs it added
         # (host_scalars), which follow the call's own scalars
         self.host_inputs: list[Callable[[], list[float]]] = []
+        # owner key -> the checks one object registered with add_batched_hook (run by one hook)
+        self.hook_batches: dict[Any, list] = {}
         self.outside_grads: set[int] = set()  # ids of learnables' gradients made before the recording
         self.slots: list = []  # the private copies of the tensor arguments, in argument order
         self.arg_values: list = []  # what the body was called with, while it runs
@@ -178,6 +180,23 @@ def add_hook(hook: Callable[[list[float]], None]) -> None:
         t.hooks.append(hook)
 
 
+def add_batched_hook(key: Any, run: Callable[[list, list[float]], None], item: Any) -> None:
+    """Like add_hook for an object that registers many replay checks of one kind (a KV cache's
+    per-layer writes and views): the first call for `key` in a recording adds one hook that calls
+    `run(items, scalars)` with every item registered under `key`, in registration order. A decode
+    step then runs one hook per cache, not three per layer (~90 Python calls per token fewer for a
+    30-layer model; each replay's hooks are host time between tokens). `key` must identify an
+    object that lives as long as the recording (`run` holding it does)."""
+    t = active()
+    if t is None:
+        return
+    items = t.hook_batches.get(key)
+    if items is None:
+        items = t.hook_batches[key] = []
+        t.hooks.append(lambda scalars: run(items, scalars))
+    items.append(item)
+
+
 def add_guard(guard: Callable[[list[float]], bool]) -> None:
     """`guard(scalars)` must hold for a replay with those scalars to be valid (see Trace.guards)."""
     t = active()
@@ -191,6 +210,18 @@ def evaluate(v: Any, scalars: list[float]) -> Any:
         return v
     x = v.constant + sum(c * scalars[s] for s, c in v.terms)
     return int(round(x)) if isinstance(v.value, int) else float(x)
+
+
+def evaluate_once(v: Any, scalars: list[float], known: dict) -> Any:
+    """evaluate(v, scalars), remembered in `known` by identity: one replay's batched checks share a
+    few symbolic values (the step's position) across every layer. `v` stays alive meanwhile (the
+    checks hold it), so its id is not reused."""
+    if v.__class__ is not Symbolic:
+        return v
+    x = known.get(id(v))
+    if x is None:
+        x = known[id(v)] = evaluate(v, scalars)
+    return x
 
 
 def _number(o: Any) -> bool:
