@@ -86,6 +86,9 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
                             "(repeatable; default: none)")
     serve.add_argument("--no-request-log", action="store_true",
                        help="do not print one line per request on standard error")
+    serve.add_argument("--pooling", choices=("mean", "last"), default="mean",
+                       help="how /v1/embeddings pools a text's final hidden states: their mean (default) or "
+                            "the last token's (as llama-server's --pooling)")
     _add_sampling_args(serve, default_temperature=0.0, with_stop=False)
     serve.set_defaults(func=_cmd_serve)
 
@@ -341,7 +344,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                            api_key=args.api_key, max_queue=args.max_queue, max_tokens=args.max_tokens,
                            context=args.context, backend=args.backend, kv_dtype=args.kv_dtype, fast=args.fast,
                            parallel=args.parallel, defaults=sampling, cors_origins=tuple(args.cors_origin),
-                           request_log=not args.no_request_log)
+                           request_log=not args.no_request_log, pooling=args.pooling)
     engine_class = None
     if args.parallel > 1:
         from .batching import BatchEngine

@@ -94,19 +94,22 @@ class ServeOptions:
     defaults: dict = field(default_factory=dict)  # sampling defaults from the command line
     cors_origins: tuple[str, ...] = ()  # origins browsers may call from (--cors-origin; "*": any)
     request_log: bool = True  # one line per request on stderr
+    pooling: str = "mean"  # /v1/embeddings: how a text's hidden states become one vector (serve_embed.py)
 
 
 class ApiError(Exception):
     """An error answered as {"error": {...}} with an HTTP status."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 type: str | None = None):
+                 type: str | None = None, extra: dict | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.type = type or ("invalid_request_error" if status < 500 else "server_error")
+        self.extra = extra or {}  # fields after OpenAI's four (llama-server's n_prompt_tokens and n_ctx)
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.extra}}
 
 
 # ---------------------------------------------------------------------- request validation
@@ -805,7 +808,7 @@ class Engine:
         if job.kind == "embedding":
             from .serve_embed import embed
 
-            return embed(s, ids)
+            return embed(s, ids, self.options.pooling)
         job.sampler = _guided_sampler(s, job.params)  # None: the plain sampler (the default path)
         on_text = (lambda text: job.emit("text", text, job.steps())) if job.params["stream"] else None
         return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
@@ -831,8 +834,10 @@ class Engine:
         if not ids:
             raise ApiError(400, "the prompt is empty (no tokens)", param, "invalid_value")
         if len(ids) >= capacity:
-            raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context holds {capacity} "
-                                f"(tl serve --context)", param, "context_length_exceeded")
+            # (n_prompt_tokens and n_ctx as llama-server's error has them, so a client can cut its prompt)
+            raise ApiError(400, f"the prompt is too large: it has {len(ids)} tokens; this server's context holds "
+                                f"{capacity} (tl serve --context)", param, "context_length_exceeded",
+                           extra={"n_prompt_tokens": len(ids), "n_ctx": capacity})
         if job.kind == "embedding":
             return ids, 0
         room = capacity - len(ids) + 1  # the last prompt position's logits choose one more
@@ -1186,7 +1191,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
                 delta: dict = {}
                 if role:
                     delta["role"] = "assistant"
-                if text is not None:
+                if text is not None or role:  # the role's chunk has no text yet: content null (as llama-server)
                     delta["content"] = text
                 choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             else:
@@ -1201,7 +1206,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         try:
             if kind == "chat":
                 for job in group.jobs:
-                    yield _sse(chunk(job.index, "", None, role=True))
+                    yield _sse(chunk(job.index, None, None, role=True))
             while len(results) < len(group.jobs):
                 index, event = pending.popleft() if pending else await group.next_event()
                 tools = group.jobs[index].params.get("tools") is not None
