@@ -229,10 +229,6 @@ def llama_server_main(argv: list[str]) -> int:
         if flag in LLAMA_FLAGS:
             if flag == "--seed" and int(value) < 0:  # llama.cpp's -1: a random seed, TL's default
                 continue
-            if flag == "--host" and "," in value:
-                print(f"llama-server stand-in: several addresses ({value}) are not supported by tl serve",
-                      file=sys.stderr)
-                return 2
             out += [LLAMA_FLAGS[flag], value]
         elif flag == "--cors-origins":
             for origin in value.split(","):

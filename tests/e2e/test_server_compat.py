@@ -124,3 +124,41 @@ def test_a_prompt_over_the_context_is_400_with_its_token_count_and_the_slot_cont
     assert e["type"] == "invalid_request_error" and e["code"] == "context_length_exceeded" and e["param"] == "prompt"
     assert e["n_prompt_tokens"] == len(tok.encode(prompt)) > 256 and e["n_ctx"] == 256
     assert "too large" in e["message"]
+
+
+def test_several_listen_addresses_serve_alike(smollm2_path, tmp_path):
+    """--host A,B (llama-server's form) listens on each address, one port: IPv4 and IPv6 loopback."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    s = Server(smollm2_path, tmp_path, "--api-key", KEY, "--context", "128", "--host", "127.0.0.1,::1")
+    try:
+        assert f"(also http://[::1]:{s.port}/v1)" in s.log.read_text()
+        body = {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+        texts = []
+        for base in (s.url, f"http://[::1]:{s.port}"):
+            assert httpx.get(base + "/health", timeout=30).status_code == 200
+            assert httpx.post(base + "/v1/completions", json=body, timeout=30).status_code == 401
+            r = httpx.post(base + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
+                           timeout=120)
+            texts.append(r.json()["choices"][0]["text"])
+        assert texts[0] == texts[1] != ""
+    finally:
+        s.close()
+
+
+def test_a_host_that_cannot_be_bound_is_a_one_line_error(smollm2_path):
+    import subprocess
+    import sys
+
+    from test_server import ROOT, _env
+
+    r = subprocess.run([sys.executable, "-m", "tensorlogic", "serve", "--model", str(smollm2_path), "--port", "0",
+                        "--host", "127.0.0.1,192.0.2.1"], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                       timeout=120)
+    assert r.returncode == 1 and r.stderr.startswith("tl: error: cannot listen on 192.0.2.1:"), r.stderr
+    assert "Traceback" not in r.stderr

@@ -69,7 +69,8 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     serve = subparsers.add_parser("serve", help="serve a GGUF model over an OpenAI-compatible HTTP API")
     _add_model_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
-                                                           "only; 0.0.0.0 exposes the server)")
+                                                           "only; 0.0.0.0 exposes the server; several: "
+                                                           "127.0.0.1,::1)")
     serve.add_argument("--port", type=_port, default=8080, help="TCP port (default 8080; 0: any free port)")
     serve.add_argument("--api-key", default=None,
                        help="require `Authorization: Bearer KEY` on /v1/ requests (default: TL_API_KEY if set)")
