@@ -102,7 +102,8 @@ EXCLUDED_TESTS = {
     "test_chat_completion.py::test_chat_completions_token_count": "llama-server's /chat/completions/input_tokens",
     "test_chat_completion.py::test_verbose_debug": f"{_BUILD}: verbose and __verbose",
     "test_chat_completion.py::test_chat_completion_cached_tokens":
-        "asserts the llama tokenizer's prompt and cached token counts of its template (TL's cached_tokens: its own tests)",
+        "asserts the llama tokenizer's prompt and cached token counts of its template "
+        "(TL's cached_tokens: its own tests)",
     "test_chat_completion.py::test_invalid_chat_completion_req[messages7]":
         "asserts llama-server's refusal of two assistant messages at the end (its prefill rule; OpenAI accepts them)",
     # test_completion.py: all but the OpenAI-library tests use the native /completion
@@ -113,12 +114,14 @@ EXCLUDED_TESTS = {
         "test_nocache_long_input_prompt", "test_json_prompt_no_mtmd", "test_json_prompt_mtm_error_when_not_supported",
         "test_completion_with_tokens_input", "test_completion_parallel_slots", "test_completion_unified",
         "test_completion_response_fields", "test_n_probs", "test_n_probs_stream", "test_n_probs_post_sampling",
-        "test_n_probs_post_backend_sampling", "test_logit_bias", "test_cancel_request", "test_completion_prompt_cache")},
+        "test_n_probs_post_backend_sampling", "test_logit_bias", "test_cancel_request",
+        "test_completion_prompt_cache")},
     # test_compat_oai_responses.py
     "test_compat_oai_responses.py::test_responses_stream_with_llama_telemetry":
         f"{_BUILD}: timings_per_token and return_progress",
     # test_embedding.py
-    "test_embedding.py::test_embedding_pooling_none": "llama-server's /embeddings with --pooling none (per-token vectors)",
+    "test_embedding.py::test_embedding_pooling_none":
+        "llama-server's /embeddings with --pooling none (per-token vectors)",
     "test_embedding.py::test_embedding_pooling_none_oai": "--pooling none (per-token vectors)",
     "test_embedding.py::test_embedding_mixed_input[input3-False]":
         "llama-server's prompt mixing token ids and strings in one list",
@@ -148,7 +151,8 @@ EXCLUDED_TESTS = {
 # Parameter cases out of scope: (test, parameter, reason) excludes the cases where the parameter is set.
 EXCLUDED_WHEN = [("test_chat_completion.py::test_chat_completion", "chat_template",
                   "--chat-template override (TL uses the model's own template)")]
-SLOW_REASON = "marked slow by the suite: downloads other real models from Hugging Face (llama.cpp runs them with SLOW_TESTS=1)"
+SLOW_REASON = ("marked slow by the suite: downloads other real models from Hugging Face "
+               "(llama.cpp runs them with SLOW_TESTS=1)")
 
 # In-scope tests whose assertions about llama.cpp's test model or build are relaxed. Keys as in
 # EXCLUDED_TESTS. "any_text": its match_regex(pattern, text) checks become "text is a non-empty
@@ -185,7 +189,8 @@ ADAPTED = {
         drop=["exceed_context_size_error"],
         why="llama-server's error type; TL answers OpenAI's (invalid_request_error, code context_length_exceeded)"),
     "test_chat_completion.py::test_chat_completions_multiple_choices": dict(
-        drop_keys=["id_slot"], why="llama-server's slot pinning (id_slot) is left out of the request: TL picks the slot"),
+        drop_keys=["id_slot"],
+        why="llama-server's slot pinning (id_slot) is left out of the request: TL picks the slot"),
     "test_security.py::test_incorrect_api_key": dict(
         drop=["authentication_error"],
         why="llama-server's error type; TL answers OpenAI's (invalid_request_error, code invalid_api_key)"),
@@ -210,12 +215,12 @@ IGNORED_FLAGS = {
     "--cont-batching": "--parallel batches continuously", "--embedding": "/v1/embeddings is always served",
     "--metrics": "/metrics is always served", "--no-slots": "there is no /slots endpoint",
     "--jinja": "the model's own chat template is always used", "--no-jinja": "the model's own chat template is used",
-    "--verbose": "the request log is on anyway",
-    "--n-predict": "llama-server's default for a request without max_tokens (TL's: to the end of the text or the "
-                   "context; the in-scope tests that rely on it give max_tokens)", "-fa": "attention is TL's own", "--no-ui": "there is no web UI",
+    "--verbose": "the request log is on anyway", "-fa": "attention is TL's own", "--no-ui": "there is no web UI",
+    "--n-predict": "llama-server's max_tokens for a request without one (a default, not a cap); without it a "
+                   "request runs to the end of the text or of its slot's context, as TL's default",
 }
-VALUED = {"--n-predict", "--hf-repo", "--hf-file", "--model", "--model-url", "--batch-size", "--ubatch-size", "--n-gpu-layers", "-fa",
-          "--pooling", "--cors-origins"} | set(LLAMA_FLAGS)
+VALUED = {"--n-predict", "--hf-repo", "--hf-file", "--model", "--model-url", "--batch-size", "--ubatch-size",
+          "--n-gpu-layers", "-fa", "--pooling", "--cors-origins"} | set(LLAMA_FLAGS)
 
 
 def llama_server_main(argv: list[str]) -> int:
@@ -350,7 +355,7 @@ def pytest_sessionfinish(session) -> None:
 
 def fetch_sdist(work: Path) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "download", f"llama-cpp-python=={SDIST_VERSION}", "--no-deps",
-                    "--no-binary", ":all:", "-d", str(work)], check=True)
+                    "--no-binary", "llama-cpp-python", "-d", str(work)], check=True)
     return next(work.glob("llama_cpp_python-*.tar.gz"))
 
 
@@ -455,8 +460,27 @@ def main(argv: list[str] | None = None) -> int:
     return report(data, adapted, files, args, started, seconds)
 
 
+def _short_ids(ids) -> dict[str, str]:
+    """Each node id as `file::test[k]`, k the parameter case's number in collection order: the
+    suite's parameter values (its texts) stay out of the report, which is kept in the repository."""
+    seen: dict[str, int] = {}
+    out = {}
+    for nodeid in ids:
+        full, base = _key(nodeid)
+        if full == base:
+            out[nodeid] = base
+        else:
+            seen[base] = seen.get(base, -1) + 1
+            out[nodeid] = f"{base}[{seen[base]}]"
+    return out
+
+
 def report(data: dict, adapted: list[str], files: list[str], args, started, seconds: float) -> int:
-    outcomes = data["outcomes"]
+    short = _short_ids(data["outcomes"])
+    outcomes = {short[k]: v for k, v in data["outcomes"].items()}
+    data["messages"] = {short.get(k, k): v[:200] for k, v in data["messages"].items()}
+    excluded_short = _short_ids(data["excluded"])
+    data["excluded"] = {excluded_short[k]: v for k, v in data["excluded"].items()}
     counts = {k: sum(1 for v in outcomes.values() if v == k) for k in ("passed", "failed", "error", "skipped")}
     total = len(outcomes)
     pct = 100.0 * counts["passed"] / total if total else 0.0
@@ -485,7 +509,9 @@ def report(data: dict, adapted: list[str], files: list[str], args, started, seco
     for k, v in data["excluded"].items():
         by_reason.setdefault(v, []).append(k)
     md += ["", "## Excluded", "", "| reason | tests |", "|---|---|"]
-    md += [f"| {r} | {len(v)} |" for r, v in sorted(by_reason.items(), key=lambda x: -len(x[1]))]
+    for reason, tests in sorted(by_reason.items(), key=lambda x: -len(x[1])):
+        cell = reason.replace("|", "\\|")  # (a | inside a table cell)
+        md.append(f"| {cell} | {len(tests)} |")
     (args.out / f"{stem}.md").write_text("\n".join(md) + "\n")
     return 0 if counts["failed"] == counts["error"] == 0 else 1
 
