@@ -321,6 +321,11 @@ def pytest_collection_modifyitems(config, items) -> None:
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep
+    # entries of the lists that name no collected test (a renamed test in another sdist): reported
+    seen = {k for item in keep + drop for k in _key(item.nodeid)}
+    files = {k.split("::")[0] for k in seen}
+    _record["stale"] = sorted(k for k in (*EXCLUDED_TESTS, *ADAPTED, *(t for t, _, _ in EXCLUDED_WHEN))
+                              if k.split("::")[0] in files and k not in seen)
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -340,7 +345,7 @@ def pytest_runtest_logreport(report) -> None:
         _record["messages"][report.nodeid] = message
 
 
-_record: dict = {"outcomes": {}, "messages": {}}
+_record: dict = {"outcomes": {}, "messages": {}, "stale": []}
 
 
 def pytest_sessionfinish(session) -> None:
@@ -497,6 +502,9 @@ def report(data: dict, adapted: list[str], files: list[str], args, started, seco
             f"{counts['failed']}, errors {counts['error']}, skipped {counts['skipped']}; "
             f"{len(data['excluded'])} excluded{' (a subset run)' if subset else ''}")
     print(line)
+    if data.get("stale"):
+        print("server suite: these scope entries name no test of this suite (renamed?): " + ", ".join(data["stale"]))
+    summary["stale_scope_entries"] = data.get("stale", [])
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "server_suite" + ("_subset" if subset else "")
     (args.out / f"{stem}.json").write_text(json.dumps(summary, indent=1) + "\n")
