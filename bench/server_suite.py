@@ -171,13 +171,10 @@ ADAPTED = {
         why=f"{_STORIES}; prompt token counts are the llama tokenizer's; system_fingerprint is llama.cpp's build tag"),
     "test_chat_completion.py::test_chat_completion_with_openai_library": dict(
         any_text=True, drop=[_FINGERPRINT], why=f"{_STORIES}; system_fingerprint is llama.cpp's build tag"),
-    "test_chat_completion.py::test_completion_with_response_format": dict(
-        any_text=True, why=f"{_STORIES} (the schema's output is checked by TL's own tests)"),
     "test_completion.py::test_completion_with_openai_library": dict(
         any_text=True, drop=[_FINGERPRINT], why=f"{_STORIES}; system_fingerprint is llama.cpp's build tag"),
     "test_completion.py::test_completion_stream_with_openai_library": dict(any_text=True, why=_STORIES),
     "test_compat_oai_responses.py::test_responses_with_openai_library": dict(any_text=True, why=_STORIES),
-    "test_compat_oai_responses.py::test_responses_stream_with_openai_library": dict(any_text=True, why=_STORIES),
     "test_embedding.py::test_embedding_usage_single": dict(
         positive=["n_tokens"], why="token counts are bge-small's tokenizer's"),
     "test_embedding.py::test_embedding_usage_multiple": dict(
