@@ -59,8 +59,15 @@ def validate(value, schema) -> bool:
         if schema.get("additionalProperties") is False and any(k not in props for k in value):
             return False
         return all(validate(v, props.get(k, {})) for k, v in value.items())
-    if isinstance(value, list) and "items" in schema:
-        return all(validate(v, schema["items"]) for v in value)
+    if isinstance(value, list):
+        items = schema.get("items", {})
+        if isinstance(items, list):  # the older tuple form: items per position, additionalItems after
+            prefix, rest = items, schema.get("additionalItems", {})
+        else:
+            prefix, rest = schema.get("prefixItems", []), items
+        if rest is False and len(value) > len(prefix):
+            return False
+        return all(validate(v, prefix[i] if i < len(prefix) else rest) for i, v in enumerate(value))
     return True
 
 
@@ -78,6 +85,11 @@ SCHEMAS = [
     {"type": "integer"},
     {"const": "hello world"},
     {"type": "string"},
+    {"type": "array", "prefixItems": [{"type": "integer"}, {"enum": ["a", "bb"]}], "items": {"type": "boolean"}},
+    {"items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
+    {"type": "array", "prefixItems": [{"const": 12}], "items": False},
+    {"type": "array", "items": False},
+    {"items": [{"type": "null"}]},
 ]
 
 
@@ -172,6 +184,14 @@ def test_the_automaton_accepts_exactly_what_the_schema_allows():
     enum = Automaton(compile_schema(SCHEMAS[4]))
     assert enum.complete(_state(enum, '{"a":12,"b":null}')) and enum.complete(_state(enum, '{"b":true}'))
     assert not _text_ok(enum, '{"a":13') and not _text_ok(enum, '{"a":"y"')
+    tup = Automaton(compile_schema(SCHEMAS[9]))  # [integer, "a" | "bb", boolean...]
+    assert tup.complete(_state(tup, '[-3000]')) and tup.complete(_state(tup, '[1, "bb", true, false]'))
+    assert tup.complete(_state(tup, '[]')) and tup.complete(_state(tup, '[ 7 ,"a" ]'))
+    assert not _text_ok(tup, '["a"') and not _text_ok(tup, '[1, 2') and not _text_ok(tup, '[1, "a", "a"')
+    closed = Automaton(compile_schema(SCHEMAS[10]))  # [integer, string], nothing after
+    assert closed.complete(_state(closed, '[1,"x"]')) and not _text_ok(closed, '[1,"x",')
+    assert not _text_ok(Automaton(compile_schema(SCHEMAS[12])), '[1') and \
+        _text_ok(Automaton(compile_schema(SCHEMAS[12])), '[]')
     n = Automaton(compile_schema({"type": "integer"}))
     assert n.complete(_state(n, "-120")) and not n.complete(_state(n, "-"))
 
@@ -190,7 +210,10 @@ def _state(a: Automaton, text: str) -> int:
     ({"anyOf": [{"type": "string"}]}, "anyOf"),
     ({"$ref": "#/x"}, "$ref"),
     ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}, "properties.a.minimum"),
-    ({"type": "array", "items": [{"type": "string"}]}, "items"),
+    ({"type": "array", "items": {"type": "string"}, "additionalItems": False}, "additionalItems"),
+    ({"type": "array", "prefixItems": {"type": "string"}}, "prefixItems"),
+    ({"type": "array", "prefixItems": [{}], "items": [{}]}, "prefixItems"),
+    ({"type": "array", "prefixItems": [{"type": "string", "maxLength": 2}]}, "prefixItems.0.maxLength"),
     ({"type": "object", "additionalProperties": {"type": "string"}}, "additionalProperties"),
     ({"type": "date"}, "type"),
     ({"enum": []}, "enum"),
@@ -262,7 +285,7 @@ def test_tl_generate_json_schema(smollm2_path, tmp_path):
     r = gen("--json-schema", '{"type": "string", "format": "date"}')
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         "tl: error: --json-schema: schema: the JSON schema keyword 'format' is not supported (supported: "
-        "additionalProperties, const, enum, items, properties, required, type)"]
+        "additionalItems, additionalProperties, const, enum, items, prefixItems, properties, required, type)"]
     r = gen("--json-schema", str(tmp_path / "missing.json"))
     assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
 

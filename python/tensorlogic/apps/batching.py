@@ -32,6 +32,7 @@ from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
 from ..models.errors import ModelError
 from .llm_session import STDLIB_DIR, GenerationResult, _Stopped, _TokenStream
+from .serve_embed import EmbeddingResult
 from .server import ApiError, Engine, needs_guided_sampler
 
 PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode steps
@@ -414,7 +415,7 @@ class BatchEngine(Engine):
         event: tuple | None = None
         if outcome is None:
             kind = "cancelled"
-        elif isinstance(outcome, GenerationResult):
+        elif isinstance(outcome, (GenerationResult, EmbeddingResult)):  # (an embedding runs alone, via _alone)
             event = ("done", outcome)
             kind = "cancelled" if outcome.stopped_by == "interrupt" else "served"
         elif isinstance(outcome, ApiError):

@@ -69,7 +69,8 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     serve = subparsers.add_parser("serve", help="serve a GGUF model over an OpenAI-compatible HTTP API")
     _add_model_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
-                                                           "only; 0.0.0.0 exposes the server)")
+                                                           "only; 0.0.0.0 exposes the server; several: "
+                                                           "127.0.0.1,::1)")
     serve.add_argument("--port", type=_port, default=8080, help="TCP port (default 8080; 0: any free port)")
     serve.add_argument("--api-key", default=None,
                        help="require `Authorization: Bearer KEY` on /v1/ requests (default: TL_API_KEY if set)")
@@ -86,6 +87,9 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
                             "(repeatable; default: none)")
     serve.add_argument("--no-request-log", action="store_true",
                        help="do not print one line per request on standard error")
+    serve.add_argument("--pooling", choices=("mean", "last"), default="mean",
+                       help="how /v1/embeddings pools a text's final hidden states: their mean (default) or "
+                            "the last token's (as llama-server's --pooling)")
     _add_sampling_args(serve, default_temperature=0.0, with_stop=False)
     serve.set_defaults(func=_cmd_serve)
 
@@ -341,7 +345,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                            api_key=args.api_key, max_queue=args.max_queue, max_tokens=args.max_tokens,
                            context=args.context, backend=args.backend, kv_dtype=args.kv_dtype, fast=args.fast,
                            parallel=args.parallel, defaults=sampling, cors_origins=tuple(args.cors_origin),
-                           request_log=not args.no_request_log)
+                           request_log=not args.no_request_log, pooling=args.pooling)
     engine_class = None
     if args.parallel > 1:
         from .batching import BatchEngine

@@ -1,5 +1,7 @@
-"""`tl serve`'s /v1/embeddings on the worker thread: the mean of a text's final hidden states
-(stdlib/embed.tl, after the model's output norm), L2-normalized, as llama-server's mean pooling.
+"""`tl serve`'s /v1/embeddings on the worker thread: a text's final hidden states (stdlib/embed.tl,
+after the model's output norm) pooled as `tl serve --pooling` says, L2-normalized, as llama-server's
+pooling of the same names: "mean" (the default: the mean over the tokens) or "last" (the last
+token's, which a causal model's embedding models are trained for).
 
 Invariant: the hidden states come from a prefill at position 0 in the session's KV cache, so the
 session's `cached_ids` become exactly the embedded ids (the cache holds their keys and values, and a
@@ -22,7 +24,10 @@ class EmbeddingResult:
     stopped_by: str = "eog"
 
 
-def embed(session, ids: list[int]) -> EmbeddingResult:
+POOLINGS = ("mean", "last")
+
+
+def embed(session, ids: list[int], pooling: str = "mean") -> EmbeddingResult:
     fn = getattr(session, "_hidden_fn", None)
     if fn is None:
         session.interp.load_file(str(STDLIB_DIR / "embed.tl"))
@@ -32,6 +37,6 @@ def embed(session, ids: list[int]) -> EmbeddingResult:
     hidden = session.interp.call_value(fn, [session.model, session.cache, list(ids)])
     session.cached_ids = list(ids)
     rows = np.asarray(hidden.numpy(), dtype=np.float64).reshape(len(ids), -1)
-    v = rows.mean(axis=0)
+    v = rows[-1] if pooling == "last" else rows.mean(axis=0)
     norm = np.linalg.norm(v)
     return EmbeddingResult(list(ids), (v / norm if norm > 0 else v).astype(np.float32))

@@ -94,19 +94,22 @@ class ServeOptions:
     defaults: dict = field(default_factory=dict)  # sampling defaults from the command line
     cors_origins: tuple[str, ...] = ()  # origins browsers may call from (--cors-origin; "*": any)
     request_log: bool = True  # one line per request on stderr
+    pooling: str = "mean"  # /v1/embeddings: how a text's hidden states become one vector (serve_embed.py)
 
 
 class ApiError(Exception):
     """An error answered as {"error": {...}} with an HTTP status."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 type: str | None = None):
+                 type: str | None = None, extra: dict | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.type = type or ("invalid_request_error" if status < 500 else "server_error")
+        self.extra = extra or {}  # fields after OpenAI's four (llama-server's n_prompt_tokens and n_ctx)
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.extra}}
 
 
 # ---------------------------------------------------------------------- request validation
@@ -805,7 +808,7 @@ class Engine:
         if job.kind == "embedding":
             from .serve_embed import embed
 
-            return embed(s, ids)
+            return embed(s, ids, self.options.pooling)
         job.sampler = _guided_sampler(s, job.params)  # None: the plain sampler (the default path)
         on_text = (lambda text: job.emit("text", text, job.steps())) if job.params["stream"] else None
         return s.generate(ids, max_tokens, on_text=on_text, should_stop=job.cancelled.is_set,
@@ -831,8 +834,10 @@ class Engine:
         if not ids:
             raise ApiError(400, "the prompt is empty (no tokens)", param, "invalid_value")
         if len(ids) >= capacity:
-            raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context holds {capacity} "
-                                f"(tl serve --context)", param, "context_length_exceeded")
+            # (n_prompt_tokens and n_ctx as llama-server's error has them, so a client can cut its prompt)
+            raise ApiError(400, f"the prompt is too large: it has {len(ids)} tokens; this server's context holds "
+                                f"{capacity} (tl serve --context)", param, "context_length_exceeded",
+                           extra={"n_prompt_tokens": len(ids), "n_ctx": capacity})
         if job.kind == "embedding":
             return ids, 0
         room = capacity - len(ids) + 1  # the last prompt position's logits choose one more
@@ -1186,7 +1191,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
                 delta: dict = {}
                 if role:
                     delta["role"] = "assistant"
-                if text is not None:
+                if text is not None or role:  # the role's chunk has no text yet: content null (as llama-server)
                     delta["content"] = text
                 choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             else:
@@ -1201,7 +1206,7 @@ def build_app(engine: Engine, model_id: str, options: ServeOptions):
         try:
             if kind == "chat":
                 for job in group.jobs:
-                    yield _sse(chunk(job.index, "", None, role=True))
+                    yield _sse(chunk(job.index, None, None, role=True))
             while len(results) < len(group.jobs):
                 index, event = pending.popleft() if pending else await group.next_event()
                 tools = group.jobs[index].params.get("tools") is not None
@@ -1494,6 +1499,33 @@ def _quiet_accept_errors(loop) -> None:
 # ---------------------------------------------------------------------- the command
 
 
+def _listen(hosts: str, port: int) -> list[socket.socket] | None:
+    """Listening sockets on each address of `hosts` (comma-separated, as llama-server's --host: e.g.
+    "127.0.0.1,::1" for both loopbacks), all on one port (port 0: the one the first address got);
+    None, after a one-line error, when one cannot be bound. Listening starts now, not when uvicorn
+    starts, so that a client that reads the banner can connect."""
+    socks: list[socket.socket] = []
+    names = [h.strip() for h in hosts.split(",")]
+    for host in names:
+        try:
+            if not host:
+                raise OSError("an empty address in --host")
+            sk = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sk)
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if ":" in host and len(names) > 1:  # "::" beside "0.0.0.0": each family on its own socket
+                sk.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sk.bind((host, port))
+            sk.listen(LISTEN_BACKLOG)
+            port = sk.getsockname()[1]
+        except (OSError, OverflowError) as e:
+            print(f"tl: error: cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            for sk in socks:
+                sk.close()
+            return None
+    return socks
+
+
 def run_server(options: ServeOptions, engine_class: type | None = None) -> int:
     """`tl serve`: load the model, bind, serve until Ctrl-C (130) or SIGTERM."""
     try:
@@ -1504,20 +1536,15 @@ def run_server(options: ServeOptions, engine_class: type | None = None) -> int:
         return 1
     from .llm_session import CHAT_CONTEXT, LlmSession
 
-    try:
-        sock = socket.socket(socket.AF_INET6 if ":" in options.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((options.host, options.port))
-        sock.listen(LISTEN_BACKLOG)  # now, not when uvicorn starts: a client that reads the banner can connect
-    except (OSError, OverflowError) as e:
-        print(f"tl: error: cannot listen on {options.host}:{options.port}: {getattr(e, 'strerror', None) or e}",
-              file=sys.stderr)
+    socks = _listen(options.host, options.port)
+    if socks is None:
         return 1
     try:
         session = LlmSession(options.model_path, backend=options.backend, context=options.context,
                              progress=sys.stderr.isatty(), kv_dtype=options.kv_dtype, fast=options.fast)
     except ModelError as e:
-        sock.close()
+        for sk in socks:
+            sk.close()
         print(f"tl: error: {e}", file=sys.stderr)
         return 1
     if session.requested_context is None:
@@ -1528,21 +1555,27 @@ def run_server(options: ServeOptions, engine_class: type | None = None) -> int:
         # module does not import batching, which builds on it
         engine = (engine_class or Engine)(session, options)
     except ModelError as e:
-        sock.close()
+        for sk in socks:
+            sk.close()
         session.close()
         print(f"tl: error: {e}", file=sys.stderr)
         return 1
     engine.start()
     app = build_app(engine, model_id, options)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
+    urls = []
+    for sk in socks:
+        host, port = sk.getsockname()[:2]
+        urls.append(f"http://{f'[{host}]' if ':' in host else host}:{port}/v1")
+    also = f" (also {', '.join(urls[1:])})" if len(urls) > 1 else ""
     auth = "; API key required" if options.api_key else ""
-    print(f"tl serve: {session.config.name} ({options.model_path.name}) on http://{shown}:{port}/v1 "
+    print(f"tl serve: {session.config.name} ({options.model_path.name}) on {urls[0]}{also} "
           f"(context {session.capacity}; {engine.banner}, {options.max_queue} may wait{auth})",
           file=sys.stderr, flush=True)
-    if not options.api_key and host not in ("127.0.0.1", "::1", "localhost"):
-        print(f"tl serve: note: listening on {host} without --api-key: anyone who reaches this port can use it",
-              file=sys.stderr, flush=True)
+    for sk in socks:
+        host = sk.getsockname()[0]
+        if not options.api_key and host not in ("127.0.0.1", "::1", "localhost"):
+            print(f"tl serve: note: listening on {host} without --api-key: anyone who reaches this port can use it",
+                  file=sys.stderr, flush=True)
 
     class _Server(uvicorn.Server):
         stopped_by: int | None = None
@@ -1560,14 +1593,15 @@ def run_server(options: ServeOptions, engine_class: type | None = None) -> int:
         # The event loop runs on a deep thread too: while the worker's deep thread runs, Python's
         # recursion limit is high for every thread, and only deep threads have the C stack for it.
         # Signals reach the main thread, which waits here and passes them on as a graceful shutdown.
-        run_deep(server.run, sockets=[sock],
+        run_deep(server.run, sockets=socks,
                  signals={signal.SIGINT: lambda s: server.handle_exit(s, None),
                           signal.SIGTERM: lambda s: server.handle_exit(s, None)})
     finally:
         engine.stop()
         if not engine.thread.is_alive():
             session.close()
-        sock.close()
+        for sk in socks:
+            sk.close()
     if server.stopped_by == signal.SIGINT:
         print("tl: interrupted", file=sys.stderr)
         return 130  # Ctrl-C, as every tl command; SIGTERM is a normal stop (0)

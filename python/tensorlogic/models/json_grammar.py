@@ -4,7 +4,10 @@ parses and validates against a JSON schema (a subset; `compile_schema` refuses t
 Three parts:
 - `compile_schema(schema)` -> a tree of `Node`s. The subset: `type` (a name or a list of them:
   object, array, string, number, integer, boolean, null), `properties`, `required`,
-  `additionalProperties` (true or false), `items` (one schema), `enum`, `const`, and the annotations
+  `additionalProperties` (true or false), `items` (one schema, or false: no items), tuples
+  (`prefixItems`: a schema per position, then `items` for the rest; or the older form, `items` as a
+  list of schemas and `additionalItems` for the rest; the rest is free unless given or false; an
+  array may stop before the last position, as JSON Schema allows), `enum`, `const`, and the annotations
   `title`, `description`, `$schema`, `$id`, `$comment`, `default`, `examples`. Any other keyword
   raises SchemaError naming it (a 400 in `tl serve`), never ignored.
 - `Automaton`: a character-level pushdown automaton over JSON text for one schema. A state is a
@@ -38,7 +41,8 @@ MAX_EXP_DIGITS = 3  # digits of its exponent
 MASK_CACHE = 512  # masks kept per automaton (each one bit per vocabulary id)
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 ANNOTATIONS = {"title", "description", "$schema", "$id", "$comment", "default", "examples"}
-KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "enum", "const"} | ANNOTATIONS
+KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
+            "enum", "const"} | ANNOTATIONS
 WS = " \t\n\r"
 DIGITS = "0123456789"
 
@@ -55,14 +59,18 @@ class SchemaError(ValueError):
 class Node:
     """One schema position. kinds: set of the allowed types (for "any": all of them); literals:
     the JSON texts an enum/const allows (then only those); props: [(name, Node, required)] in order
-    (None: free keys with values of `any`); items: the Node of array elements."""
+    (None: free keys with values of `any`); prefix: the Nodes of an array's first elements, one per
+    position (a tuple); items: the Node of the elements after them (None: any value), unless closed
+    (no elements after the prefix)."""
 
-    __slots__ = ("kinds", "literals", "props", "items", "one")
+    __slots__ = ("kinds", "literals", "props", "items", "one", "prefix", "closed")
 
     def __init__(self, kinds: frozenset, literals: tuple | None = None, props: list | None = None,
                  items: "Node | None" = None, one: bool = False):
         self.kinds, self.literals, self.props, self.items = kinds, literals, props, items
         self.one = one  # an object with exactly one of `props`, any of them (see one_property_object)
+        self.prefix: tuple = ()
+        self.closed = False
 
 
 def one_property_object(alternatives: list[tuple[str, Node]]) -> Node:
@@ -106,19 +114,38 @@ def compile_schema(schema: Any, path: str = "schema", depth: int = 0) -> Node:
         return Node(frozenset(), literals=texts)
     if kinds is None:
         kinds = {"object"} if "properties" in schema or "required" in schema else \
-            {"array"} if "items" in schema else set(ANY_KINDS)
+            {"array"} if {"items", "prefixItems", "additionalItems"} & set(schema) else set(ANY_KINDS)
     if "integer" in kinds and "number" in kinds:
         kinds.discard("integer")
     node = Node(frozenset(kinds))
     if "object" in kinds:
         node.props = _properties(schema, path, depth)
     if "array" in kinds:
-        items = schema.get("items", {})
-        if isinstance(items, list):
-            raise SchemaError(f"{path}.items: a list of schemas (tuple validation) is not supported",
-                              _rel(path, "items"))
-        node.items = compile_schema(items, f"{path}.items", depth + 1)
+        _array_items(node, schema, path, depth)
     return node
+
+
+def _array_items(node: Node, schema: dict, path: str, depth: int) -> None:
+    """An array's element schemas: `items` for all of them, or a tuple: `prefixItems` (then `items`
+    for the rest) or, the older form, `items` as a list (then `additionalItems` for the rest)."""
+    items, prefix = schema.get("items", {}), schema.get("prefixItems")
+    if isinstance(items, list):
+        if prefix is not None:
+            raise SchemaError(f"{path}: prefixItems and a list of items cannot be combined", _rel(path, "prefixItems"))
+        prefix, rest, rest_key = items, schema.get("additionalItems", {}), "additionalItems"
+        prefix_key = "items"
+    else:
+        if "additionalItems" in schema:  # JSON Schema ignores it here: refused rather than ignored
+            raise SchemaError(f"{path}.additionalItems applies only after a list of items",
+                              _rel(path, "additionalItems"))
+        rest, rest_key, prefix_key = items, "items", "prefixItems"
+    if prefix is not None and not isinstance(prefix, list):
+        raise SchemaError(f"{path}.{prefix_key} must be a list of schemas", _rel(path, prefix_key))
+    node.prefix = tuple(compile_schema(p, f"{path}.{prefix_key}.{i}", depth + 1) for i, p in enumerate(prefix or []))
+    if rest is False:
+        node.closed = True
+    else:
+        node.items = compile_schema(rest, f"{path}.{rest_key}", depth + 1)
 
 
 def _rel(path: str, key: str) -> str:
@@ -194,7 +221,8 @@ def _properties(schema: dict, path: str, depth: int) -> list | None:
 #   ("O", node, phase, idx, typed, ws)  an object; phase "open" (after "{"), "key" (after ","),
 #                               "name" (typing a key: `typed`), "colon", "after"; idx: the next
 #                               property that may come (objects with properties)
-#   ("A", node, phase, ws)      an array; phase "open" (after "["), "next" (after ","), "after"
+#   ("A", node, phase, ws, k)   an array; phase "open" (after "["), "next" (after ","), "after"; k: the
+#                               elements begun, counted up to the length of the node's prefix (a tuple)
 
 _NUM_DONE = {"0", "int", "frac", "exp"}
 
@@ -303,7 +331,7 @@ def _start_value(rest: tuple, node: Node, ch: str) -> tuple | None:
     if ch == "{" and "object" in kinds:
         return rest + (("O", node, "open", 0, "", 0),)
     if ch == "[" and "array" in kinds:
-        return rest + (("A", node, "open", 0),)
+        return rest + (("A", node, "open", 0, 0),)
     if (ch == "-" or ch in DIGITS) and ("number" in kinds or "integer" in kinds):
         int_only = "number" not in kinds
         return rest + (("N", int_only, "-" if ch == "-" else "0" if ch == "0" else "int", 0 if ch == "-" else 1),)
@@ -395,17 +423,27 @@ def _object(rest: tuple, top: tuple, ch: str) -> tuple | None:
     raise AssertionError(phase)
 
 
+def _element(node: Node, k: int) -> Node | None:
+    """The schema of an array's element k (from 0), or None when the array may not have it."""
+    if k < len(node.prefix):
+        return node.prefix[k]
+    return None if node.closed else node.items or _FREE_VALUE
+
+
 def _array(rest: tuple, top: tuple, ch: str) -> tuple | None:
-    _, node, phase, ws = top
+    _, node, phase, ws, k = top
     if ch in WS:
-        return rest + (("A", node, phase, ws + 1),) if ws < MAX_WS else None
+        return rest + (("A", node, phase, ws + 1, k),) if ws < MAX_WS else None
     if phase == "after":
         if ch == "]":
             return rest
-        return rest + (("A", node, "next", 0),) if ch == "," else None
+        return rest + (("A", node, "next", 0, k),) if ch == "," and _element(node, k) is not None else None
     if phase == "open" and ch == "]":
         return rest
-    return _start_value(rest + (("A", node, "after", 0),), node.items or _FREE_VALUE, ch)
+    element = _element(node, k)
+    if element is None:
+        return None
+    return _start_value(rest + (("A", node, "after", 0, min(k + 1, len(node.prefix))),), element, ch)
 
 
 _FREE_VALUE = any_node()  # the values of free object keys and untyped array items
