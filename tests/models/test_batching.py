@@ -237,16 +237,28 @@ def test_prompt_cache_one_slot_session_smollm2(smol_session):
     assert r2.ids == _alone(s, p2, 8)
 
 
-def test_fast_mode_steps_each_row_alone_and_equals_alone_smollm2(smollm2_path):
-    """--fast's 8-bit activations apply to one-row products only: the scheduler steps each
-    sequence alone then, so output still equals the request run alone (with --fast)."""
+def test_fast_mode_batched_step_rows_are_bitwise_single_steps_smollm2(smollm2_path):
+    """--fast (8-bit activations) batches too: each row of a batched step is bitwise the step of
+    that sequence alone (the q8 kernel gives every row of a product its one-row result)."""
     with LlmSession(smollm2_path, context=256, fast=True) as s:
-        prompts = [s.raw_prompt_ids(t) for t in ("The capital of France is", "Once upon a time, there was")]
-        alone = [_alone(s, p, 12) for p in prompts]
-        sched = BatchScheduler(s, 2, 128)
+        ids = s.raw_prompt_ids
+        _decode_rows_vs_steps(s, [ids("Hello"), ids("The capital of France is"), ids("Once upon a time"),
+                                  ids("1, 2, 3,"), ids("def main():")])
+
+
+def test_fast_mode_together_equals_alone_smollm2(smollm2_path):
+    """--fast batched greedy output is token for token the request run alone (with --fast), and
+    the steps really ran several rows at once."""
+    with LlmSession(smollm2_path, context=512, fast=True) as s:
+        questions = ["What is the capital of France?", "Write a haiku about the sea.",
+                     "List three fruits, one per line.", "Hi"]
+        prompts = [s.chat_prompt_ids([{"role": "user", "content": q}]) for q in questions]
+        prompts.append(s.raw_prompt_ids("Once upon a time, there was"))
+        alone = [_alone(s, p, 24) for p in prompts]
+        sched = BatchScheduler(s, 4, 128)
         try:
-            got = _together(sched, prompts, 12, [0, 0])
+            got = _together(sched, prompts, 24, [0, 0, 1, 4, 6])
         finally:
             sched.close()
-        assert not sched.batched
+        assert sched.batched and sched.steps > 0 and sched.batched_tokens > 2 * sched.steps
         assert [r.ids for r in got] == alone

@@ -12,7 +12,8 @@ Invariants:
   still prefilling, oldest first) and then one batched decode step for every slot that is decoding,
   so running streams keep flowing while a long prompt is prefilled.
 - A batched step computes for each sequence what a step of it alone computes (the CPU linear kernel
-  gives each row of a small batch bitwise the one-row result), so greedy output does not depend on
+  gives each row of a small batch bitwise the one-row result, with exact or, under --fast, 8-bit
+  activations), so greedy output does not depend on
   what else runs; tests/e2e/test_server_batching.py checks it token for token.
 - Each slot's cache is allocated once, at start, for slot_context positions (--context divided among
   the slots, as llama-server's -c and -np), as its rows of one SlotStore (builtins/kvcache.py): the
@@ -26,7 +27,7 @@ import queue
 import time
 from typing import Any
 
-from ..builtins.convert import BuiltinArgError, core
+from ..builtins.convert import BuiltinArgError
 from ..builtins.kvcache import SlotStore
 from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
@@ -36,7 +37,8 @@ from .server import ApiError, Engine, needs_guided_sampler
 
 PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode steps
 # rows of one batched step: the CPU linear kernel keeps a row bitwise equal to the one-row product
-# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp); more slots step in groups
+# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp; kQ8ActivationRows under
+# --fast); more slots step in groups
 MAX_STEP_ROWS = 8
 MIN_SLOT_CONTEXT = 16
 SIMILARITY = 0.5  # share of a prompt a slot's cache must hold to be chosen for it (llama-server's default)
@@ -98,10 +100,10 @@ class BatchScheduler:
             interp.load_file(str(STDLIB_DIR / "batch.tl"))
         except TLError as e:
             raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
-        # --fast (8-bit activations) applies to one-row products only: a batched step's rows would
-        # take the exact kernel and differ from the same request alone, so each row steps alone
-        self.batched = not core.q8_activations()
-        self._step_fn = interp.functions["model_decode_batch" if self.batched else "model_decode_each"]
+        # under --fast too: 8-bit activations apply to products of up to 8 rows, each row bitwise
+        # its one-row product (kernels_matmul_q8.cpp), so a batched step's rows equal steps alone
+        self.batched = True
+        self._step_fn = interp.functions["model_decode_batch"]
         self._piece_fn = interp.functions["prefill_piece"]
         self._forward_fn = interp.functions["model_forward"]
         self.order = collections.deque()  # slots in the order their requests came (prefill goes first-come)
