@@ -89,10 +89,11 @@ void bind_memory(py::module_& m) {
           current_device()->debug().ops_per_command_buffer = n;
         }, py::arg("n"), "Commit the open command buffer after every n ops (default 64).");
   m.def("set_q8_activations", [](bool on) { current_device()->debug().q8_activations = on; }, py::arg("on"),
-        "Quantize the activations of matrix-vector linear ops (one row of x, as in decode) with "
-        "block-quantized weights to 8 bits, as llama.cpp does: faster, approximate results. Applies "
-        "to ops encoded from now on; the CPU backend has the integer path for Q4_0, Q4_1, Q5_0, Q8_0, "
-        "Q4_K, Q5_K and Q6_K weights (others, and other backends, stay exact). Default off (TL_Q8_ACTIVATIONS=1).");
+        "Quantize the activations of decode linear ops (at most 8 rows of x: one sequence or a batched "
+        "step) with block-quantized weights to 8 bits, as llama.cpp does: faster, approximate results; "
+        "each row's result is bitwise that row's alone. Applies to ops encoded from now on; the CPU "
+        "backend has the integer path for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K weights (others, "
+        "longer products and other backends stay exact). Default off (TL_Q8_ACTIVATIONS=1).");
   m.def("q8_activations", [] { return current_device()->debug().q8_activations.load(); },
         "Whether linear ops quantize their activations to 8 bits (set_q8_activations).");
   m.def("synchronize", [] {

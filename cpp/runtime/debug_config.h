@@ -8,7 +8,7 @@
 //   TL_CACHE_LIMIT_MB, TL_MAX_ALLOC_MB                       the buffer pool's bounds
 //   TL_CPU_NO_SIMD                                           CPU kernels: portable paths only
 //   TL_CPU_NO_AVX512                                         CPU kernels: AVX2 where AVX-512VL would serve
-//   TL_Q8_ACTIVATIONS                                        8-bit activations in matvecs (also set_q8_activations())
+//   TL_Q8_ACTIVATIONS                                        8-bit activations in decode linear ops (also set_q8_activations())
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 //   TL_CUDA_BLAS, TL_CUDA_TF32, TL_CUBLAS_PATH               CUDA backend: cuBLAS on/off, TF32
 //                                                            products, where libcublas is (blas.cu)

@@ -246,9 +246,13 @@ def test_fast_mode_batched_step_rows_are_bitwise_single_steps_smollm2(smollm2_pa
                                   ids("1, 2, 3,"), ids("def main():")])
 
 
-def test_fast_mode_together_equals_alone_smollm2(smollm2_path):
+def test_fast_mode_together_equals_alone_smollm2(smollm2_path, monkeypatch):
     """--fast batched greedy output is token for token the request run alone (with --fast), and
-    the steps really ran several rows at once."""
+    the steps really ran several rows at once; a prompt is prefilled in the pieces it has alone,
+    whatever the iteration's prompt budget (a prompt cut at 9 tokens turned a token of the haiku)."""
+    import tensorlogic.apps.batching as batching
+
+    monkeypatch.setattr(batching, "PREFILL_BUDGET", 9)
     with LlmSession(smollm2_path, context=512, fast=True) as s:
         questions = ["What is the capital of France?", "Write a haiku about the sea.",
                      "List three fruits, one per line.", "Hi"]

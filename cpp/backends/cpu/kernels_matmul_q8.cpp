@@ -7,14 +7,17 @@
 //
 // Invariant: the result for weight row n and x row m is a function of those two rows only, the
 // same bits on every path and for any number of x rows. Per block b (of 32; a K-quant's sub-block)
-// the integer dot product isum_b is exact, and the float steps are fixed (dot_portable below):
-//   simple types: acc = fma(dw_b * dx_b, isum_b, acc)  [Q4_1 also acc_min = fma(m_b, dsum_b, acc_min)]
-//   Q4_K, Q5_K:   acc = fma((d * sc_j) * dx_b, isum_b, acc), acc_min = fma(dmin * mn_j, dsum_b, acc_min)
-//   Q6_K:         acc = fma(d * dx_b, isum_b, acc)      (isum_b already carries the 16-element scales)
-// and the result is acc (+ acc_min for Q4_1, - acc_min for Q4_K/Q5_K). The vector tiles
-// (kernels_matmul_q8_tile.inc) run these steps in lanes, one lane per (weight row, x row) pair, so
-// a batched decode step (tl serve --parallel under --fast) gives every row bitwise the one-row
-// product while unpacking each weight block once for all its rows.
+// the integer dot product isum_b is exact, and its float product p_b is fixed (block_product):
+//   simple types: p_b = (dw_b * dx_b) * isum_b              [Q4_1: fma(m_b, dsum_b, that)]
+//   Q4_K, Q5_K:   p_b = fma(-(dmin * mn_j), dsum_b, ((d * sc_j) * dx_b) * isum_b)
+//   Q6_K:         p_b = (d * dx_b) * isum_b                 (isum_b carries the 16-element scales)
+// The products are summed 8 blocks at a time in one fixed tree (tree8; blocks past the end count
+// 0) and the groups' sums added in order. The vector kernels (kernels_matmul_q8_tile.inc) put the 8
+// blocks of a group in the lanes of one vector (one weight row at a time: the weights stream in
+// order, as from DRAM they must), or, for 6 to 8 rows of x with AVX-512 VNNI, the rows in the lanes
+// and the 8 blocks in 8 vectors added in the same tree; either way each weight block is unpacked
+// once for all the rows of x, and a batched decode step (tl serve --parallel under --fast) gives
+// every row bitwise the one-row product.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -95,63 +98,71 @@ int block_isum(const uint8_t* w, int64_t b, const int8_t* xq) {
   return isum;
 }
 
-// One weight row against one quantized row of x: the canonical steps of the file's invariant.
+// The sum of 8 products in hsum256's order (quant_avx2.h): lane i with lane i + 4, then the two
+// halves of that, then its two lanes. The vector kernels sum 8 lanes, or 8 vectors lane by lane,
+// in this order.
+inline float tree8(const float p[8]) {
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+// Block b's product: the canonical float steps of the file's invariant.
 template <DType T>
-float dot_portable(const uint8_t* w, const Q8Row& a) {
-  float acc = 0.0f, acc_min = 0.0f;
+float block_product(const uint8_t* w, int64_t b, const Q8Row& a) {
   if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
     constexpr bool kFive = T == DType::Q5_K;
-    for (int64_t i = 0; i < a.nb / 8; ++i) {
-      const uint8_t* p = w + i * (kFive ? 176 : 144);
-      const float d = half_at(p), dmin = half_at(p + 2);
-      const uint8_t* qs = p + (kFive ? 48 : 16);
-      for (int j = 0; j < 8; ++j) {
-        int sc, mn;
-        k_scale_min(p + 4, j, &sc, &mn);
-        const int64_t b = i * 8 + j;
-        const int8_t* xq = a.q + b * kQ8Block;
-        int isum = 0;
-        for (int l = 0; l < 32; ++l) {
-          int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F;
-          if constexpr (kFive) q |= ((p[16 + l] >> j) & 1) << 4;
-          isum += q * xq[l];
-        }
-        acc = std::fma((d * static_cast<float>(sc)) * a.d[b], static_cast<float>(isum), acc);
-        acc_min = std::fma(dmin * static_cast<float>(mn), a.dsum[b], acc_min);
-      }
+    const int64_t i = b / 8;
+    const int j = static_cast<int>(b % 8);
+    const uint8_t* p = w + i * (kFive ? 176 : 144);
+    const float d = half_at(p), dmin = half_at(p + 2);
+    const uint8_t* qs = p + (kFive ? 48 : 16);
+    int sc, mn;
+    k_scale_min(p + 4, j, &sc, &mn);
+    const int8_t* xq = a.q + b * kQ8Block;
+    int isum = 0;
+    for (int l = 0; l < 32; ++l) {
+      int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F;
+      if constexpr (kFive) q |= ((p[16 + l] >> j) & 1) << 4;
+      isum += q * xq[l];
     }
-    return acc - acc_min;
+    const float prod = ((d * static_cast<float>(sc)) * a.d[b]) * static_cast<float>(isum);
+    return std::fma(-(dmin * static_cast<float>(mn)), a.dsum[b], prod);
   } else if constexpr (T == DType::Q6_K) {
-    for (int64_t i = 0; i < a.nb / 8; ++i) {
-      const uint8_t* p = w + i * 210;
-      const int8_t* sc = reinterpret_cast<const int8_t*>(p + 192);
-      const float d = half_at(p + 208);
-      for (int j = 0; j < 8; ++j) {
-        const int h = j / 4, c = j % 4;
-        const uint8_t* ql = p + 64 * h + 32 * (c % 2);
-        const uint8_t* qh = p + 128 + 32 * h;
-        const int64_t b = i * 8 + j;
-        const int8_t* xq = a.q + b * kQ8Block;
-        int half_sum[2] = {0, 0};
-        for (int l = 0; l < 32; ++l) {
-          const int lo = c < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
-          const int q = (lo | (((qh[l] >> (2 * c)) & 3) << 4)) - 32;
-          half_sum[l / 16] += q * xq[l];
-        }
-        const int isum = sc[2 * j] * half_sum[0] + sc[2 * j + 1] * half_sum[1];
-        acc = std::fma(d * a.d[b], static_cast<float>(isum), acc);
-      }
+    const int64_t i = b / 8;
+    const int j = static_cast<int>(b % 8);
+    const uint8_t* p = w + i * 210;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(p + 192);
+    const int h = j / 4, c = j % 4;
+    const uint8_t* ql = p + 64 * h + 32 * (c % 2);
+    const uint8_t* qh = p + 128 + 32 * h;
+    const int8_t* xq = a.q + b * kQ8Block;
+    int half_sum[2] = {0, 0};
+    for (int l = 0; l < 32; ++l) {
+      const int lo = c < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
+      const int q = (lo | (((qh[l] >> (2 * c)) & 3) << 4)) - 32;
+      half_sum[l / 16] += q * xq[l];
     }
-    return acc;
+    const int isum = sc[2 * j] * half_sum[0] + sc[2 * j + 1] * half_sum[1];
+    return (half_at(p + 208) * a.d[b]) * static_cast<float>(isum);
   } else {
     constexpr size_t kBytes = T == DType::Q8_0 ? 34 : T == DType::Q5_0 ? 22 : T == DType::Q4_1 ? 20 : 18;
-    for (int64_t b = 0; b < a.nb; ++b) {
-      const uint8_t* p = w + b * kBytes;
-      acc = std::fma(half_at(p) * a.d[b], static_cast<float>(block_isum<T>(w, b, a.q + b * kQ8Block)), acc);
-      if constexpr (T == DType::Q4_1) acc_min = std::fma(half_at(p + 2), a.dsum[b], acc_min);
-    }
-    return T == DType::Q4_1 ? acc + acc_min : acc;
+    const uint8_t* p = w + b * kBytes;
+    const float prod = (half_at(p) * a.d[b]) * static_cast<float>(block_isum<T>(w, b, a.q + b * kQ8Block));
+    if constexpr (T == DType::Q4_1) return std::fma(half_at(p + 2), a.dsum[b], prod);
+    return prod;
   }
+}
+
+// One weight row against one quantized row of x: the blocks' products summed 8 at a time (tree8,
+// blocks past the row's end counting 0), the groups' sums added in order.
+template <DType T>
+float dot_portable(const uint8_t* w, const Q8Row& a) {
+  float acc = 0.0f;
+  for (int64_t g0 = 0; g0 < a.nb; g0 += 8) {
+    float p[8];
+    for (int k = 0; k < 8; ++k) p[k] = g0 + k < a.nb ? block_product<T>(w, g0 + k, a) : 0.0f;
+    acc += tree8(p);
+  }
+  return acc;
 }
 
 using DotFn = float (*)(const uint8_t* w, const Q8Row& a);
@@ -169,20 +180,25 @@ DotFn dot_fn(DType t) {
   }
 }
 
-// A group of up to 8 rows of x for the vector tiles, with its per-block values laid out by lane
-// (lane l of a tile for mg rows is x row l % mg; lanes past the tile's pairs hold row 0's).
+// A group of up to 8 rows of x for the vector kernels. Per row, its blocks' values padded with
+// zeros to a whole number of groups of 8 blocks; for the column kernel, per block the values of
+// lane l = x row l (zeros past mg) and the rows' bytes interleaved.
 struct Q8Group {
   int64_t nb = 0;
   int mg = 0;
   const int8_t* q[8] = {};
-  const float* lane_d = nullptr;     // [nb][8]: d
-  const float* lane_dsum = nullptr;  // [nb][8]: d * qsum
-  const int32_t* lane_qsum = nullptr;  // [nb][8]: qsum
-  const int8_t* xi = nullptr;  // [nb][4][8][8]: bytes 8k..8k+7 of block b of each row (zeros past mg)
+  const float* d[8] = {};
+  const float* dsum[8] = {};
+  const int32_t* qsum[8] = {};
+  const float* lane_d = nullptr;       // [nb][8]
+  const float* lane_dsum = nullptr;    // [nb][8]
+  const int32_t* lane_qsum = nullptr;  // [nb][8]
+  const int8_t* xi = nullptr;          // [nb][4][8][8]: bytes 8k..8k+7 of block b of each row
 };
-// Groups of at least this many rows of x take the column tiles for the simple types (AVX-512 VNNI).
+// Groups of at least this many rows of x take the column kernel for the simple types (AVX-512 VNNI).
 constexpr int kColumnRows = 6;
-using TileFn = void (*)(const uint8_t* w, size_t wrow, int rows, const Q8Group& g, float* out, int64_t ldo);
+// out[m * ldo] = the weight row at w times row m of the group, for its mg rows.
+using RowFn = void (*)(const uint8_t* w, const Q8Group& g, float* out, int64_t ldo);
 
 // ---------------------------------------------------------------- AVX2 and AVX-512 VNNI
 
@@ -228,21 +244,21 @@ TL_AVX2 TL_INLINE __m256i bits_to_bytes(uint32_t bits) {
   return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
-namespace avx2_tiles {
+namespace avx2_rows {
 #define TL_Q8_TARGET TL_AVX2
 #define TL_Q8_VNNI 0
 #include "kernels_matmul_q8_tile.inc"
 #undef TL_Q8_TARGET
 #undef TL_Q8_VNNI
-}  // namespace avx2_tiles
+}  // namespace avx2_rows
 
-namespace vnni_tiles {
+namespace vnni_rows {
 #define TL_Q8_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 #define TL_Q8_VNNI 1
 #include "kernels_matmul_q8_tile.inc"
 #undef TL_Q8_TARGET
 #undef TL_Q8_VNNI
-}  // namespace vnni_tiles
+}  // namespace vnni_rows
 
 bool cpu_has_avx512vnni() {
   static const bool has = cpu_has_avx512vl() && __builtin_cpu_supports("avx512bw") &&
@@ -260,18 +276,16 @@ QuantizeBlockFn quantize_block_fn() {
   return &quantize_block_portable;
 }
 
-// The vector tile for dtype t and mg rows of x, or nullptr where only the portable dot runs.
-TileFn tile_fn(DType t, int mg) {
+// The vector kernel for dtype t and mg rows of x, or nullptr where only the portable dot runs.
+RowFn row_fn(DType t, int mg) {
 #if defined(__x86_64__)
-  if (cpu_has_avx512vnni()) return vnni_tiles::tile_fn(t, mg);
-  if (cpu_has_avx2()) return avx2_tiles::tile_fn(t, mg);
+  if (cpu_has_avx512vnni()) return vnni_rows::row_fn(t, mg);
+  if (cpu_has_avx2()) return avx2_rows::row_fn(t, mg);
 #endif
   (void)t;
   (void)mg;
   return nullptr;
 }
-
-int tile_rows(int mg) { return mg == 1 ? 8 : mg == 2 ? 4 : mg <= 4 ? 2 : 1; }
 
 }  // namespace
 
@@ -298,69 +312,75 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
                float* out) {
   const DotFn dot = dot_fn(t);
   if (!dot) kernel_fail(std::string("8-bit activations: no integer dot product for ") + dtype_name(t));
-  const int64_t nb = a.nb, M = a.m, groups = (M + 7) / 8;
-  // x in groups of 8 rows (the last one shorter), each with its per-block values laid out by lane
-  thread_local std::vector<float> lane_f;
-  thread_local std::vector<int32_t> lane_i;
-  lane_f.resize(static_cast<size_t>(groups * nb * 16));
-  lane_i.resize(static_cast<size_t>(groups * nb * 8));
+  const int64_t nb = a.nb, M = a.m, groups = (M + 7) / 8, nbp = (nb + 7) / 8 * 8;
+  RowFn rows[8];
+  for (int mg = 1; mg <= 8; ++mg) rows[mg - 1] = row_fn(t, mg);
+  // x in groups of 8 rows (the last one shorter): per row its values padded to nbp blocks, and
+  // for the column kernel per block by lane
+  thread_local std::vector<float> padded_f, lane_f;
+  thread_local std::vector<int32_t> padded_i, lane_i;
   thread_local std::vector<int8_t> interleaved;
-  interleaved.assign(static_cast<size_t>(groups * nb * 256), 0);
+  padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
+  padded_i.assign(static_cast<size_t>(M * nbp), 0);
+  for (int64_t m = 0; m < M; ++m) {
+    std::copy(a.d.begin() + m * nb, a.d.begin() + (m + 1) * nb, padded_f.begin() + m * nbp * 2);
+    std::copy(a.dsum.begin() + m * nb, a.dsum.begin() + (m + 1) * nb, padded_f.begin() + m * nbp * 2 + nbp);
+    std::copy(a.qsum.begin() + m * nb, a.qsum.begin() + (m + 1) * nb, padded_i.begin() + m * nbp);
+  }
   std::vector<Q8Group> gs(static_cast<size_t>(groups));
   for (int64_t gi = 0; gi < groups; ++gi) {
     Q8Group& g = gs[gi];
     g.nb = nb;
     g.mg = static_cast<int>(std::min<int64_t>(8, M - 8 * gi));
-    const int64_t m0 = 8 * gi;
-    for (int m = 0; m < g.mg; ++m) g.q[m] = a.q.data() + (m0 + m) * nb * kQ8Block;
-    float* ld = lane_f.data() + gi * nb * 16;
-    float* ls = ld + nb * 8;
-    int32_t* lq = lane_i.data() + gi * nb * 8;
-    const int used = tile_rows(g.mg) * g.mg;
-    for (int64_t b = 0; b < nb; ++b)
-      for (int l = 0; l < 8; ++l) {
-        const int64_t at = (m0 + (l < used ? l % g.mg : 0)) * nb + b;
-        ld[b * 8 + l] = a.d[at];
-        ls[b * 8 + l] = a.dsum[at];
-        lq[b * 8 + l] = a.qsum[at];
-      }
-    g.lane_d = ld;
-    g.lane_dsum = ls;
-    g.lane_qsum = lq;
-    int8_t* xi = interleaved.data() + gi * nb * 256;
-    for (int m = 0; m < g.mg; ++m)
-      for (int64_t b = 0; b < nb; ++b)
-        for (int k = 0; k < 4; ++k) std::memcpy(xi + b * 256 + k * 64 + m * 8, g.q[m] + b * 32 + 8 * k, 8);
-    g.xi = xi;
+    for (int m = 0; m < g.mg; ++m) {
+      const int64_t row = 8 * gi + m;
+      g.q[m] = a.q.data() + row * nb * kQ8Block;
+      g.d[m] = padded_f.data() + row * nbp * 2;
+      g.dsum[m] = g.d[m] + nbp;
+      g.qsum[m] = padded_i.data() + row * nbp;
+    }
   }
-  TileFn tiles[8];
-  for (int mg = 1; mg <= 8; ++mg) tiles[mg - 1] = tile_fn(t, mg);
-  // Chunks of 8 weight rows (a whole number of tiles for every group size), each multiplied with
-  // every group of x while it is in cache; at least ~32 KiB of weights per chunk so that small
-  // matrices skip the dispatch.
+  if (rows[7] && rows[7] != rows[0] && M >= kColumnRows) {
+    lane_f.assign(static_cast<size_t>(groups * nb * 16), 0.0f);
+    lane_i.assign(static_cast<size_t>(groups * nb * 8), 0);
+    interleaved.assign(static_cast<size_t>(groups * nb * 256), 0);
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      Q8Group& g = gs[gi];
+      float* ld = lane_f.data() + gi * nb * 16;
+      float* ls = ld + nb * 8;
+      int32_t* lq = lane_i.data() + gi * nb * 8;
+      int8_t* xi = interleaved.data() + gi * nb * 256;
+      for (int m = 0; m < g.mg; ++m)
+        for (int64_t b = 0; b < nb; ++b) {
+          ld[b * 8 + m] = g.d[m][b];
+          ls[b * 8 + m] = g.dsum[m][b];
+          lq[b * 8 + m] = g.qsum[m][b];
+          for (int k = 0; k < 4; ++k) std::memcpy(xi + b * 256 + k * 64 + m * 8, g.q[m] + b * 32 + 8 * k, 8);
+        }
+      g.lane_d = ld;
+      g.lane_dsum = ls;
+      g.lane_qsum = lq;
+      g.xi = xi;
+    }
+  }
+  // Chunks of 8 weight rows, each row multiplied with every group of x while it is in cache; at
+  // least ~32 KiB of weights per chunk so that small matrices skip the dispatch. The rows stream
+  // through memory in order, prefetched kMatvecPrefetchBytes ahead (as in linear's exact path).
   const int64_t chunks = (N + 7) / 8;
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(8 * wrow * groups, 1)));
   const size_t total = static_cast<size_t>(N) * wrow;
   pool.parallel_for(chunks, grain, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t n0 = 8 * c, n1 = std::min(N, n0 + 8);
-      if (M == 1) {
-        // a matrix-vector product streams the weights: fetch the next chunk's bytes ahead
-        const size_t at = static_cast<size_t>(n0) * wrow + kMatvecPrefetchBytes;
-        if (at < total) prefetch_bytes(w + at, std::min(static_cast<size_t>(n1 - n0) * wrow, total - at));
-      }
+    for (int64_t n = 8 * c0; n < std::min(N, 8 * c1); ++n) {
+      const size_t at = static_cast<size_t>(n) * wrow, ahead = at + kMatvecPrefetchBytes;
+      if (ahead < total) prefetch_bytes(w + ahead, std::min(wrow, total - ahead));
       for (const Q8Group& g : gs) {
-        float* o = out + (8 * (&g - gs.data())) * N;
-        const TileFn tile = tiles[g.mg - 1];
-        if (tile) {
-          const int R = tile_rows(g.mg);
-          for (int64_t n = n0; n < n1; n += R)
-            tile(w + n * wrow, wrow, static_cast<int>(std::min<int64_t>(R, n1 - n)), g, o + n, N);
+        const int64_t m0 = 8 * (&g - gs.data());
+        if (const RowFn row = rows[g.mg - 1]) {
+          row(w + at, g, out + m0 * N + n, N);
         } else {
           for (int m = 0; m < g.mg; ++m) {
-            const int64_t row = 8 * (&g - gs.data()) + m;
-            const Q8Row xr{a.q.data() + row * nb * kQ8Block, a.d.data() + row * nb, a.dsum.data() + row * nb, nb};
-            for (int64_t n = n0; n < n1; ++n) o[m * N + n] = dot(w + n * wrow, xr);
+            const Q8Row xr{g.q[m], g.d[m], g.dsum[m], nb};
+            out[(m0 + m) * N + n] = dot(w + at, xr);
           }
         }
       }

@@ -9,8 +9,9 @@ Invariants:
   prompt (llama-server's cache_prompt; the least recently used one when none shares half of it)
   and prefills only what follows the prefix its slot holds; usage reports that as cached_tokens.
 - Every loop iteration runs at most PREFILL_BUDGET prompt tokens (pieces of the prompts of slots
-  still prefilling, oldest first) and then one batched decode step for every slot that is decoding,
-  so running streams keep flowing while a long prompt is prefilled.
+  still prefilling, oldest first; under --fast a prompt's pieces are LlmSession's, PREFILL_CHUNK
+  tokens: see _piece_end) and then one batched decode step for every slot that is decoding, so
+  running streams keep flowing while a long prompt is prefilled.
 - A batched step computes for each sequence what a step of it alone computes (the CPU linear kernel
   gives each row of a small batch bitwise the one-row result, with exact or, under --fast, 8-bit
   activations), so greedy output does not depend on
@@ -27,12 +28,12 @@ import queue
 import time
 from typing import Any
 
-from ..builtins.convert import BuiltinArgError
+from ..builtins.convert import BuiltinArgError, core
 from ..builtins.kvcache import SlotStore
 from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
 from ..models.errors import ModelError
-from .llm_session import STDLIB_DIR, GenerationResult, _Stopped, _TokenStream
+from .llm_session import PREFILL_CHUNK, STDLIB_DIR, GenerationResult, _Stopped, _TokenStream
 from .server import ApiError, Engine, needs_guided_sampler
 
 PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode steps
@@ -40,6 +41,7 @@ PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode 
 # up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp; kQ8ActivationRows under
 # --fast); more slots step in groups
 MAX_STEP_ROWS = 8
+Q8_ROWS = 8  # products of up to this many rows take --fast's 8-bit path (kQ8ActivationRows, cpp/runtime/kernels.h)
 MIN_SLOT_CONTEXT = 16
 SIMILARITY = 0.5  # share of a prompt a slot's cache must hold to be chosen for it (llama-server's default)
 # the job parameters a slot honours; a job that needs more (a guided sampler: server.needs_guided_sampler,
@@ -104,6 +106,10 @@ class BatchScheduler:
         # its one-row product (kernels_matmul_q8.cpp), so a batched step's rows equal steps alone
         self.batched = True
         self._step_fn = interp.functions["model_decode_batch"]
+        self.fast = bool(core.q8_activations())
+        # under --fast, the fewest prompt tokens a request prefills when its prompt is longer than
+        # Q8_ROWS: a shorter piece would take the 8-bit path where the prompt alone is prefilled exactly
+        self.min_piece = Q8_ROWS + 1 if self.fast else 1
         self._piece_fn = interp.functions["prefill_piece"]
         self._forward_fn = interp.functions["model_forward"]
         self.order = collections.deque()  # slots in the order their requests came (prefill goes first-come)
@@ -143,7 +149,9 @@ class BatchScheduler:
             raise ModelError(str(e)) from None
         common = slot.common_prefix(ids)
         slot.job, slot.state, slot.prompt = job, "prefill", list(ids)
-        slot.start = slot.done = min(common, len(ids) - 1)  # at least one token runs, for the logits
+        # at least one token runs, for the logits (under --fast, min_piece of a longer prompt)
+        keep = self.min_piece if len(ids) >= self.min_piece else 1
+        slot.start = slot.done = min(common, len(ids) - keep)
         slot.cached_ids = slot.cached_ids[:slot.start]
         slot.max_tokens, slot.sampler = max_tokens, sampler
         slot.stream = _TokenStream(s.tokenizer.tok, on_text, False, None, tuple(sampling["stop"]),
@@ -180,7 +188,7 @@ class BatchScheduler:
 
     def _prefill(self, slot: Slot, budget: int, ended: list) -> int:
         m, s = self.session.model, self.session
-        end = min(len(slot.prompt), slot.done + budget)
+        end = self._piece_end(slot, budget)
         piece = slot.prompt[slot.done:end]
         try:
             if end < len(slot.prompt):
@@ -202,6 +210,14 @@ class BatchScheduler:
             slot.state = "decode"
             self._choose(slot, self._read(logits, 1)[0], ended)
         return len(piece)
+
+    def _piece_end(self, slot: Slot, budget: int) -> int:
+        """Where the slot's next prompt piece ends: `budget` tokens on; under --fast, PREFILL_CHUNK
+        tokens on (LlmSession.generate's pieces, whatever the budget): 8-bit activations turn the
+        last bits in which a prompt cut differently is prefilled (the exact products and attention
+        of the pieces round differently) into different tokens now and then, so a prompt is cut as
+        it is when run alone and greedy output stays that of the request alone."""
+        return min(len(slot.prompt), slot.done + (PREFILL_CHUNK if self.fast else budget))
 
     def _decode(self, decoding: list[Slot], ended: list) -> None:
         for first in range(0, len(decoding), MAX_STEP_ROWS):
