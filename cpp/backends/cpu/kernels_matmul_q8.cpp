@@ -276,6 +276,15 @@ QuantizeBlockFn quantize_block_fn() {
   return &quantize_block_portable;
 }
 
+// Whether groups of kColumnRows or more rows take row_simple_columns (it needs Q8Group's lane values).
+bool column_kernel_runs() {
+#if defined(__x86_64__)
+  return cpu_has_avx512vnni();
+#else
+  return false;
+#endif
+}
+
 // The vector kernel for dtype t and mg rows of x, or nullptr where only the portable dot runs.
 RowFn row_fn(DType t, int mg) {
 #if defined(__x86_64__)
@@ -340,7 +349,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       g.qsum[m] = padded_i.data() + row * nbp;
     }
   }
-  if (rows[7] && rows[7] != rows[0] && M >= kColumnRows) {
+  if (M >= kColumnRows && column_kernel_runs()) {
     lane_f.assign(static_cast<size_t>(groups * nb * 16), 0.0f);
     lane_i.assign(static_cast<size_t>(groups * nb * 8), 0);
     interleaved.assign(static_cast<size_t>(groups * nb * 256), 0);
