@@ -14,7 +14,7 @@
 // The products are summed 8 blocks at a time in one fixed tree (tree8; blocks past the end count
 // 0) and the groups' sums added in order. The vector kernels (kernels_matmul_q8_tile.inc) put the 8
 // blocks of a group in the lanes of one vector (one weight row at a time: the weights stream in
-// order, as from DRAM they must), or, for 6 to 8 rows of x with AVX-512 VNNI, the rows in the lanes
+// order, as from DRAM they must), or, for 4 to 8 rows of x with AVX-512 VNNI, the rows in the lanes
 // and the 8 blocks in 8 vectors added in the same tree; either way each weight block is unpacked
 // once for all the rows of x, and a batched decode step (tl serve --parallel under --fast) gives
 // every row bitwise the one-row product.
@@ -195,8 +195,9 @@ struct Q8Group {
   const int32_t* lane_qsum = nullptr;  // [nb][8]
   const int8_t* xi = nullptr;          // [nb][4][8][8]: bytes 8k..8k+7 of block b of each row
 };
-// Groups of at least this many rows of x take the column kernel for the simple types (AVX-512 VNNI).
-constexpr int kColumnRows = 6;
+// Groups of at least this many rows of x take the column kernel for the simple types (AVX-512 VNNI;
+// see row_simple_columns for the measurements that set it).
+constexpr int kColumnRows = 4;
 // out[m * ldo] = the weight row at w times row m of the group, for its mg rows.
 using RowFn = void (*)(const uint8_t* w, const Q8Group& g, float* out, int64_t ldo);
 
