@@ -4,7 +4,8 @@
   step (the CPU linear kernel gives each row of a small batch the one-row result).
 - Requests run together through the scheduler, joining at different steps, produce token for
   token what LlmSession.generate produces for each alone (greedy), on a tiny generated model and
-  on the real SmolLM2.
+  on the real SmolLM2; under --fast (8-bit activations) too, steps and output, whatever the
+  iteration's prompt budget.
 - A prompt that shares a prefix with what a slot (or the one-slot session) holds reuses it: the
   output is the same as without the cache, and `prefilled` counts only the rest."""
 from __future__ import annotations

@@ -14,7 +14,10 @@ against NumPy, at the shapes where each path has an edge:
   gguf package's dequantized weights, and each row of M <= 8 bitwise the product of that row
   alone (what keeps batched serving token for token the request alone); odd N (a weight row left
   over from the kernels' pairs), K of an odd and an even number of blocks; again with
-  TL_CPU_NO_AVX512=1 for the AVX2 several-row kernels.
+  TL_CPU_NO_AVX512=1 for the AVX2 several-row kernels;
+- linear with 8-bit activations (--fast) on 1..8 rows, every type with an integer dot product:
+  against NumPy on the definition's quantized x, each row bitwise the row alone, longer products
+  exact, and the same bits with TL_CPU_NO_AVX512=1 and TL_CPU_NO_SIMD=1.
 Each path runs in any backend's kernels only on the CPU; other backends take these ops through
 their own kernels (tests/runtime/test_backend_ops.py compares them with the CPU).
 """
