@@ -28,8 +28,11 @@ struct DebugConfig {
   std::atomic<bool> no_cache{false};      // free buffers at once instead of caching them
   std::atomic<bool> trace{false};         // one stderr line per allocation, reuse and free
   std::atomic<int> ops_per_command_buffer{64};
-  // linear ops encoded while this is on quantize their activations to 8 bits (approximate, faster)
+  // linear ops encoded while this is on quantize their activations to 8 bits (approximate, faster):
+  // products of at most q8_rows rows of x (1: matrix-vector products, decode; a batched decode
+  // step raises it around its calls, up to kQ8ActivationRows, so prefill stays exact)
   std::atomic<bool> q8_activations{false};
+  std::atomic<int> q8_rows{1};
 
   void load_env();  // overwrite every field from the environment
 };
@@ -110,6 +113,7 @@ inline void DebugConfig::load_env() {
   c.trace = env_flag("TL_DEBUG_MEMORY");
   c.ops_per_command_buffer = static_cast<int>(env_int("TL_OPS_PER_COMMAND_BUFFER", 64, 1, 1000000));
   c.q8_activations = env_flag("TL_Q8_ACTIVATIONS");
+  c.q8_rows = 1;
 }
 
 }  // namespace tl

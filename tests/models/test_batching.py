@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("tensorlogic._core")
 
+from tensorlogic import _core  # noqa: E402
 from tensorlogic.apps.batching import BatchScheduler  # noqa: E402
 from tensorlogic.apps.llm_session import STDLIB_DIR, LlmSession  # noqa: E402
 from tensorlogic.builtins.kvcache import KVCache, SlotStore  # noqa: E402
@@ -61,7 +62,9 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]]) -> None:
+def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]], fast: bool = False) -> None:
+    """Batched steps against each sequence's own steps, bitwise; `fast`: the batched step raises the
+    8-bit path's row limit to its rows, as BatchScheduler does under --fast."""
     interp = session.interp
     interp.load_file(str(STDLIB_DIR / "batch.tl"))
     f = interp.functions
@@ -77,7 +80,13 @@ def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]]) -> None
     for step in range(4):  # the first call records, the later ones replay
         if step == 3:  # the same recording serves the rows' slots swapped
             slots, alone, positions, tokens = slots[::-1], alone[::-1], positions[::-1], tokens[::-1]
-        batched = interp.call_value(f["model_decode_batch"], [session.model, store, slots, tokens, positions]).numpy()
+        if fast:
+            _core.set_q8_activations(True, len(prompts))
+        try:
+            batched = interp.call_value(f["model_decode_batch"], [session.model, store, slots, tokens, positions]).numpy()
+        finally:
+            if fast:
+                _core.set_q8_activations(True)
         for b, (a, t, pos) in enumerate(zip(alone, tokens, positions)):
             row = interp.call_value(f["model_decode_step"], [session.model, a, t, pos]).numpy().reshape(-1)
             assert np.array_equal(batched[b], row), f"row {b}: max diff {np.abs(batched[b] - row).max()}"
@@ -244,7 +253,7 @@ def test_fast_mode_batched_step_rows_are_bitwise_single_steps_smollm2(smollm2_pa
     with LlmSession(smollm2_path, context=256, fast=True) as s:
         ids = s.raw_prompt_ids
         _decode_rows_vs_steps(s, [ids("Hello"), ids("The capital of France is"), ids("Once upon a time"),
-                                  ids("1, 2, 3,"), ids("def main():")])
+                                  ids("1, 2, 3,"), ids("def main():")], fast=True)
 
 
 def test_fast_mode_together_equals_alone_smollm2(smollm2_path, monkeypatch):

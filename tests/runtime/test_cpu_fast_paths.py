@@ -180,7 +180,7 @@ def test_linear_rows_with_the_avx2_kernels():
 # ------------------------------------------------------------------ linear, 8-bit activations (--fast)
 
 Q8_TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")  # those with an integer dot product
-Q8_ROWS = 8  # cpp/runtime/kernels.h's kQ8ActivationRows: up to here linear takes the 8-bit path
+Q8_ROWS = 8  # cpp/runtime/kernels.h's kQ8ActivationRows: the most rows set_q8_activations takes
 
 
 def q8_reference(x: np.ndarray) -> np.ndarray:
@@ -193,9 +193,10 @@ def q8_reference(x: np.ndarray) -> np.ndarray:
     return (q * (amax / np.float32(127)).astype(np.float32)).astype(np.float64).reshape(x.shape)
 
 
-def linear_q8(x: np.ndarray, w) -> np.ndarray:
+def linear_q8(x: np.ndarray, w, rows: int = Q8_ROWS) -> np.ndarray:
+    """linear with 8-bit activations for products of up to `rows` rows (a batched decode step's)."""
     before = _core.q8_activations()
-    _core.set_q8_activations(True)
+    _core.set_q8_activations(True, rows)
     try:
         return _core.linear(T(x), w).numpy()
     finally:
@@ -236,9 +237,20 @@ def test_linear_q8_rows_match_numpy_and_each_row_alone(fmt, M):
 
 
 def test_linear_q8_longer_products_keep_exact_activations():
+    """Prefill stays exact: products longer than the row limit (1 unless a batched decode step
+    raised it) take the exact path."""
     w, _ = weight("q4_1", 20, 576, np.random.default_rng(3))
     x = f32(Q8_ROWS + 1, 576)
-    np.testing.assert_array_equal(linear_q8(x, w), _core.linear(T(x), w).numpy())  # a prompt's prefill
+    np.testing.assert_array_equal(linear_q8(x, w), _core.linear(T(x), w).numpy())
+    x2 = f32(2, 576)
+    exact = _core.linear(T(x2), w).numpy()
+    np.testing.assert_array_equal(linear_q8(x2, w, rows=1), exact)  # a 2-token prompt piece
+    assert not np.array_equal(linear_q8(x2, w, rows=2), exact)
+    assert not np.array_equal(linear_q8(x2[:1], w, rows=1), exact[:1])  # decode: one row
+    for bad in (0, Q8_ROWS + 1):
+        with pytest.raises(ValueError, match="rows must be 1..8"):
+            _core.set_q8_activations(True, bad)
+    assert not _core.q8_activations()
 
 
 @pytest.mark.parametrize("env", [{"TL_CPU_NO_AVX512": "1"}, {"TL_CPU_NO_SIMD": "1"}])

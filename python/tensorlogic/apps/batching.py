@@ -38,10 +38,9 @@ from .server import ApiError, Engine, needs_guided_sampler
 
 PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode steps
 # rows of one batched step: the CPU linear kernel keeps a row bitwise equal to the one-row product
-# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp; kQ8ActivationRows under
-# --fast); more slots step in groups
+# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp; under --fast
+# kQ8ActivationRows, cpp/runtime/kernels.h); more slots step in groups
 MAX_STEP_ROWS = 8
-Q8_ROWS = 8  # products of up to this many rows take --fast's 8-bit path (kQ8ActivationRows, cpp/runtime/kernels.h)
 MIN_SLOT_CONTEXT = 16
 SIMILARITY = 0.5  # share of a prompt a slot's cache must hold to be chosen for it (llama-server's default)
 # the job parameters a slot honours; a job that needs more (a guided sampler: server.needs_guided_sampler,
@@ -102,14 +101,15 @@ class BatchScheduler:
             interp.load_file(str(STDLIB_DIR / "batch.tl"))
         except TLError as e:
             raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
-        # under --fast too: 8-bit activations apply to products of up to 8 rows, each row bitwise
-        # its one-row product (kernels_matmul_q8.cpp), so a batched step's rows equal steps alone
+        # under --fast too: a step raises the 8-bit path's row limit to its rows (_decode_rows), each
+        # row bitwise its one-row product (kernels_matmul_q8.cpp), so its rows equal steps alone
         self.batched = True
         self._step_fn = interp.functions["model_decode_batch"]
         self.fast = bool(core.q8_activations())
-        # under --fast, the fewest prompt tokens a request prefills when its prompt is longer than
-        # Q8_ROWS: a shorter piece would take the 8-bit path where the prompt alone is prefilled exactly
-        self.min_piece = Q8_ROWS + 1 if self.fast else 1
+        # under --fast, the fewest prompt tokens a request prefills when its prompt is longer: one
+        # token is a matrix-vector product, which takes the 8-bit path where the prompt alone is
+        # prefilled exactly
+        self.min_piece = 2 if self.fast else 1
         self._piece_fn = interp.functions["prefill_piece"]
         self._forward_fn = interp.functions["model_forward"]
         self.order = collections.deque()  # slots in the order their requests came (prefill goes first-come)
@@ -149,7 +149,7 @@ class BatchScheduler:
             raise ModelError(str(e)) from None
         common = slot.common_prefix(ids)
         slot.job, slot.state, slot.prompt = job, "prefill", list(ids)
-        # at least one token runs, for the logits (under --fast, min_piece of a longer prompt)
+        # at least one token runs, for the logits (under --fast two of a longer prompt: min_piece)
         keep = self.min_piece if len(ids) >= self.min_piece else 1
         slot.start = slot.done = min(common, len(ids) - keep)
         slot.cached_ids = slot.cached_ids[:slot.start]
@@ -228,8 +228,14 @@ class BatchScheduler:
         tokens = [sl.next_token for sl in decoding]
         positions = [sl.pos for sl in decoding]
         try:
-            logits = s.interp.call_value(self._step_fn, [s.model, self.store, [sl.index for sl in decoding],
-                                                         tokens, positions])
+            if self.fast:  # the step's products of len(decoding) rows take the 8-bit path too
+                core.set_q8_activations(True, len(decoding))
+            try:
+                logits = s.interp.call_value(self._step_fn, [s.model, self.store, [sl.index for sl in decoding],
+                                                             tokens, positions])
+            finally:
+                if self.fast:
+                    core.set_q8_activations(True)  # back to matrix-vector products: prefill stays exact
         except TLError as e:
             err = ModelError(" ".join(str(e).split("\n")[:1]))
             for sl in decoding:
