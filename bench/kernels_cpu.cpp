@@ -11,7 +11,7 @@
 //        bench_kernels_cpu --attention [seconds_per_case]     (decode attention at 128..4096 keys)
 //        bench_kernels_cpu --gemma [seconds_per_case]         (M = 1 on Gemma 3 270M's shapes and
 //                                                              types, and 2048x2048 per type)
-//        bench_kernels_cpu --rows [seconds_per_case [threads]] (M = 1..16 rows, a batched decode
+//        bench_kernels_cpu --rows [seconds_per_case [threads [dtype]]] (M = 1..16 rows, a batched decode
 //                                                              step's products: time per call and
 //                                                              its ratio to M = 1, per weight type,
 //                                                              exact and with 8-bit activations)
@@ -297,7 +297,7 @@ void bench_gemma(double seconds) {
 // A batched decode step (tl serve --parallel) multiplies M = 2..16 rows by every weight matrix:
 // the cost of M rows against one, on SmolLM2-135M's shapes (the whole step's linear work: 30 layers
 // of q, k, v, o, gate, up, down and the 49152-row output), per weight type.
-void bench_rows(double seconds, int threads) {
+void bench_rows(double seconds, int threads, const std::string& only) {
   std::mt19937 rng(5);
   auto k = make_cpu_kernels(threads);
   struct Shape { int64_t N, K, count; };
@@ -306,6 +306,7 @@ void bench_rows(double seconds, int threads) {
   std::printf("%-6s %5s %12s %12s %12s %8s %14s %8s\n", "dtype", "M", "576x576 us", "1536x576 us", "step ms", "xM=1",
               "8-bit act. ms", "xM=1");
   for (DType t : {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::F16}) {
+    if (!only.empty() && only != dtype_name(t)) continue;
     double one = 0, one_q8 = 0;
     // the opt-in 8-bit activation path (linear_q8_activations, --fast) for the types that have it
     const bool q8 = t != DType::F16;
@@ -333,7 +334,7 @@ void bench_rows(double seconds, int threads) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--rows") == 0) {
-    bench_rows(argc > 2 ? std::atof(argv[2]) : 0.3, argc > 3 ? std::atoi(argv[3]) : 1);
+    bench_rows(argc > 2 ? std::atof(argv[2]) : 0.3, argc > 3 ? std::atoi(argv[3]) : 1, argc > 4 ? argv[4] : "");
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--gemma") == 0) {

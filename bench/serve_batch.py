@@ -9,7 +9,7 @@ shared opening is reused from the prompt cache; generated tokens are the usage's
 The concurrent clients start --stagger seconds apart and then loop, as independent users would.
 
     python bench/serve_batch.py [--parallel 8] [--clients 8] [--requests 3] [--tokens 64] [--stagger 0.25]
-                                [--temperature 0] [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT]
+                                [--temperature 0] [--fast] [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT]
                                 [--json OUT]
 """
 from __future__ import annotations
@@ -125,7 +125,8 @@ def main() -> int:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="every request's temperature (default 0: greedy; the chat turns stay greedy)")
-    ap.add_argument("--url", default=None, help="a running server (then --parallel, --model are its own)")
+    ap.add_argument("--fast", action="store_true", help="start the server with --fast (8-bit activations)")
+    ap.add_argument("--url", default=None, help="a running server (then --parallel, --model, --fast are its own)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     global TEMPERATURE
@@ -139,6 +140,8 @@ def main() -> int:
                "--context", str(args.context), "--max-queue", "64"]
         if args.model:
             cmd += ["--model", args.model]
+        if args.fast:
+            cmd.append("--fast")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         deadline = time.time() + 300
         while True:
@@ -163,7 +166,7 @@ def main() -> int:
         if proc is not None:
             proc.terminate()
             proc.wait(30)
-    out = {"parallel": args.parallel, "temperature": args.temperature, "one_client": one, "many_clients": many,
+    out = {"parallel": args.parallel, "fast": args.fast, "temperature": args.temperature, "one_client": one, "many_clients": many,
            "tokens_per_s_ratio": round(many["tokens_per_s"] / one["tokens_per_s"], 2),
            "ttft_p50_ratio": round(many["ttft_p50_ms"] / one["ttft_p50_ms"], 2),
            "chat_turns": turns, "slots": {k: v for k, v in health.get("slots", {}).items() if k != "slots"}}

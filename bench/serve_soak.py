@@ -9,7 +9,7 @@ client is cancelled after its first chunk (a disconnect mid-stream), and every 2
 request that must get a 4xx. Only requests that completed count in the latency figures.
 
     python bench/serve_soak.py [--minutes 10] [--clients 4] [--model PATH|NAME] [--threads 2]
-                               [--parallel N] [--context N]
+                               [--parallel N] [--context N] [--fast]
                                [--min-tokens 8] [--max-tokens 48] [--url http://HOST:PORT] [--json OUT]
 """
 from __future__ import annotations
@@ -130,6 +130,7 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--parallel", type=int, default=None, help="the server's --parallel (continuous batching)")
+    ap.add_argument("--fast", action="store_true", help="the server's --fast (8-bit activations)")
     ap.add_argument("--context", type=int, default=None, help="the server's --context")
     ap.add_argument("--min-tokens", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=48)
@@ -152,6 +153,8 @@ def main() -> int:
             cmd += ["--threads", str(args.threads)]
         if args.parallel:
             cmd += ["--parallel", str(args.parallel)]
+        if args.fast:
+            cmd.append("--fast")
         if args.context:
             cmd += ["--context", str(args.context)]
         log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)

@@ -82,17 +82,26 @@ void bind_memory(py::module_& m) {
           d["trace"] = c.trace.load();
           d["ops_per_command_buffer"] = c.ops_per_command_buffer.load();
           d["q8_activations"] = c.q8_activations.load();
+          d["q8_rows"] = c.q8_rows.load();
           return d;
         }, "The current debug switches as a dict.");
   m.def("set_ops_per_command_buffer", [](int n) {
           if (n < 1) throw py::value_error("set_ops_per_command_buffer: n must be >= 1");
           current_device()->debug().ops_per_command_buffer = n;
         }, py::arg("n"), "Commit the open command buffer after every n ops (default 64).");
-  m.def("set_q8_activations", [](bool on) { current_device()->debug().q8_activations = on; }, py::arg("on"),
-        "Quantize the activations of matrix-vector linear ops (one row of x, as in decode) with "
-        "block-quantized weights to 8 bits, as llama.cpp does: faster, approximate results. Applies "
-        "to ops encoded from now on; the CPU backend has the integer path for Q4_0, Q4_1, Q5_0, Q8_0, "
-        "Q4_K, Q5_K and Q6_K weights (others, and other backends, stay exact). Default off (TL_Q8_ACTIVATIONS=1).");
+  m.def("set_q8_activations", [](bool on, int rows) {
+          if (rows < 1 || rows > kQ8ActivationRows)
+            throw py::value_error("set_q8_activations: rows must be 1.." + std::to_string(kQ8ActivationRows) +
+                                  ", got " + std::to_string(rows));
+          current_device()->debug().q8_activations = on;
+          current_device()->debug().q8_rows = rows;
+        }, py::arg("on"), py::arg("rows") = 1,
+        "Quantize the activations of linear ops of at most `rows` rows of x (1: matrix-vector products, "
+        "decode; a batched decode step of several sequences passes their number, up to 8) with "
+        "block-quantized weights to 8 bits, as llama.cpp does: faster, approximate results; each row's "
+        "result is bitwise that row's alone. Applies to ops encoded from now on; the CPU backend has the "
+        "integer path for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K weights (others, longer products "
+        "(prefill) and other backends stay exact). Default off (TL_Q8_ACTIVATIONS=1).");
   m.def("q8_activations", [] { return current_device()->debug().q8_activations.load(); },
         "Whether linear ops quantize their activations to 8 bits (set_q8_activations).");
   m.def("synchronize", [] {

@@ -8,7 +8,7 @@
 //   TL_CACHE_LIMIT_MB, TL_MAX_ALLOC_MB                       the buffer pool's bounds
 //   TL_CPU_NO_SIMD                                           CPU kernels: portable paths only
 //   TL_CPU_NO_AVX512                                         CPU kernels: AVX2 where AVX-512VL would serve
-//   TL_Q8_ACTIVATIONS                                        8-bit activations in matvecs (also set_q8_activations())
+//   TL_Q8_ACTIVATIONS                                        8-bit activations in decode linear ops (also set_q8_activations())
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 //   TL_CUDA_BLAS, TL_CUDA_TF32, TL_CUBLAS_PATH               CUDA backend: cuBLAS on/off, TF32
 //                                                            products, where libcublas is (blas.cu)
@@ -28,8 +28,11 @@ struct DebugConfig {
   std::atomic<bool> no_cache{false};      // free buffers at once instead of caching them
   std::atomic<bool> trace{false};         // one stderr line per allocation, reuse and free
   std::atomic<int> ops_per_command_buffer{64};
-  // linear ops encoded while this is on quantize their activations to 8 bits (approximate, faster)
+  // linear ops encoded while this is on quantize their activations to 8 bits (approximate, faster):
+  // products of at most q8_rows rows of x (1: matrix-vector products, decode; a batched decode
+  // step raises it around its calls, up to kQ8ActivationRows, so prefill stays exact)
   std::atomic<bool> q8_activations{false};
+  std::atomic<int> q8_rows{1};
 
   void load_env();  // overwrite every field from the environment
 };
@@ -110,6 +113,7 @@ inline void DebugConfig::load_env() {
   c.trace = env_flag("TL_DEBUG_MEMORY");
   c.ops_per_command_buffer = static_cast<int>(env_int("TL_OPS_PER_COMMAND_BUFFER", 64, 1, 1000000));
   c.q8_activations = env_flag("TL_Q8_ACTIVATIONS");
+  c.q8_rows = 1;
 }
 
 }  // namespace tl

@@ -599,47 +599,61 @@ void test_linear_matvec_formats(Kernels& k) {
 
 // The 8-bit activation path, against a reference written from its definition: x quantized per
 // block of 32 to q = round_half_even(x * 127 / max|x|) with d = max|x| / 127, integer dot products
-// per block, scaled by the weight block's d (and its m for Q4_1 times d * sum(q)).
+// per block, scaled by the weight block's d (and its m for Q4_1 times d * sum(q)). Every row of an
+// M-row product is bitwise the product of that row alone (what lets tl serve --fast batch decode
+// steps): M = 1..8 (the decode sizes the ops layer sends here; 4..8 take the column kernel where
+// the CPU has AVX-512 VNNI) and 13 (two groups of x rows); N not a multiple of the chunks of 8
+// weight rows; K of whole and partial groups of 8 blocks.
 void test_linear_q8_activations(Kernels& k) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const bool kq = block_elems(t) == 256;
     for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1280} : std::vector<int64_t>{32, 160, 576}) {
       for (int64_t N : {1, 3, 4, 7, 37}) {
-        const int64_t M = N == 7 ? 3 : 1;  // a few rows of x too (prefill)
-        std::vector<uint8_t> w = random_weights(t, N, K);
-        std::vector<double> wd = ref_dequant(t, w, N, K);
-        std::vector<float> x = randn(M * K);
-        x[0] = 0.0f;                                                   // exact zeros quantize to 0
-        if (K >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block
-        std::vector<float> out(M * N), exact(M * N);
-        View vx = make_view(x.data(), DType::F32, {M, K}), vw = make_view(w.data(), t, {N, K});
-        k.linear_q8_activations(vx, vw, make_view(out.data(), DType::F32, {M, N}));
-        k.linear(vx, vw, make_view(exact.data(), DType::F32, {M, N}));
-        std::vector<double> xq(M * K);  // dequantized activations
-        for (int64_t b = 0; b < M * K / 32; ++b) {
-          float amax = 0;
-          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
-          const float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
-          for (int j = 0; j < 32; ++j) {
-            double q = std::nearbyint(x[b * 32 + j] * id);
-            xq[b * 32 + j] = std::min(127.0, std::max(-127.0, q)) * d;
+        for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 13}) {
+          if (M > 1 && N != 7 && N != 37) continue;
+          std::vector<uint8_t> w = random_weights(t, N, K);
+          std::vector<double> wd = ref_dequant(t, w, N, K);
+          std::vector<float> x = randn(M * K);
+          x[0] = 0.0f;                                                   // exact zeros quantize to 0
+          if (K >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block
+          std::vector<float> out(M * N), exact(M * N);
+          View vx = make_view(x.data(), DType::F32, {M, K}), vw = make_view(w.data(), t, {N, K});
+          k.linear_q8_activations(vx, vw, make_view(out.data(), DType::F32, {M, N}));
+          k.linear(vx, vw, make_view(exact.data(), DType::F32, {M, N}));
+          std::vector<double> xq(M * K);  // dequantized activations
+          for (int64_t b = 0; b < M * K / 32; ++b) {
+            float amax = 0;
+            for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+            const float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+            for (int j = 0; j < 32; ++j) {
+              double q = std::nearbyint(x[b * 32 + j] * id);
+              xq[b * 32 + j] = std::min(127.0, std::max(-127.0, q)) * d;
+            }
+          }
+          std::vector<double> want(M * N);
+          double scale = 0, diff = 0;
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              for (int64_t c = 0; c < K; ++c) {
+                want[m * N + n] += xq[m * K + c] * wd[n * K + c];
+                scale = std::max(scale, std::fabs(xq[m * K + c] * wd[n * K + c]));
+              }
+              diff = std::max(diff, std::fabs(static_cast<double>(exact[m * N + n]) - want[m * N + n]));
+            }
+          std::string what = std::string("linear 8-bit activations ") + dtype_name(t) + " M=" + std::to_string(M) +
+                             " K=" + std::to_string(K) + " N=" + std::to_string(N);
+          close_all(out.data(), want.data(), out.size(), 1e-5 * scale * std::sqrt(double(K)) + 1e-6, 1e-5, what.c_str());
+          // The quantized path really ran: its result is not the exact one.
+          CHECK(diff > 1e-6 * scale, "%s: result equals the exact linear", what.c_str());
+          // Each row bitwise the product of that row alone.
+          for (int64_t m = 0; m < M && M > 1; ++m) {
+            std::vector<float> alone(N);
+            k.linear_q8_activations(make_view(x.data() + m * K, DType::F32, {1, K}), vw,
+                                    make_view(alone.data(), DType::F32, {1, N}));
+            CHECK(std::memcmp(alone.data(), out.data() + m * N, N * sizeof(float)) == 0,
+                  "%s: row %lld differs from the row alone", what.c_str(), static_cast<long long>(m));
           }
         }
-        std::vector<double> want(M * N);
-        double scale = 0, diff = 0;
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t n = 0; n < N; ++n) {
-            for (int64_t c = 0; c < K; ++c) {
-              want[m * N + n] += xq[m * K + c] * wd[n * K + c];
-              scale = std::max(scale, std::fabs(xq[m * K + c] * wd[n * K + c]));
-            }
-            diff = std::max(diff, std::fabs(static_cast<double>(exact[m * N + n]) - want[m * N + n]));
-          }
-        std::string what = std::string("linear 8-bit activations ") + dtype_name(t) + " M=" + std::to_string(M) +
-                           " K=" + std::to_string(K) + " N=" + std::to_string(N);
-        close_all(out.data(), want.data(), out.size(), 1e-5 * scale * std::sqrt(double(K)) + 1e-6, 1e-5, what.c_str());
-        // The quantized path really ran: its result is not the exact one.
-        CHECK(diff > 1e-6 * scale, "%s: result equals the exact linear", what.c_str());
       }
     }
   }

@@ -4,7 +4,8 @@
   step (the CPU linear kernel gives each row of a small batch the one-row result).
 - Requests run together through the scheduler, joining at different steps, produce token for
   token what LlmSession.generate produces for each alone (greedy), on a tiny generated model and
-  on the real SmolLM2.
+  on the real SmolLM2; under --fast (8-bit activations) too, steps and output, whatever the
+  iteration's prompt budget.
 - A prompt that shares a prefix with what a slot (or the one-slot session) holds reuses it: the
   output is the same as without the cache, and `prefilled` counts only the rest."""
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 pytest.importorskip("tensorlogic._core")
 
+from tensorlogic import _core  # noqa: E402
 from tensorlogic.apps.batching import BatchScheduler  # noqa: E402
 from tensorlogic.apps.llm_session import STDLIB_DIR, LlmSession  # noqa: E402
 from tensorlogic.builtins.kvcache import KVCache, SlotStore  # noqa: E402
@@ -60,7 +62,9 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]]) -> None:
+def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]], fast: bool = False) -> None:
+    """Batched steps against each sequence's own steps, bitwise; `fast`: the batched step raises the
+    8-bit path's row limit to its rows, as BatchScheduler does under --fast."""
     interp = session.interp
     interp.load_file(str(STDLIB_DIR / "batch.tl"))
     f = interp.functions
@@ -76,7 +80,13 @@ def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]]) -> None
     for step in range(4):  # the first call records, the later ones replay
         if step == 3:  # the same recording serves the rows' slots swapped
             slots, alone, positions, tokens = slots[::-1], alone[::-1], positions[::-1], tokens[::-1]
-        batched = interp.call_value(f["model_decode_batch"], [session.model, store, slots, tokens, positions]).numpy()
+        if fast:
+            _core.set_q8_activations(True, len(prompts))
+        try:
+            batched = interp.call_value(f["model_decode_batch"], [session.model, store, slots, tokens, positions]).numpy()
+        finally:
+            if fast:
+                _core.set_q8_activations(True)
         for b, (a, t, pos) in enumerate(zip(alone, tokens, positions)):
             row = interp.call_value(f["model_decode_step"], [session.model, a, t, pos]).numpy().reshape(-1)
             assert np.array_equal(batched[b], row), f"row {b}: max diff {np.abs(batched[b] - row).max()}"
@@ -237,16 +247,32 @@ def test_prompt_cache_one_slot_session_smollm2(smol_session):
     assert r2.ids == _alone(s, p2, 8)
 
 
-def test_fast_mode_steps_each_row_alone_and_equals_alone_smollm2(smollm2_path):
-    """--fast's 8-bit activations apply to one-row products only: the scheduler steps each
-    sequence alone then, so output still equals the request run alone (with --fast)."""
+def test_fast_mode_batched_step_rows_are_bitwise_single_steps_smollm2(smollm2_path):
+    """--fast (8-bit activations) batches too: each row of a batched step is bitwise the step of
+    that sequence alone (the q8 kernel gives every row of a product its one-row result)."""
     with LlmSession(smollm2_path, context=256, fast=True) as s:
-        prompts = [s.raw_prompt_ids(t) for t in ("The capital of France is", "Once upon a time, there was")]
-        alone = [_alone(s, p, 12) for p in prompts]
-        sched = BatchScheduler(s, 2, 128)
+        ids = s.raw_prompt_ids
+        _decode_rows_vs_steps(s, [ids("Hello"), ids("The capital of France is"), ids("Once upon a time"),
+                                  ids("1, 2, 3,"), ids("def main():")], fast=True)
+
+
+def test_fast_mode_together_equals_alone_smollm2(smollm2_path, monkeypatch):
+    """--fast batched greedy output is token for token the request run alone (with --fast), and
+    the steps really ran several rows at once; a prompt is prefilled in the pieces it has alone,
+    whatever the iteration's prompt budget (a prompt cut at 9 tokens turned a token of the haiku)."""
+    import tensorlogic.apps.batching as batching
+
+    monkeypatch.setattr(batching, "PREFILL_BUDGET", 9)
+    with LlmSession(smollm2_path, context=512, fast=True) as s:
+        questions = ["What is the capital of France?", "Write a haiku about the sea.",
+                     "List three fruits, one per line.", "Hi"]
+        prompts = [s.chat_prompt_ids([{"role": "user", "content": q}]) for q in questions]
+        prompts.append(s.raw_prompt_ids("Once upon a time, there was"))
+        alone = [_alone(s, p, 24) for p in prompts]
+        sched = BatchScheduler(s, 4, 128)
         try:
-            got = _together(sched, prompts, 12, [0, 0])
+            got = _together(sched, prompts, 24, [0, 0, 1, 4, 6])
         finally:
             sched.close()
-        assert not sched.batched
+        assert sched.batched and sched.steps > 0 and sched.batched_tokens > 2 * sched.steps
         assert [r.ids for r in got] == alone

@@ -14,7 +14,10 @@ against NumPy, at the shapes where each path has an edge:
   gguf package's dequantized weights, and each row of M <= 8 bitwise the product of that row
   alone (what keeps batched serving token for token the request alone); odd N (a weight row left
   over from the kernels' pairs), K of an odd and an even number of blocks; again with
-  TL_CPU_NO_AVX512=1 for the AVX2 several-row kernels.
+  TL_CPU_NO_AVX512=1 for the AVX2 several-row kernels;
+- linear with 8-bit activations (--fast) on 1..8 rows, every type with an integer dot product:
+  against NumPy on the definition's quantized x, each row bitwise the row alone, longer products
+  exact, and the same bits with TL_CPU_NO_AVX512=1 and TL_CPU_NO_SIMD=1.
 Each path runs in any backend's kernels only on the CPU; other backends take these ops through
 their own kernels (tests/runtime/test_backend_ops.py compares them with the CPU).
 """
@@ -172,3 +175,99 @@ def test_linear_rows_with_the_avx2_kernels():
     env = dict(os.environ, TL_CPU_NO_AVX512="1")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ linear, 8-bit activations (--fast)
+
+Q8_TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")  # those with an integer dot product
+Q8_ROWS = 8  # cpp/runtime/kernels.h's kQ8ActivationRows: the most rows set_q8_activations takes
+
+
+def q8_reference(x: np.ndarray) -> np.ndarray:
+    """x [M, K] as the 8-bit path sees it, by the definition: per block of 32, d = max|x| / 127 (f32)
+    and q = round_half_even(x * (127 / max|x|)) in -127..127; returns q * d (float64)."""
+    b = x.reshape(x.shape[0], -1, 32)
+    amax = np.abs(b).max(axis=2, keepdims=True)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    q = np.clip(np.rint(b * inv), -127, 127)
+    return (q * (amax / np.float32(127)).astype(np.float32)).astype(np.float64).reshape(x.shape)
+
+
+def linear_q8(x: np.ndarray, w, rows: int = Q8_ROWS) -> np.ndarray:
+    """linear with 8-bit activations for products of up to `rows` rows (a batched decode step's)."""
+    before = _core.q8_activations()
+    _core.set_q8_activations(True, rows)
+    try:
+        return _core.linear(T(x), w).numpy()
+    finally:
+        _core.set_q8_activations(before)
+
+
+def check_linear_q8_rows(fmt: str, M: int, rng) -> list[np.ndarray]:
+    """Checks linear with 8-bit activations on M rows against NumPy and each row against the row
+    alone; returns the products (for the comparison across instruction sets)."""
+    be = quant_block_elems(fmt)
+    shapes = [(37, be * 3), (2, be * 2)] if be == 256 else [(37, 32), (13, 96), (20, 576)]
+    outs = []
+    for N, K in shapes:
+        w, wd = weight(fmt, N, K, rng)
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        if K >= 64:
+            x[0, 32:64] = 0.0  # an all-zero block
+        got = linear_q8(x, w)
+        xq = q8_reference(x)
+        want = xq @ wd.T
+        bound = 2e-6 * np.sqrt(K) * (np.abs(xq) @ np.abs(wd).T) + 1e-30
+        worst = float(np.max(np.abs(got - want) / bound))
+        assert worst <= 1.0, f"{fmt} M={M} N={N} K={K}: off NumPy by {worst:.2f} of the tolerance"
+        exact = _core.linear(T(x), w).numpy()
+        assert not np.array_equal(got, exact), f"{fmt} M={M}: the 8-bit path did not run"
+        for m in range(M):
+            alone = linear_q8(x[m:m + 1], w)[0]
+            assert np.array_equal(got[m], alone), f"{fmt} M={M} N={N} K={K}: row {m} differs from the row alone"
+        outs.append(got)
+    return outs
+
+
+@pytest.mark.parametrize("M", list(range(1, Q8_ROWS + 1)))
+@pytest.mark.parametrize("fmt", Q8_TYPES)
+def test_linear_q8_rows_match_numpy_and_each_row_alone(fmt, M):
+    """What keeps tl serve --parallel --fast's batched greedy output the request's alone."""
+    check_linear_q8_rows(fmt, M, np.random.default_rng([M, len(fmt), ord(fmt[-1])]))
+
+
+def test_linear_q8_longer_products_keep_exact_activations():
+    """Prefill stays exact: products longer than the row limit (1 unless a batched decode step
+    raised it) take the exact path."""
+    w, _ = weight("q4_1", 20, 576, np.random.default_rng(3))
+    x = f32(Q8_ROWS + 1, 576)
+    np.testing.assert_array_equal(linear_q8(x, w), _core.linear(T(x), w).numpy())
+    x2 = f32(2, 576)
+    exact = _core.linear(T(x2), w).numpy()
+    np.testing.assert_array_equal(linear_q8(x2, w, rows=1), exact)  # a 2-token prompt piece
+    assert not np.array_equal(linear_q8(x2, w, rows=2), exact)
+    assert not np.array_equal(linear_q8(x2[:1], w, rows=1), exact[:1])  # decode: one row
+    for bad in (0, Q8_ROWS + 1):
+        with pytest.raises(ValueError, match="rows must be 1..8"):
+            _core.set_q8_activations(True, bad)
+    assert not _core.q8_activations()
+
+
+@pytest.mark.parametrize("env", [{"TL_CPU_NO_AVX512": "1"}, {"TL_CPU_NO_SIMD": "1"}])
+def test_linear_q8_same_bits_on_every_instruction_set(env, tmp_path):
+    """The AVX-512 VNNI, AVX2 and portable paths give the same bits (one fixed float sequence per
+    pair of rows; integer sums are exact), so --fast output does not depend on the CPU's extensions."""
+    code = ("import numpy as np, sys\n"
+            "sys.path.insert(0, %r)\n"
+            "import test_cpu_fast_paths as t\n"
+            "outs = [o for fmt in t.Q8_TYPES for M in (1, 3, 8) "
+            "for o in t.check_linear_q8_rows(fmt, M, np.random.default_rng(M))]\n"
+            "np.savez(%r, *outs)\n") % (str(Path(__file__).parent), str(tmp_path / "out.npz"))
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    theirs = np.load(tmp_path / "out.npz")
+    ours = [o for fmt in Q8_TYPES for M in (1, 3, 8) for o in check_linear_q8_rows(fmt, M, np.random.default_rng(M))]
+    assert len(ours) == len(theirs.files)
+    for i, o in enumerate(ours):
+        assert np.array_equal(o, theirs[f"arr_{i}"]), f"product {i} differs with {env}"

@@ -105,24 +105,20 @@ constexpr int64_t kChunk = 512;
 void dequantize_row(DType t, const void* src, int64_t n, float* dst);
 
 // ---- 8-bit activations (kernels_matmul_q8.cpp) ----
-// m rows of x quantized to blocks of 32 int8: q[m, K], and per block the scale d and d * sum(q).
+// m rows of x quantized to blocks of 32 int8: q[m, K], and per block the scale d, the integer sum
+// of its q (qsum) and d * qsum (dsum).
 struct Q8Activations {
   int64_t m = 0, nb = 0;  // rows, blocks per row
   std::vector<int8_t> q;
   std::vector<float> d, dsum;
-};
-// One row of Q8Activations.
-struct Q8Row {
-  const int8_t* q;
-  const float* d;
-  const float* dsum;
-  int64_t nb;
+  std::vector<int32_t> qsum;
 };
 // Whether weights of dtype t have an integer dot product with 8-bit activations.
 bool has_q8_matvec(DType t);
 // Quantizes x[m, k] (k a multiple of 32) into out, reusing its storage.
 void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out);
-// out[i, n] = w_n . x_i for the N rows of w (wrow bytes apart) and the m quantized rows of x.
+// out[i, n] = w_n . x_i for the N rows of w (wrow bytes apart) and the m quantized rows of x; row i
+// of out is bitwise what the product with row i of x alone (m == 1) gives.
 void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,
                float* out);
 

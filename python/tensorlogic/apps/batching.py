@@ -9,10 +9,12 @@ Invariants:
   prompt (llama-server's cache_prompt; the least recently used one when none shares half of it)
   and prefills only what follows the prefix its slot holds; usage reports that as cached_tokens.
 - Every loop iteration runs at most PREFILL_BUDGET prompt tokens (pieces of the prompts of slots
-  still prefilling, oldest first) and then one batched decode step for every slot that is decoding,
-  so running streams keep flowing while a long prompt is prefilled.
+  still prefilling, oldest first; under --fast a prompt's pieces are LlmSession's, PREFILL_CHUNK
+  tokens: see _piece_end) and then one batched decode step for every slot that is decoding, so
+  running streams keep flowing while a long prompt is prefilled.
 - A batched step computes for each sequence what a step of it alone computes (the CPU linear kernel
-  gives each row of a small batch bitwise the one-row result), so greedy output does not depend on
+  gives each row of a small batch bitwise the one-row result, with exact or, under --fast, 8-bit
+  activations), so greedy output does not depend on
   what else runs; tests/e2e/test_server_batching.py checks it token for token.
 - Each slot's cache is allocated once, at start, for slot_context positions (--context divided among
   the slots, as llama-server's -c and -np), as its rows of one SlotStore (builtins/kvcache.py): the
@@ -31,13 +33,14 @@ from ..builtins.kvcache import SlotStore
 from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
 from ..models.errors import ModelError
-from .llm_session import STDLIB_DIR, GenerationResult, _Stopped, _TokenStream
+from .llm_session import PREFILL_CHUNK, STDLIB_DIR, GenerationResult, _Stopped, _TokenStream
 from .serve_embed import EmbeddingResult
 from .server import ApiError, Engine, needs_guided_sampler
 
 PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode steps
 # rows of one batched step: the CPU linear kernel keeps a row bitwise equal to the one-row product
-# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp); more slots step in groups
+# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp; under --fast
+# kQ8ActivationRows, cpp/runtime/kernels.h); more slots step in groups
 MAX_STEP_ROWS = 8
 MIN_SLOT_CONTEXT = 16
 SIMILARITY = 0.5  # share of a prompt a slot's cache must hold to be chosen for it (llama-server's default)
@@ -99,10 +102,15 @@ class BatchScheduler:
             interp.load_file(str(STDLIB_DIR / "batch.tl"))
         except TLError as e:
             raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
-        # --fast (8-bit activations) applies to one-row products only: a batched step's rows would
-        # take the exact kernel and differ from the same request alone, so each row steps alone
-        self.batched = not core.q8_activations()
-        self._step_fn = interp.functions["model_decode_batch" if self.batched else "model_decode_each"]
+        # under --fast too: a step raises the 8-bit path's row limit to its rows (_decode_rows), each
+        # row bitwise its one-row product (kernels_matmul_q8.cpp), so its rows equal steps alone
+        self.batched = True
+        self._step_fn = interp.functions["model_decode_batch"]
+        self.fast = bool(core.q8_activations())
+        # under --fast, the fewest prompt tokens a request prefills when its prompt is longer: one
+        # token is a matrix-vector product, which takes the 8-bit path where the prompt alone is
+        # prefilled exactly
+        self.min_piece = 2 if self.fast else 1
         self._piece_fn = interp.functions["prefill_piece"]
         self._forward_fn = interp.functions["model_forward"]
         self.order = collections.deque()  # slots in the order their requests came (prefill goes first-come)
@@ -142,7 +150,9 @@ class BatchScheduler:
             raise ModelError(str(e)) from None
         common = slot.common_prefix(ids)
         slot.job, slot.state, slot.prompt = job, "prefill", list(ids)
-        slot.start = slot.done = min(common, len(ids) - 1)  # at least one token runs, for the logits
+        # at least one token runs, for the logits (under --fast two of a longer prompt: min_piece)
+        keep = self.min_piece if len(ids) >= self.min_piece else 1
+        slot.start = slot.done = min(common, len(ids) - keep)
         slot.cached_ids = slot.cached_ids[:slot.start]
         slot.max_tokens, slot.sampler = max_tokens, sampler
         slot.stream = _TokenStream(s.tokenizer.tok, on_text, False, None, tuple(sampling["stop"]),
@@ -179,7 +189,7 @@ class BatchScheduler:
 
     def _prefill(self, slot: Slot, budget: int, ended: list) -> int:
         m, s = self.session.model, self.session
-        end = min(len(slot.prompt), slot.done + budget)
+        end = self._piece_end(slot, budget)
         piece = slot.prompt[slot.done:end]
         try:
             if end < len(slot.prompt):
@@ -202,6 +212,14 @@ class BatchScheduler:
             self._choose(slot, self._read(logits, 1)[0], ended)
         return len(piece)
 
+    def _piece_end(self, slot: Slot, budget: int) -> int:
+        """Where the slot's next prompt piece ends: `budget` tokens on; under --fast, PREFILL_CHUNK
+        tokens on (LlmSession.generate's pieces, whatever the budget): 8-bit activations turn the
+        last bits in which a prompt cut differently is prefilled (the exact products and attention
+        of the pieces round differently) into different tokens now and then, so a prompt is cut as
+        it is when run alone and greedy output stays that of the request alone."""
+        return min(len(slot.prompt), slot.done + (PREFILL_CHUNK if self.fast else budget))
+
     def _decode(self, decoding: list[Slot], ended: list) -> None:
         for first in range(0, len(decoding), MAX_STEP_ROWS):
             self._decode_rows(decoding[first:first + MAX_STEP_ROWS], ended)
@@ -211,8 +229,14 @@ class BatchScheduler:
         tokens = [sl.next_token for sl in decoding]
         positions = [sl.pos for sl in decoding]
         try:
-            logits = s.interp.call_value(self._step_fn, [s.model, self.store, [sl.index for sl in decoding],
-                                                         tokens, positions])
+            if self.fast:  # the step's products of len(decoding) rows take the 8-bit path too
+                core.set_q8_activations(True, len(decoding))
+            try:
+                logits = s.interp.call_value(self._step_fn, [s.model, self.store, [sl.index for sl in decoding],
+                                                             tokens, positions])
+            finally:
+                if self.fast:
+                    core.set_q8_activations(True)  # back to matrix-vector products: prefill stays exact
         except TLError as e:
             err = ModelError(" ".join(str(e).split("\n")[:1]))
             for sl in decoding:

@@ -195,7 +195,7 @@ def synchronize() -> None:
 
 def set_q8_activations(on: bool) -> bool:
     """Switch 8-bit activations in the quantized matrix-vector products (`tl generate --fast`) on or
-    off for ops encoded from now on; returns the previous setting."""
+    off for ops encoded from now on (their row limit back to 1); returns the previous setting."""
     before = bool(core.q8_activations())
     core.set_q8_activations(on)
     return before

@@ -1,0 +1,103 @@
+"""In-process cost of one batched decode step (stdlib/batch.tl's model_decode_batch, what
+`tl serve --parallel` runs per token) for B rows against one row, with exact or 8-bit (--fast)
+activations (not a test). Each run is its own process (the compiled step records the kernels of
+its mode); runs alternate the modes and row counts, so load from other jobs falls on all of them.
+
+    python bench/decode_steps.py [--rows 1 8] [--steps 24] [--repeats 3] [--model PATH|NAME]
+                                 [--modes exact fast] [--threads N]
+
+Prints, per mode and row count, the median ms per step over the runs (each run's figure is its
+median step after a warm-up step that records), tokens/s (B / step time), and the ratio of B rows'
+tokens/s to one row's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ["The capital of France is", "Once upon a time, there was", "def main():", "1, 2, 3, 4,",
+           "The quick brown fox", "In 1492, Columbus", "Water boils at", "My favourite colour is"]
+
+
+def _one_run(model: str | None, fast: bool, rows: int, steps: int) -> float:
+    """Median ms per step of `rows` rows (in this process)."""
+    sys.path.insert(0, str(ROOT / "python"))
+    from tensorlogic import _core as core
+    from tensorlogic.apps.llm_session import STDLIB_DIR, LlmSession
+    from tensorlogic.builtins.kvcache import SlotStore
+
+    with LlmSession(model or "smollm2-135m-instruct", context=256, fast=fast) as s:
+        interp = s.interp
+        interp.load_file(str(STDLIB_DIR / "batch.tl"))
+        f = interp.functions
+        cfg = s.config
+        store = SlotStore(rows, cfg.n_layers, steps + 32, cfg.n_kv_heads, cfg.head_dim)
+        prompts = [s.raw_prompt_ids(PROMPTS[b % len(PROMPTS)])[:12] for b in range(rows)]
+        for b, p in enumerate(prompts):
+            interp.call_value(f["prefill_piece"], [s.model, store.cache(b), p, 0])
+        tokens = [p[-1] for p in prompts]
+        positions = [len(p) for p in prompts]
+        times = []
+        for step in range(steps + 1):
+            start = time.perf_counter()
+            if fast:  # as BatchScheduler under --fast: the step's products of `rows` rows take the 8-bit path
+                core.set_q8_activations(True, rows)
+            logits = interp.call_value(f["model_decode_batch"], [s.model, store, list(range(rows)), tokens, positions])
+            if fast:
+                core.set_q8_activations(True)
+            ids = logits.numpy().reshape(rows, -1).argmax(axis=1)
+            if step > 0:  # the first call records the compiled step
+                times.append(time.perf_counter() - start)
+            tokens = [int(t) for t in ids]
+            positions = [p + 1 for p in positions]
+    return 1000 * statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--modes", nargs="+", choices=["exact", "fast"], default=["exact", "fast"])
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # internal: MODE ROWS, one run in this process
+    args = ap.parse_args()
+    if args.run:
+        print(json.dumps(_one_run(args.model, args.run[0] == "fast", int(args.run[1]), args.steps)))
+        return 0
+    env = dict(os.environ)
+    if args.threads:
+        env["TL_THREADS"] = str(args.threads)
+    ms: dict[tuple[str, int], list[float]] = {}
+    for _ in range(args.repeats):
+        for mode in args.modes:
+            for rows in args.rows:
+                cmd = [sys.executable, __file__, "--run", mode, str(rows), "--steps", str(args.steps)]
+                if args.model:
+                    cmd += ["--model", args.model]
+                r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+                if r.returncode != 0:
+                    print(r.stderr, file=sys.stderr)
+                    return 1
+                ms.setdefault((mode, rows), []).append(json.loads(r.stdout.strip().splitlines()[-1]))
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    for mode in args.modes:
+        one = statistics.median(ms[(mode, args.rows[0])])
+        for rows in args.rows:
+            m = statistics.median(ms[(mode, rows)])
+            runs = ", ".join(f"{v:.1f}" for v in ms[(mode, rows)])
+            print(f"{mode:5s} rows {rows}: {m:6.1f} ms/step ({runs}), {1000 * rows / m:6.1f} tokens/s, "
+                  f"{(rows / m) / (args.rows[0] / one):.2f}x {args.rows[0]} row(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
