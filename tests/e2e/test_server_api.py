@@ -16,18 +16,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from test_server import KEY, QUESTION, RAW, Server  # noqa: E402  (tests/e2e is on sys.path)
-
-
-@pytest.fixture(scope="module")
-def smollm2_path():
-    import os
-
-    if os.environ.get("TL_SKIP_REAL_MODEL") == "1":
-        pytest.skip("TL_SKIP_REAL_MODEL=1")
-    from tensorlogic.models.fetch import fetch_model
-
-    return fetch_model(progress=False)
+from test_server import KEY, QUESTION, RAW, Server, smollm2_path  # noqa: E402,F401 (tests/e2e is on sys.path; the fixture too)
 
 
 @pytest.fixture(scope="module")

@@ -74,23 +74,29 @@ def _ask(client, kind: str, prompt: str, max_tokens: int, stream: bool) -> tuple
     return r.choices[0].message.content, r.usage.completion_tokens
 
 
+def _ask_concurrently(server, requests: list) -> list:
+    """Each request of `requests` from a thread of its own, all at once: their (text, tokens)."""
+    replies: list = [None] * len(requests)
+    errors: list = []
+
+    def run(i):
+        try:
+            replies[i] = _ask(server.client(), *requests[i])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    return replies
+
+
 def test_concurrent_requests_equal_tl_generate_alone(server, expected):
     for attempt in range(2):  # the second round: slots whose caches hold earlier prompts
-        replies: list = [None] * len(REQUESTS)
-        errors: list = []
-
-        def run(i):
-            try:
-                replies[i] = _ask(server.client(), *REQUESTS[i])
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(REQUESTS))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-        assert not errors, errors
+        replies = _ask_concurrently(server, REQUESTS)
         assert [r[0] for r in replies] == [e["text"] for e in expected]
         assert [r[1] for r in replies] == [len(e["ids"]) for e in expected]
     h = server.health()

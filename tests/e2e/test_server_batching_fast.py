@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -18,7 +17,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from test_server import KEY, ROOT, Server, _env, smollm2_path  # noqa: E402,F401 - the fixture too
-from test_server_batching import _ask  # noqa: E402
+from test_server_batching import _ask_concurrently  # noqa: E402
 
 PARALLEL = 3
 REQUESTS = [  # (kind, prompt, max_tokens, stream)
@@ -48,21 +47,7 @@ def _generate_fast(model, prompt: str, max_tokens: int, raw: bool) -> dict:
 
 def test_fast_concurrent_requests_equal_tl_generate_fast_alone(fast_server, smollm2_path):
     expected = [_generate_fast(smollm2_path, p, n, kind == "raw") for kind, p, n, _ in REQUESTS]
-    replies: list = [None] * len(REQUESTS)
-    errors: list = []
-
-    def run(i):
-        try:
-            replies[i] = _ask(fast_server.client(), *REQUESTS[i])
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(REQUESTS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, errors
+    replies = _ask_concurrently(fast_server, REQUESTS)
     assert [r[0] for r in replies] == [e["text"] for e in expected]
     assert [r[1] for r in replies] == [len(e["ids"]) for e in expected]
     slots = fast_server.health()["slots"]
