@@ -34,6 +34,13 @@ Strided3 strided3(const View& v) {
   return Strided3{v.data, v.dtype, v.strides[0], v.strides[1], v.strides[2]};
 }
 
+// Whether x's rows of D elements can be read as float4s: f32, contiguous along D, 16-byte aligned
+// (a KV cache, a q from a projection).
+__device__ __forceinline__ bool rows_vec4(const Strided3& x, int64_t D) {
+  return x.dtype == DType::F32 && x.s2 == 1 && (D & 3) == 0 && ((x.s0 | x.s1) & 3) == 0 &&
+         (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
+}
+
 // acc[r] += p_jj * v[c0 + jj][hk][lane + 32 r] over the chunk's n_here keys, p_jj in lane jj.
 // Eight value rows at a time, their loads issued before any use (a load behind a branch on its
 // weight would wait out the memory latency once per key); f32 values are read without the
@@ -92,8 +99,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     v.data = static_cast<const char*>(v.data) + dyn[3];
   }
   // Keys as float4 when k is contiguous f32 along D with 16-byte aligned rows (a KV cache).
-  const bool k_vec4 = k.dtype == DType::F32 && k.s2 == 1 && (D & 3) == 0 && ((k.s0 | k.s1) & 3) == 0 &&
-                      (reinterpret_cast<uintptr_t>(k.data) & 15) == 0;
+  const bool k_vec4 = rows_vec4(k, D);
   for (int64_t task = blockIdx.x; task < Sq * Hq; task += gridDim.x) {
     const int64_t i = task / Hq;
     const int64_t h = task - i * Hq;
@@ -311,12 +317,8 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTileQ;
   const int64_t h = blockIdx.y, hk = h / (Hq / Hkv);
   const int q_valid = static_cast<int>(Sq - i0 < kTileQ ? Sq - i0 : kTileQ);
-  auto vec4_ok = [&](const Strided3& x) {
-    return x.dtype == DType::F32 && x.s2 == 1 && (D & 3) == 0 && ((x.s0 | x.s1) & 3) == 0 &&
-           (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
-  };
-  const bool k4 = vec4_ok(k), v4 = vec4_ok(v);
-  load_tile<DT>(q, i0, kTileQ, q_valid, h, D, vec4_ok(q), qs, kStride);
+  const bool k4 = rows_vec4(k, D), v4 = rows_vec4(v, D);
+  load_tile<DT>(q, i0, kTileQ, q_valid, h, D, rows_vec4(q, D), qs, kStride);
   // keys past the tile's last query are invisible under the causal mask
   int64_t keys = Sk;
   if (causal) {
