@@ -6,12 +6,28 @@ GPU, host time outside the waits is time the device may sit idle between tokens.
     python3 bench/gpu/profile_decode_host.py MODEL.gguf [--backend cuda] [--tokens 64]
 """
 import argparse
+import contextlib
 import cProfile
-import io
 import pstats
 import sys
 import threading
 import time
+
+
+@contextlib.contextmanager
+def interpreter_thread_profile():
+    """A cProfile.Profile of the threads started inside the block (the interpreter runs a call on a
+    thread of its own, deep_stack), from each one's first event."""
+    prof = cProfile.Profile()
+
+    def start(*_):
+        sys.setprofile(None)
+        prof.enable()
+    threading.setprofile(start)
+    try:
+        yield prof
+    finally:
+        threading.setprofile(None)
 
 
 def main() -> None:
@@ -26,17 +42,11 @@ def main() -> None:
     prompt = list(range(3, 131))
     with LlmSession(a.model, backend=a.backend, context=len(prompt) + a.tokens + 16) as s:
         s.generate(prompt, 8, temperature=0.0, stop_at_eog=False)  # recording made, warm
-        prof = cProfile.Profile()
-
-        def start(*_):  # the interpreter runs on a thread of its own: profile it from its first event
-            sys.setprofile(None)
-            prof.enable()
         s.cached_ids = list(prompt)
-        threading.setprofile(start)
-        t = time.perf_counter()
-        r = s.generate(prompt + [7], a.tokens, temperature=0.0, stop_at_eog=False)
-        wall = time.perf_counter() - t
-        threading.setprofile(None)
+        with interpreter_thread_profile() as prof:
+            t = time.perf_counter()
+            r = s.generate(prompt + [7], a.tokens, temperature=0.0, stop_at_eog=False)
+            wall = time.perf_counter() - t
         n = len(r.ids)
         print(f"{n} tokens, {1e6 * wall / n:.0f} us per token (decode {r.decode_tok_s:.1f} tok/s)")
         stats = pstats.Stats(prof)

@@ -11,18 +11,16 @@ set-up kernels are few and short) and sums gpu__time_duration per kernel name.
 """
 import argparse
 import collections
+import contextlib
 import csv
-import cProfile
 import io
-import os
 import pstats
 import subprocess
 import sys
-import threading
 import time
 
-NCU = os.environ.get("NCU", "/usr/local/cuda/bin/ncu")
-UNIT = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}
+from ncu_matvec import NCU, UNIT  # this folder is on sys.path when a script of it runs
+from profile_decode_host import interpreter_thread_profile
 
 
 def prefill_runs(model: str, tokens: int, runs: int, host: bool, backend: str = "cuda") -> None:
@@ -32,24 +30,18 @@ def prefill_runs(model: str, tokens: int, runs: int, host: bool, backend: str = 
     with LlmSession(model, backend=backend, context=tokens + 8) as s:
         ids = [3 + (i * 7919) % (s.config.vocab_size - 3) for i in range(tokens)]
         walls = []
+        prof = None
         for i in range(runs):
             s.cached_ids = []
-            if host and i == runs - 1:
-                # the interpreter runs on a thread of its own (deep_stack): profile the threads
-                # started from here on, from their first event
-                prof = cProfile.Profile()
-
-                def start(*_):
-                    sys.setprofile(None)
-                    prof.enable()
-                threading.setprofile(start)
-            cpu = time.process_time()
-            t = time.perf_counter()
-            r = s.generate(ids, 1, temperature=0.0, stop_at_eog=False)
-            walls.append(time.perf_counter() - t)
-            cpu = time.process_time() - cpu
-            if host and i == runs - 1:
-                threading.setprofile(None)
+            profiled = host and i == runs - 1
+            with interpreter_thread_profile() if profiled else contextlib.nullcontext() as p:
+                cpu = time.process_time()
+                t = time.perf_counter()
+                r = s.generate(ids, 1, temperature=0.0, stop_at_eog=False)
+                walls.append(time.perf_counter() - t)
+                cpu = time.process_time() - cpu
+            if profiled:
+                prof = p
             print(f"prefill {i}: {1e3 * r.prompt_seconds:.2f} ms ({tokens / r.prompt_seconds:,.0f} tok/s), "
                   f"call {1e3 * walls[-1]:.2f} ms, process CPU {1e3 * cpu:.2f} ms", flush=True)
         if host:
