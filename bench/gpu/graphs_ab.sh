@@ -25,12 +25,9 @@
 #   bench/gpu/graphs_ab.sh r   builds, test_cuda_vs_cpu, the cross-backend pytest files on CUDA, the
 #                              prefill profile of both models (exact, TF32, ncu), bench/llm.py on
 #                              both models against BEFORE_ENV (default TL_CUDA_MATVEC_PREFETCH=0)
-#   bench/gpu/graphs_ab.sh w   builds, test_cuda_vs_cpu, then bench/llm.py on both models with this
-#                              tree's Python layer and with .carry/base_generate.tl as
-#                              stdlib/generate.tl (the same native module), interleaved; and
-#                              decode_ceiling.py (the device's rate without the host's reads)
 #   bench/gpu/graphs_ab.sh x   builds, then the host's time per decoded token on both models
-#                              (profile_decode_host.py)
+#                              (profile_decode_host.py) and the step's rate without host reads
+#                              (decode_ceiling.py)
 #   bench/gpu/graphs_ab.sh v   (after a build with the llama.cpp sdist carried: p, r or a) both models: TL and llama.cpp CUDA, TL with BEFORE_ENV, TL
 #                              with TL_CUDA_TF32=1
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
@@ -177,29 +174,13 @@ r)
     done
   done
   ;;
-w)
-  prepare_and_models
-  cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
-  rm -rf "$WORK/base" && mkdir -p "$WORK/base" && cp -r python "$WORK/base/" &&
-    cp "$ROOT/.carry/base_generate.tl" "$WORK/base/python/tensorlogic/stdlib/generate.tl"
-  for m in "$SMOL" "$B1"; do
-    for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
-    for v in now base now base; do
-      echo "== $(basename "$m" .gguf) $v"
-      if [ $v = now ]; then pp=$WORK/src/python; else pp=$WORK/base/python; fi
-      PYTHONPATH="$WORK/pydeps:$pp" timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
-    done
-    echo "== $(basename "$m" .gguf): the device's own decode rate (decode_ceiling.py)"
-    timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -2
-  done
-  ;;
 x)
   prepare_and_models
   cd "$WORK/src" || exit 1
   for m in "$SMOL" "$B1"; do
     for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
     echo "== $(basename "$m" .gguf)"; timeout 100 python3 bench/gpu/profile_decode_host.py "$m" --tokens 128 2>&1 | tail -24
+    echo "== $(basename "$m" .gguf): the device's own decode rate"; timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -2
   done
   ;;
 v)
@@ -213,5 +194,5 @@ v)
       --json "$OUTDIR/$(basename "$m" .gguf)_tf32.json" 2>&1 | tail -1
   done
   ;;
-*) echo "usage: $0 a|b|c|d|k|m|p|q|r|v|w|x" >&2; exit 2 ;;
+*) echo "usage: $0 a|b|c|d|k|m|p|q|r|v|x" >&2; exit 2 ;;
 esac
