@@ -25,9 +25,10 @@
 #   bench/gpu/graphs_ab.sh r   builds, test_cuda_vs_cpu, the cross-backend pytest files on CUDA, the
 #                              prefill profile of both models (exact, TF32, ncu), bench/llm.py on
 #                              both models against BEFORE_ENV (default TL_CUDA_MATVEC_PREFETCH=0)
-#   bench/gpu/graphs_ab.sh x   builds, then the host's time per decoded token on both models
+#   bench/gpu/graphs_ab.sh x   builds, test_cuda_vs_cpu, the cross-backend pytest files on CUDA, then
+#                              the host's time per decoded token on both models
 #                              (profile_decode_host.py) and the step's rate without host reads
-#                              (decode_ceiling.py)
+#                              (decode_ceiling.py, with generation picking ids ahead or not)
 #   bench/gpu/graphs_ab.sh v   (after a build with the llama.cpp sdist carried: p, r or a) both models: TL and llama.cpp CUDA, TL with BEFORE_ENV, TL
 #                              with TL_CUDA_TF32=1
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
@@ -177,10 +178,13 @@ r)
 x)
   prepare_and_models
   cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_fused_ops.py 2>&1 | tail -2
   for m in "$SMOL" "$B1"; do
     for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
     echo "== $(basename "$m" .gguf)"; timeout 100 python3 bench/gpu/profile_decode_host.py "$m" --tokens 128 2>&1 | tail -24
-    echo "== $(basename "$m" .gguf): the device's own decode rate"; timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -2
+    echo "== $(basename "$m" .gguf): the device's own decode rate"; timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -7
   done
   ;;
 v)

@@ -86,10 +86,16 @@ def test_replayed_decode_under_debug_modes(smollm2_path, reference, env):
 
 
 def _decode_recording(session: LlmSession):
-    cf = session.interp.functions["model_decode_step"].impl
+    """The recording of greedy generation's step (generate.tl's model_decode_greedy: the position
+    is its scalar input, the id a tensor [1] input)."""
+    cf = session.interp.functions["model_decode_greedy"].impl
     entries = [e for e in cf.entries.values() if hasattr(e, "recording")]
     assert len(entries) == 1
     return cf, entries[0].recording
+
+
+def _id_tensor(i: int):
+    return core.from_numpy(np.array([i], dtype=np.int64))
 
 
 def test_replay_is_refused_after_the_kv_cache_is_reallocated(smollm2_path, reference):
@@ -103,7 +109,7 @@ def test_replay_is_refused_after_the_kv_cache_is_reallocated(smollm2_path, refer
         for i in range(cfg.n_layers):  # the same cache object on new buffers
             s.cache._allocate(i, 64, (cfg.n_kv_heads, cfg.head_dim))
         with pytest.raises(core.ReplayRefused, match="released"):
-            rec.replay([float(first.ids[-1]), float(len(p["prompt_ids"]))], [])
+            rec.replay([float(len(p["prompt_ids"]))], [_id_tensor(first.ids[-1])])
         s.cached_ids = []
         again = s.generate(p["prompt_ids"], 4, stop_at_eog=False)  # records anew, right ids
         assert again.ids == first.ids == p["greedy_ids"][:4]
@@ -118,7 +124,7 @@ def test_replay_is_refused_after_the_model_is_closed(smollm2_path, reference):
     cache = s.cache
     s.model.close()
     with pytest.raises(core.ReplayRefused, match="released"):
-        rec.replay([1.0, float(len(p["prompt_ids"]))], [])
+        rec.replay([float(len(p["prompt_ids"]))], [_id_tensor(1)])
     cache.release()
     s.close()
     s.interp.close()

@@ -1,4 +1,6 @@
-// The CUDA backend: one device, one non-blocking stream, plain cudaMalloc memory.
+// The CUDA backend: one device, one non-blocking stream for the kernels (and one for host
+// transfers, which the runtime issues only once the kernels touching the range are done), plain
+// cudaMalloc memory.
 // Invariants: submit() only queues the command buffer and returns; one launch thread runs the
 // commands (kernel launches) in submission order and records an event after each command
 // buffer; one completion thread waits for those events in the same order and calls each
@@ -26,6 +28,7 @@
 #include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -318,6 +321,14 @@ class CudaBackend final : public Backend {
       capture_stream_ = nullptr;
       graphs_enabled_ = false;
     }
+    if (cudaStreamCreateWithFlags(&transfer_stream_, cudaStreamNonBlocking) != cudaSuccess) {
+      (void)cudaGetLastError();
+      transfer_stream_ = stream_;  // transfers then queue behind the kernels (correct, slower)
+    }
+    if (cudaMallocHost(&staging_, kStagingBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      staging_ = nullptr;
+    }
     completion_thread_ = std::thread(&CompletionState::run, state_);
     launch_thread_ = std::thread([this, device] { launch_loop(device); });
   }
@@ -359,6 +370,8 @@ class CudaBackend final : public Backend {
     kernels_.set_blas(nullptr);
     blas_.reset();  // before the stream it is bound to
     if (capture_stream_ != nullptr) (void)cudaStreamDestroy(capture_stream_);
+    if (transfer_stream_ != stream_) (void)cudaStreamDestroy(transfer_stream_);
+    if (staging_ != nullptr) (void)cudaFreeHost(staging_);
     (void)cudaStreamDestroy(stream_);  // pending work still completes; resources go after it
     if (attention_scratch_ != nullptr) (void)cudaFree(attention_scratch_);  // waits for the device
   }
@@ -381,22 +394,36 @@ class CudaBackend final : public Backend {
     if (ptr != nullptr) (void)cudaFree(ptr);  // errors here only mean the device is already gone
   }
 
+  // Host transfers go through a stream of their own (transfer_stream_). The runtime calls them only
+  // after the command buffers that use the range have completed (rule R2), so they need not wait
+  // behind kernels queued since: a greedy id is read while the next decode step already runs.
+  // Small ones pass through a pinned staging buffer (a pageable copy costs a driver bounce).
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy_to_device");
-    check(cudaStreamSynchronize(stream_), "copy_to_device");
+    if (staging_ != nullptr && bytes <= kStagingBytes) {
+      std::lock_guard<std::mutex> lock(staging_mutex_);
+      std::memcpy(staging_, src, bytes);
+      transfer(dst, staging_, bytes, cudaMemcpyHostToDevice, "copy_to_device");
+      return;
+    }
+    transfer(dst, src, bytes, cudaMemcpyHostToDevice, "copy_to_device");
   }
 
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy_to_host");
-    check(cudaStreamSynchronize(stream_), "copy_to_host");
+    if (staging_ != nullptr && bytes <= kStagingBytes) {
+      std::lock_guard<std::mutex> lock(staging_mutex_);
+      transfer(staging_, src, bytes, cudaMemcpyDeviceToHost, "copy_to_host");
+      std::memcpy(dst, staging_, bytes);
+      return;
+    }
+    transfer(dst, src, bytes, cudaMemcpyDeviceToHost, "copy_to_host");
   }
 
   void fill_bytes(void* dst, uint8_t value, size_t bytes) override {
     if (bytes == 0) return;
-    check(cudaMemsetAsync(dst, value, bytes, stream_), "fill_bytes");
-    check(cudaStreamSynchronize(stream_), "fill_bytes");
+    check(cudaMemsetAsync(dst, value, bytes, transfer_stream_), "fill_bytes");
+    check(cudaStreamSynchronize(transfer_stream_), "fill_bytes");
   }
 
   // Hands the command buffer to the launch thread and returns: the encoding thread never pays
@@ -442,6 +469,11 @@ class CudaBackend final : public Backend {
 
   static void check(cudaError_t err, const char* what) {
     if (err != cudaSuccess) throw std::runtime_error(cuda_message(what, err));
+  }
+
+  void transfer(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+    check(cudaMemcpyAsync(dst, src, bytes, kind, transfer_stream_), what);
+    check(cudaStreamSynchronize(transfer_stream_), what);
   }
 
   struct LaunchJob {
@@ -737,10 +769,14 @@ class CudaBackend final : public Backend {
   }
 
   static constexpr size_t kAttentionScratchBytes = size_t(4) << 20;
+  static constexpr size_t kStagingBytes = size_t(64) << 10;
 
   uint64_t device_ops_at_start_ = g_device_ops.load();
 
   cudaStream_t stream_ = nullptr;
+  cudaStream_t transfer_stream_ = nullptr;  // host transfers (stream_ if it could not be made)
+  void* staging_ = nullptr;                 // pinned, kStagingBytes; guarded by staging_mutex_
+  std::mutex staging_mutex_;
   void* attention_scratch_ = nullptr;
   // Graphs (launch thread only, but for the counters read at teardown).
   bool graphs_enabled_ = false;

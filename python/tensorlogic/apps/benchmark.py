@@ -24,6 +24,12 @@ def run_tl_benchmark(model_path: str, prompt_ids: list[int], decode_tokens: int,
             self.waits.append(time.perf_counter() - t)
             return tid
 
+        def take(self, picked):  # the greedy loop that picks ahead reads each id here
+            t = time.perf_counter()
+            tid = super().take(picked)
+            self.waits.append(time.perf_counter() - t)
+            return tid
+
     t0 = time.perf_counter()
     session = LlmSession(model_path, context=len(prompt_ids) + decode_tokens + 1)
     load_s = time.perf_counter() - t0

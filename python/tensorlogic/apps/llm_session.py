@@ -49,7 +49,9 @@ class GenerationResult:
     prompt_seconds: float = 0.0
     decode_seconds: float = 0.0
     stopped_by: str = "max_tokens"  # "eog", "max_tokens", "context", "stop" (a stop string), "interrupt"
-    memory_at_first: dict | None = None  # core.memory_stats() when the first / last id was chosen
+    # core.memory_stats(sync=False) when the first / last id was chosen: the allocation and pool
+    # counters are the host's and exact; a sync per token would stall the steps queued ahead
+    memory_at_first: dict | None = None
     memory_at_last: dict | None = None
 
     @property
@@ -102,6 +104,10 @@ class _Stopped(BaseException):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+def _unsynced_memory_stats() -> dict:
+    return memory_stats(sync=False)
 
 
 class _TokenStream(TLObject):
@@ -335,7 +341,7 @@ class LlmSession:
                 raise ModelError(str(e)) from None
         stop_ids = sorted(self.tokenizer.tok.eog_ids) if stop_at_eog else []
         stream = _TokenStream(self.tokenizer.tok, on_text, keep_logits,
-                              memory_stats if track_memory else None, tuple(stop), should_stop)
+                              _unsynced_memory_stats if track_memory else None, tuple(stop), should_stop)
         stream.on_prefill = on_prefill
         chunk = prefill_chunk if len(prompt_ids) - start > prefill_chunk > 0 else 0  # 0: one batch
         self.cached_ids = list(prompt_ids[:start])

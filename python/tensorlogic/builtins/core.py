@@ -201,5 +201,5 @@ def set_q8_activations(on: bool) -> bool:
     return before
 
 
-def memory_stats() -> dict:
-    return dict(core.memory_stats())
+def memory_stats(sync: bool = True) -> dict:
+    return dict(core.memory_stats(sync))

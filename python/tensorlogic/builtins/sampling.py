@@ -122,14 +122,34 @@ class SamplerValue(TLObject):
         if not isinstance(logits, Tensor):
             raise BuiltinArgError(f"sample expects a logits tensor, got {type_name(logits)}")
         if self.temperature == 0.0 and self.repeat_penalty == 1.0:
-            # Greedy checks the logits as sampling does: a device-side sum is finite exactly when no
-            # logit is NaN or infinite, so the whole vector is read back only when it is not.
             flat = logits.reshape([-1])
-            best, total = core.argmax(flat), core.sum(flat.astype("f32"))
-            if not math.isfinite(float(total.item())):
-                choose_token(flat.numpy(), 0.0, 0, 1.0, None)  # raises on NaN, +inf, all -inf
-            return int(best.item())
+            return self._read_greedy(core.argmax(flat), core.sum(flat.astype("f32")), flat)
         return self.sample_host(logits.numpy())
+
+    def on_device(self) -> bool:
+        """Whether the choice is made on the device (greedy without a repeat penalty): generate's
+        loop then queues each next step before reading the id (generate_greedy_ahead). Not for a
+        subclass that overrides `sample` alone: its `sample` must see every token."""
+        if type(self).sample is not SamplerValue.sample and type(self).take is SamplerValue.take:
+            return False
+        return self.temperature == 0.0 and self.repeat_penalty == 1.0
+
+    def take(self, picked: Any) -> int:
+        """The id of `picked` = [logits, id tensor, sum of the logits] (generate.tl's greedy_pick),
+        read back with the checks `sample` makes."""
+        if not self.on_device():
+            raise BuiltinArgError("take: this sampler chooses on the host (use sample(logits))")
+        if not (isinstance(picked, list) and len(picked) == 3 and all(isinstance(v, Tensor) for v in picked)):
+            raise BuiltinArgError(f"take expects [logits, id, sum] tensors, got {type_name(picked)}")
+        return self._read_greedy(picked[1], picked[2], picked[0])
+
+    @staticmethod
+    def _read_greedy(best: Tensor, total: Tensor, logits: Tensor) -> int:
+        # Greedy checks the logits as sampling does: a device-side sum is finite exactly when no
+        # logit is NaN or infinite, so the whole vector is read back only when it is not.
+        if not math.isfinite(float(total.item())):
+            choose_token(logits.numpy().reshape(-1), 0.0, 0, 1.0, None)  # raises on NaN, +inf, all -inf
+        return int(best.reshape([-1]).item())
 
     def sample_host(self, logits: np.ndarray) -> int:
         """What `sample` chooses for the same logits, read already (one [vocab] row of a batched
@@ -153,6 +173,8 @@ class SamplerValue(TLObject):
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
         if name == "sample" and len(args) == 1:
             return self.sample(args[0])
+        if name == "take" and len(args) == 1:
+            return self.take(args[0])
         raise AttributeError(name)
 
 
@@ -168,6 +190,14 @@ def token_sampler(ctx, temperature=0.0, top_k=0, top_p=1.0, seed=-1, min_p=0.0, 
     if s >= 0:
         return SamplerValue.seeded(t, k, p, s, rp, mp)
     return SamplerValue(t, k, p, lambda: ctx.rng, rp, mp)
+
+
+@builtin("chooses_on_device", "chooses_on_device(sampler)",
+         "whether `sampler` picks ids on the device (token_sampler's greedy without a repeat penalty): then "
+         "`sampler.take([logits, id, sum])` reads an id picked ahead (generate.tl's greedy loop)",
+         min_args=1, max_args=1, category="models")
+def chooses_on_device(sampler):
+    return isinstance(sampler, SamplerValue) and sampler.on_device()
 
 
 @builtin("temperature_sample", "temperature_sample(logits, T)",
