@@ -31,6 +31,8 @@
 #                              (decode_ceiling.py, with generation picking ids ahead or not)
 #   bench/gpu/graphs_ab.sh v   (after a build with the llama.cpp sdist carried: p, r or a) both models: TL and llama.cpp CUDA, TL with BEFORE_ENV, TL
 #                              with TL_CUDA_TF32=1
+#   bench/gpu/graphs_ab.sh y   builds, test_cuda_vs_cpu, ncu's sections for the Q4_K matrix-vector
+#                              kernel, bench/llm.py on both models against llama.cpp CUDA
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -187,6 +189,28 @@ x)
     echo "== $(basename "$m" .gguf): the device's own decode rate"; timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -7
   done
   ;;
+y)
+  # one cold call: build, test_cuda_vs_cpu, Nsight Compute's sections (speed of light, occupancy,
+  # launch statistics) for the Q4_K matrix-vector kernel on 8192x2048 and 2048x8192 from memory,
+  # then bench/llm.py on both models against llama.cpp CUDA once its build is done
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  for skip in 164 172; do  # --bench-matvec's launches: Q4_1 80, Q8_0 80, then Q4_K 8 per shape
+    timeout 120 /usr/local/cuda/bin/ncu --clock-control none --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis -k regex:matvec \
+      --launch-skip $skip --launch-count 1 "$T" --bench-matvec > "$OUTDIR/ncu_q4k_$skip.txt" 2>&1
+    grep -E "fused_matvec|Duration|Throughput|Occupancy|Registers|Block Limit|Stall|Warp Cycles|Grid Size|Shared Memory Config|Waves|Bandwidth" \
+      "$OUTDIR/ncu_q4k_$skip.txt" | head -40
+  done
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 60); do [ -s "$m" ] && break; sleep 2; done
+    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
+  done
+  ;;
 v)
   cd "$WORK/src" || exit 1
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
@@ -198,5 +222,5 @@ v)
       --json "$OUTDIR/$(basename "$m" .gguf)_tf32.json" 2>&1 | tail -1
   done
   ;;
-*) echo "usage: $0 a|b|c|d|k|m|p|q|r|v|x" >&2; exit 2 ;;
+*) echo "usage: $0 a|b|c|d|k|m|p|q|r|v|x|y" >&2; exit 2 ;;
 esac
