@@ -31,6 +31,8 @@
 #                              (decode_ceiling.py, with generation picking ids ahead or not)
 #   bench/gpu/graphs_ab.sh v   (after a build with the llama.cpp sdist carried: p, r or a) both models: TL and llama.cpp CUDA, TL with BEFORE_ENV, TL
 #                              with TL_CUDA_TF32=1
+#   bench/gpu/graphs_ab.sh t   builds, test_cuda_vs_cpu, the model and learning tests on CUDA, the
+#                              SmolLM2 shape's decode ceiling
 #   bench/gpu/graphs_ab.sh y   builds, test_cuda_vs_cpu, ncu's sections for the Q4_K matrix-vector
 #                              kernel, bench/llm.py on both models against llama.cpp CUDA
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
@@ -189,6 +191,19 @@ x)
     echo "== $(basename "$m" .gguf): the device's own decode rate"; timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -7
   done
   ;;
+t)
+  # the model tests on CUDA (greedy decoding picks ahead there too), the learning tests on CUDA,
+  # then the decode ceiling of the SmolLM2 shape
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider tests/models/test_greedy_ahead.py \
+    tests/models/test_architectures.py tests/models/test_gemma3_tl.py tests/models/test_llama_tl.py \
+    tests/models/test_compiled_decode.py tests/runtime/test_cross_backend_model.py 2>&1 | tail -4
+  TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -8
+  for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
+  timeout 100 python3 bench/gpu/decode_ceiling.py "$SMOL" 2>&1 | tail -7
+  ;;
 y)
   # one cold call: build, test_cuda_vs_cpu, Nsight Compute's sections (speed of light, occupancy,
   # launch statistics) for the Q4_K matrix-vector kernel on 8192x2048 and 2048x8192 from memory,
@@ -222,5 +237,5 @@ v)
       --json "$OUTDIR/$(basename "$m" .gguf)_tf32.json" 2>&1 | tail -1
   done
   ;;
-*) echo "usage: $0 a|b|c|d|k|m|p|q|r|v|x|y" >&2; exit 2 ;;
+*) echo "usage: $0 a|b|c|d|k|m|p|q|r|t|v|x|y" >&2; exit 2 ;;
 esac

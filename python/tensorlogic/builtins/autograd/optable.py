@@ -102,7 +102,7 @@ _BUILTIN_NO_GRADIENT = {
                                              "dtype len is_learnable contains str format join upper lower trim "
                                              "starts_with ends_with replace substring split_string tokenize plot "
                                              "detokenize detokenize_single apply_chat_template "
-                                             "temperature_sample top_k top_p multinomial",
+                                             "temperature_sample top_k top_p multinomial chooses_on_device",
     "reads values to the host (as PyTorch's .item())": "item to_float to_int to_list print println assert "
                                                        "assert_eq assert_about_eq panic write_text save "
                                                        "load_relation save_relation",
