@@ -16,7 +16,6 @@ import pytest
 
 core = pytest.importorskip("tensorlogic._core")
 
-import tensorlogic  # noqa: E402
 from tensorlogic.builtins.autograd import session as learn_session  # noqa: E402
 from tensorlogic.builtins.autograd import tape  # noqa: E402
 from tensorlogic.builtins.autograd.optimizers import SGD, Adam, AdamW, LRScheduler  # noqa: E402
@@ -194,9 +193,8 @@ fn step(w, x) {
     interp.close()
 
 
-def test_the_compiled_training_example_ends_with_zero_live_bytes():
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
-    env = dict(os.environ, PYTHONPATH=package_parent)
+def test_the_compiled_training_example_ends_with_zero_live_bytes(package_pythonpath):
+    env = dict(os.environ, PYTHONPATH=package_pythonpath)
     path = os.path.join(ROOT, "examples", "learning", "compiled_training_step.tl")
     proc = subprocess.run([sys.executable, "-m", "tensorlogic", "run", "--memory-check", "--debug", path],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -205,15 +203,14 @@ def test_the_compiled_training_example_ends_with_zero_live_bytes():
     assert "train_step: recorded" in proc.stderr and "runs eagerly" not in proc.stderr
 
 
-def test_the_compiled_training_example_under_poison_delay_and_one_op_per_command_buffer():
+def test_the_compiled_training_example_under_poison_delay_and_one_op_per_command_buffer(package_pythonpath):
     """Replays write parameters and optimizer state in place while the host queues the next step:
     with recycled buffers poisoned, random kernel delays and every recorded op in its own command
     buffer while recording, the printed losses are the normal run's."""
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
     path = os.path.join(ROOT, "examples", "learning", "compiled_training_step.tl")
     outs = []
     for extra in ({}, {"TL_DEBUG_POISON": "1", "TL_DEBUG_DELAY_US": "50", "TL_OPS_PER_COMMAND_BUFFER": "1"}):
-        env = dict(os.environ, PYTHONPATH=package_parent, **extra)
+        env = dict(os.environ, PYTHONPATH=package_pythonpath, **extra)
         proc = subprocess.run([sys.executable, "-m", "tensorlogic", "run", path], capture_output=True, text=True,
                               env=env, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -42,11 +42,10 @@ def test_learning_example(name):
     assert same_up_to_rounding(result.output, expected), result.output
 
 
-def test_training_under_poison_and_delay_injection_gives_the_same_result():
+def test_training_under_poison_and_delay_injection_gives_the_same_result(package_pythonpath):
     """Parameters are written in place while earlier reads may still be queued: with recycled buffers
     poisoned and random kernel delays, XOR still trains to the same predictions."""
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(tensorlogic.__file__)))
-    env = dict(os.environ, TL_DEBUG_POISON="1", TL_DEBUG_DELAY_US="50", PYTHONPATH=package_parent)
+    env = dict(os.environ, TL_DEBUG_POISON="1", TL_DEBUG_DELAY_US="50", PYTHONPATH=package_pythonpath)
     proc = subprocess.run([sys.executable, "-m", "tensorlogic", "run", os.path.join(EXAMPLES, "mlp_xor.tl")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr

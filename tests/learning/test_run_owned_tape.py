@@ -9,14 +9,12 @@ import subprocess
 import sys
 import threading
 import types
-from pathlib import Path
 
 import numpy as np
 
 import tensorlogic
 from tensorlogic.interp.interpreter import Interpreter
 
-PYTHON_DIR = Path(tensorlogic.__file__).resolve().parents[1]  # the package under test
 
 LEARN_AND_COMPILE = """
 let X = randn([6, 3])
@@ -169,11 +167,11 @@ print("unpatched")
 """
 
 
-def test_core_and_tensor_are_never_patched():
+def test_core_and_tensor_are_never_patched(package_pythonpath):
     """In a fresh process: the runtime's functions, `core`'s and `Tensor`'s methods are the same
     objects before the autograd is imported and after a learn block and a compiled training step."""
     proc = subprocess.run([sys.executable, "-c", _UNPATCHED], input=LEARN_AND_COMPILE, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=300, env={"PYTHONPATH": package_pythonpath, "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0 and proc.stdout.strip() == "unpatched", proc.stderr[-3000:]
 
 
