@@ -63,7 +63,7 @@ def test_stop_id_max_tokens_and_full_cache_end_both_loops_alike(session, tiny_bp
     ids = _generate(session, PROMPT, 20).ids
     stop = ids[5]
     first = ids.index(stop)
-    for n in (1, 2, first + 1, 20):
+    for n in (0, 1, 2, first + 1, 20):
         a = _generate(session, PROMPT, n)
         b = _generate(session, PROMPT, n, HostGreedy())
         assert a.ids == b.ids == ids[:n]
