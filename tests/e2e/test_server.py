@@ -226,7 +226,7 @@ def test_client_disconnecting_mid_stream_stops_its_generation(server, expected_c
 def test_a_waiting_request_whose_client_left_is_dropped(server):
     before = server.health()["requests"]
     long = {"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
-            "max_tokens": 200, "stream": True}
+            "max_tokens": 230, "stream": True}
     with httpx.Client(timeout=60) as c:
         with c.stream("POST", server.url + "/v1/chat/completions", json=long,
                       headers={"Authorization": f"Bearer {KEY}"}) as running:
@@ -234,8 +234,10 @@ def test_a_waiting_request_whose_client_left_is_dropped(server):
             next(line for line in lines if line.startswith("data: "))
             with pytest.raises(httpx.TimeoutException):  # waits behind the running one, then gives up
                 server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
-                            timeout=1.0)
+                            timeout=0.5)
             time.sleep(0.6)  # the server notices within DISCONNECT_POLL_S
+        # then the running one's client leaves, ~1.1 s after its first token: it must still be
+        # generating (230 tokens take ~1.8 s on 2 cores; 200 with a 1 s wait left too little margin)
     deadline = time.time() + 30
     while time.time() < deadline:
         h = server.health()
