@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "failures"
-REFERENCE_DIR = Path(os.environ.get("TL_REFERENCE_DIR", ROOT.parent / "shared" / "reference"))
+REFERENCE_DIR = Path(os.environ.get("TL_REFERENCE_DIR", ROOT / "tests" / "reference"))
 
 CONFIGS = {
     "normal": {},

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE_DIR = Path(os.environ.get("TL_REFERENCE_DIR", ROOT.parent / "shared" / "reference"))
+REFERENCE_DIR = Path(os.environ.get("TL_REFERENCE_DIR", ROOT / "tests" / "reference"))
 
 pytest.importorskip("tensorlogic._core")
 

@@ -7,7 +7,7 @@ Q8_0 embedding; TL_CROSS_MODEL_LAYERS layers, default 4) with random weights; a 
 270M-shaped one (d 640, 4/1 heads of 256, FFN 2048, the real file's storage types Q5_0, Q8_0, Q4_K,
 Q6_K, a sliding window shorter than the prompt) with random weights; the real Gemma 3 270M when
 it is cached (its reference greedy ids checked too); and, when TL_CROSS_MODEL names a file, that
-model (for the real SmolLM2 its reference greedy ids from ../shared/reference are checked as well). Speed of both backends is printed (run with -s);
+model (for the real SmolLM2 its reference greedy ids from tests/reference are checked as well). Speed of both backends is printed (run with -s);
 TL_CROSS_REPORT=path also writes it as JSON. Skipped where no CUDA backend is usable;
 TL_CROSS_BACKEND=cpu runs the harness against the CPU backend.
 """
@@ -98,8 +98,7 @@ def test_named_model_matches_cpu_and_reference():
     model = os.environ.get("TL_CROSS_MODEL")
     if not model:
         pytest.skip("TL_CROSS_MODEL is not set (path of a GGUF to compare on both backends)")
-    ref_path = Path(os.environ.get("TL_REFERENCE_DIR", Path(__file__).resolve().parents[2].parent /
-                                   "shared" / "reference")) / "smollm2.json"
+    ref_path = Path(os.environ.get("TL_REFERENCE_DIR", Path(__file__).resolve().parents[1] / "reference")) / "smollm2.json"
     prompts = []
     if "gemma" in Path(model).name:
         ref_path = ref_path.with_name("gemma3.json")
@@ -134,8 +133,7 @@ def test_real_gemma3_matches_cpu_and_reference():
     path = cached_path("gemma-3-270m")
     if not path.is_file():
         pytest.skip(f"gemma-3-270m is not cached ({path}); `tl model fetch gemma-3-270m`")
-    ref_path = Path(os.environ.get("TL_REFERENCE_DIR", Path(__file__).resolve().parents[2].parent /
-                                   "shared" / "reference")) / "gemma3.json"
+    ref_path = Path(os.environ.get("TL_REFERENCE_DIR", Path(__file__).resolve().parents[1] / "reference")) / "gemma3.json"
     if not ref_path.is_file():
         pytest.skip(f"no reference outputs at {ref_path.parent}")
     for p in json.loads(ref_path.read_text())["prompts"]:
