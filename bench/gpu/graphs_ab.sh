@@ -33,6 +33,8 @@
 #                              with TL_CUDA_TF32=1
 #   bench/gpu/graphs_ab.sh t   builds, test_cuda_vs_cpu, the model and learning tests on CUDA, the
 #                              SmolLM2 shape's decode ceiling
+#   bench/gpu/graphs_ab.sh u   builds, test_cuda_vs_cpu, bench/llm.py (1B shape) and ncu_matvec.py
+#                              with Q4_K weight groups in pairs and without (TL_CUDA_MATVEC_PAIRS=0)
 #   bench/gpu/graphs_ab.sh y   builds, test_cuda_vs_cpu, ncu's sections for the Q4_K matrix-vector
 #                              kernel, bench/llm.py on both models against llama.cpp CUDA
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
@@ -191,6 +193,19 @@ x)
     echo "== $(basename "$m" .gguf): the device's own decode rate"; timeout 100 python3 bench/gpu/decode_ceiling.py "$m" 2>&1 | tail -7
   done
   ;;
+u)
+  # Q4_K weight groups in pairs (matvec.cuh) against TL_CUDA_MATVEC_PAIRS=0: build (no llama.cpp),
+  # test_cuda_vs_cpu, bench/llm.py on the 1B shape both ways, then ncu_matvec.py both ways
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  for i in $(seq 120); do [ -s "$B1" ] && break; sleep 2; done
+  for v in 1 0 1; do
+    echo "== llama1b_q4k TL_CUDA_MATVEC_PAIRS=$v"
+    TL_CUDA_MATVEC_PAIRS=$v timeout 100 python3 bench/llm.py --gpu --model "$B1" --peers none --repeat 3 2>&1 | tail -1
+  done
+  timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-4800}" TL_CUDA_MATVEC_PAIRS=0 | grep -E "type|q4_k"
+  ;;
 t)
   # the model tests on CUDA (greedy decoding picks ahead there too), the learning tests on CUDA,
   # then the decode ceiling of the SmolLM2 shape
@@ -237,5 +252,5 @@ v)
       --json "$OUTDIR/$(basename "$m" .gguf)_tf32.json" 2>&1 | tail -1
   done
   ;;
-*) echo "usage: $0 a|b|c|d|k|m|p|q|r|t|v|x|y" >&2; exit 2 ;;
+*) echo "usage: $0 a|b|c|d|k|m|p|q|r|t|u|v|x|y" >&2; exit 2 ;;
 esac

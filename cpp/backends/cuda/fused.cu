@@ -189,7 +189,8 @@ constexpr int kMatvec32Threads = 256;
 // COLS > 1 (one row of x only): each lane group takes COLS consecutive columns at once.
 // PREFETCH: each lane loads its first weight group of its block's first columns before staging x,
 // so that the weights' memory latency overlaps the staging (the same sums either way).
-template <DType WT, int LPR, int MAXM, int COLS, bool PREFETCH>
+// PAIRS (kQuantPairs types, COLS = 1, no PREFETCH): matvec32_row takes the weight groups in pairs.
+template <DType WT, int LPR, int MAXM, int COLS, bool PREFETCH, bool PAIRS = false>
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
@@ -248,7 +249,10 @@ __global__ void __launch_bounds__(kMatvec32Threads)
     for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
       const int64_t n = n0 + threadIdx.x / LPR;
       float acc[MAXM] = {};
-      if (n < N) matvec32_row<WT, LPR, MAXM>(w + n * w_row_bytes, xs, M, K, sub, acc, PREFETCH && n == nb_first ? first : nullptr);
+      if (n < N) {
+        matvec32_row<WT, LPR, MAXM, PAIRS>(w + n * w_row_bytes, xs, M, K, sub, acc,
+                                           PREFETCH && n == nb_first ? first : nullptr);
+      }
 #pragma unroll
       for (int m = 0; m < MAXM; ++m) {
         if (m < M) {
@@ -363,6 +367,7 @@ void require_float_view(const View& v, const char* op, const char* what) {
 }
 
 struct Matvec32Launcher {
+  static constexpr int64_t kPrefetchMaxBytes = 2 << 20;  // early weight loads up to this size (go())
   const float* x;
   const View& w;
   LinearPrologue prologue;
@@ -383,6 +388,13 @@ struct Matvec32Launcher {
       return;
     }
     const int lpr = matvec_lanes_per_row(K);
+    // Pairs of groups (Q4_K, one column per lane group): the lanes share K / 64 pairs. Not for
+    // weights the early loads serve (go()): those lose more without them than pairs gain
+    // (H200, ncu: Q4_K 576x1536 6.2 -> 8.1 us with pairs; 2048x8192 16.8 -> 14.2, 2048x2048
+    // 6.7 -> 6.3; 1B-shape decode 897 -> 944 tok/s).
+    const bool pairs = kQuantPairs<T> && K % 64 == 0 && matvec_pairs_enabled() &&
+                       static_cast<int64_t>(row_bytes(T, K)) * N > kPrefetchMaxBytes;
+    const int plpr = matvec_lanes_per_row(K / 2);
     // One row: four columns per lane group where that still gives every multiprocessor a block's
     // worth of columns (skinny matrices keep one column per group: more blocks). Not for Q6_K,
     // whose 16 words a group per column made it slower (measured on an H200: 17 -> 22 us).
@@ -390,6 +402,11 @@ struct Matvec32Launcher {
                       N / (kMatvec32Threads / lpr * 4) >= static_cast<int64_t>(sm_count);
     if (four) {
       lpr == 32 ? go<T, 32, 1, 4>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 4>(N, K, shared) : go<T, 8, 1, 4>(N, K, shared);
+    } else if (pairs && M == 1) {
+      plpr == 32 ? go_pairs<T, 32, 1>(N, K, shared) : plpr == 16 ? go_pairs<T, 16, 1>(N, K, shared) : go_pairs<T, 8, 1>(N, K, shared);
+    } else if (pairs) {
+      plpr == 32 ? go_pairs<T, 32, kMatvecRows>(N, K, shared)
+                 : plpr == 16 ? go_pairs<T, 16, kMatvecRows>(N, K, shared) : go_pairs<T, 8, kMatvecRows>(N, K, shared);
     } else if (M == 1) {
       lpr == 32 ? go<T, 32, 1, 1>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 1>(N, K, shared) : go<T, 8, 1, 1>(N, K, shared);
     } else {
@@ -411,13 +428,16 @@ struct Matvec32Launcher {
       const char* e = std::getenv("TL_CUDA_MATVEC_PREFETCH");
       return e == nullptr || *e == 0 ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
     }();
-    constexpr int64_t kPrefetchMaxBytes = 2 << 20;
     const bool prefetch = mode < 0 ? static_cast<int64_t>(row_bytes(T, K)) * N <= kPrefetchMaxBytes : mode == 1;
     prefetch ? go_with<T, LPR, MAXM, COLS, true>(N, K, shared) : go_with<T, LPR, MAXM, COLS, false>(N, K, shared);
   }
-  template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH>
+  template <DType T, int LPR, int MAXM>
+  void go_pairs(int64_t N, int64_t K, size_t shared) {
+    if constexpr (kQuantPairs<T>) go_with<T, LPR, MAXM, 1, false, true>(N, K, shared);
+  }
+  template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH, bool PAIRS = false>
   void go_with(int64_t N, int64_t K, size_t shared) {
-    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH>;
+    const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH, PAIRS>;
     // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
     // more would only stage x again.
     // The occupancy query costs host time on every launch (about a microsecond, ~120 launches a
@@ -449,6 +469,14 @@ struct Matvec32Launcher {
 };
 
 }  // namespace
+
+bool matvec_pairs_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("TL_CUDA_MATVEC_PAIRS");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
 
 bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
                          float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream) {

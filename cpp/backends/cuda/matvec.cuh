@@ -54,6 +54,39 @@ __device__ __forceinline__ void load_quant32(const uint8_t* row, int64_t g, Quan
   quant32<WT>(row, g, d.q, d.a, d.b);
 }
 
+// Weight types whose two 32-element groups 2p and 2p + 1 share their integers' 32 bytes (Q4_K:
+// low and high nibbles): matvec32_row gives a lane both groups of a pair from one set of loads,
+// so it issues half the loads and half the dependent rounds of them.
+template <DType WT>
+constexpr bool kQuantPairs = WT == DType::Q4_K;
+
+// Groups 2p and 2p + 1 of a Q4_K row, as load_quant32 gives each.
+__device__ __forceinline__ void load_quant32_pair_q4k(const uint8_t* row, int64_t p, Quant32& d0, Quant32& d1) {
+  const uint8_t* blk = row + (p >> 2) * TL_Q4_K_BLOCK_BYTES;
+  const int j = static_cast<int>(p & 3);
+  const uint4 head = __ldg(reinterpret_cast<const uint4*>(blk));
+  const uint32_t sc_words[3] = {head.y, head.z, head.w};
+  float sc0, mn0, sc1, mn1;
+  k_scale_min_w(sc_words, 2 * j, &sc0, &mn0);
+  k_scale_min_w(sc_words, 2 * j + 1, &sc1, &mn1);
+  uint32_t w[8];
+  load16x2(blk + 16 + j * 32, w);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    d0.q[i] = w[i] & 0x0F0F0F0Fu;
+    d1.q[i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+  }
+  const float d = f16_bits(head.x & 0xFFFF), dmin = f16_bits(head.x >> 16);
+  d0.a[0] = d0.a[1] = d * sc0;
+  d0.b[0] = d0.b[1] = -(dmin * mn0);
+  d1.a[0] = d1.a[1] = d * sc1;
+  d1.b[0] = d1.b[1] = -(dmin * mn1);
+}
+
+// Whether linear's one-column-per-lane-group kernel takes weight groups in pairs for this type
+// (TL_CUDA_MATVEC_PAIRS=0 turns it off, for A/B measurements).
+bool matvec_pairs_enabled();
+
 // xs: the staged rows (staged_row_floats(K) floats each; floats 32 and 33 of each group hold the
 // sums of its two 16-element halves). The weights come as integers and an affine map per half
 // (quant32), so each element costs a byte-to-float conversion and one FMA.
@@ -92,10 +125,23 @@ __device__ __forceinline__ void dot32_rows(const Quant32& d, const float* xs, in
 // in that order. `first`: group `sub`, already loaded by the caller (the kernel issues those loads
 // before it stages x, so their memory latency overlaps the staging), or nullptr.
 // MAXM: the most rows the caller may pass (1 for the common decode case: fewer registers).
-template <DType WT, int LPR, int MAXM>
+// PAIRS (kQuantPairs types, K a multiple of 64, no `first`): lane `sub` takes the pairs of groups
+// sub, sub + LPR, ..., each pair's two groups in order.
+template <DType WT, int LPR, int MAXM, bool PAIRS = false>
 __device__ __forceinline__ void matvec32_row(const uint8_t* row, const float* xs, int M, int64_t K,
                                              int sub, float (&acc)[MAXM], const Quant32* first) {
   const int64_t groups = K / 32, xrow = staged_row_floats(K);
+  if constexpr (PAIRS) {
+    static_assert(kQuantPairs<WT>, "pairs of groups only where two groups share their loads");
+#pragma unroll 2
+    for (int64_t p = sub; p < groups / 2; p += LPR) {
+      Quant32 d0, d1;
+      load_quant32_pair_q4k(row, p, d0, d1);
+      dot32_rows<MAXM>(d0, xs, M, xrow, 2 * p, acc);
+      dot32_rows<MAXM>(d1, xs, M, xrow, 2 * p + 1, acc);
+    }
+    return;
+  }
   int64_t g = sub;
   if (first != nullptr) {
     if (g < groups) dot32_rows<MAXM>(*first, xs, M, xrow, g, acc);
