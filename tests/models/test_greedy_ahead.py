@@ -12,7 +12,7 @@ import pytest
 
 core = pytest.importorskip("tensorlogic._core")
 
-from tensorlogic.apps.llm_session import LlmSession  # noqa: E402
+from tensorlogic.apps.llm_session import LlmSession, _TokenStream  # noqa: E402
 from tensorlogic.builtins.convert import BuiltinArgError  # noqa: E402
 from tensorlogic.builtins.sampling import SamplerValue, chooses_on_device  # noqa: E402
 
@@ -68,18 +68,14 @@ def test_stop_id_max_tokens_and_full_cache_end_both_loops_alike(session, tiny_bp
         b = _generate(session, PROMPT, n, HostGreedy())
         assert a.ids == b.ids == ids[:n]
     # a stop id ends both loops right after it
-    stop_ids = [stop]
+    gen = session.interp.functions["generate"]
     out = []
-    for sampler in (None, HostGreedy()):
+    for sampler in (SamplerValue.seeded(0.0, 0, 1.0, 0), HostGreedy()):
         session.cached_ids = []
-        extra = {} if sampler is None else {"sampler": sampler}
-        gen = session.interp.functions["generate"]
-        from tensorlogic.apps.llm_session import _TokenStream
-        stream = _TokenStream(session.tokenizer.tok, None, False, None, (), None)
         session.cache.reset()
-        s = extra.get("sampler", SamplerValue.seeded(0.0, 0, 1.0, 0))
-        out.append(session.interp.call_value(gen, [session.model, session.cache, list(PROMPT), 0, 20, s, stop_ids,
-                                                   stream]))
+        stream = _TokenStream(session.tokenizer.tok, None, False)
+        out.append(session.interp.call_value(gen, [session.model, session.cache, list(PROMPT), 0, 20, sampler,
+                                                   [stop], stream]))
     assert out[0] == out[1] == ids[:first + 1]
     # the cache fills: both loops end at the last position it holds
     with LlmSession(str(tiny_bpe_path), context=len(PROMPT) + 6) as small:
