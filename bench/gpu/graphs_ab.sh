@@ -37,6 +37,13 @@
 #                              with Q4_K weight groups in pairs and without (TL_CUDA_MATVEC_PAIRS=0)
 #   bench/gpu/graphs_ab.sh y   builds, test_cuda_vs_cpu, ncu's sections for the Q4_K matrix-vector
 #                              kernel, bench/llm.py on both models against llama.cpp CUDA
+#   bench/gpu/graphs_ab.sh z   builds (llama.cpp in the background when carried), test_cuda_vs_cpu,
+#                              the cross-backend and model pytest files on CUDA, the 512-token
+#                              prefill of both models with quantized weights on the f16 tensor cores
+#                              (the default) and with f32 operands (TL_CUDA_LINEAR_F16=0), its
+#                              kernels (ncu, 1B), the RSS breakdown of the SmolLM2 shape, and the 1B
+#                              shape's decode with and without four columns per lane group
+#                              (TL_CUDA_MATVEC_FOUR=0), interleaved
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -239,6 +246,26 @@ y)
     for i in $(seq 60); do [ -s "$m" ] && break; sleep 2; done
     timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
       --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
+  done
+  ;;
+z)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1
+  grep -E "FAIL|checks|f16 range" "$OUTDIR/cuda_vs_cpu.log" | tail -12
+  TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -rf tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_greedy_ahead.py \
+    tests/models/test_compiled_decode.py tests/models/test_llama_tl.py 2>&1 | tail -8
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
+    echo "== prefill $(basename "$m" .gguf), f16 tensor cores (default)"; timeout 60 python3 bench/gpu/profile_prefill.py "$m" 2>&1 | tail -1
+    echo "== prefill, TL_CUDA_LINEAR_F16=0"; TL_CUDA_LINEAR_F16=0 timeout 60 python3 bench/gpu/profile_prefill.py "$m" 2>&1 | tail -1
+  done
+  echo "== prefill kernels (ncu), 1B, default"; timeout 200 python3 bench/gpu/profile_prefill.py "$B1" --ncu 2>&1 | head -14
+  echo "== RSS, SmolLM2 shape"; timeout 100 python3 bench/gpu/rss_breakdown.py "$SMOL" 2>&1 | tail -24
+  for v in four one four one; do
+    if [ $v = four ]; then e=TL_NOTHING=1; else e=TL_CUDA_MATVEC_FOUR=0; fi
+    echo "== 1B decode, $v ($e)"; env $e timeout 100 python3 bench/llm.py --gpu --model "$B1" --peers none --repeat 3 2>&1 | tail -1
   done
   ;;
 v)

@@ -12,6 +12,8 @@
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 //   TL_CUDA_BLAS, TL_CUDA_TF32, TL_CUBLAS_PATH               CUDA backend: cuBLAS on/off, TF32
 //                                                            products, where libcublas is (blas.cu)
+//   TL_CUDA_LINEAR_F16                                       CUDA backend: quantized/f16-weight
+//                                                            products on f16 tensor cores (matmul.cu)
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -29,10 +31,16 @@ struct DebugConfig {
   std::atomic<bool> trace{false};         // one stderr line per allocation, reuse and free
   std::atomic<int> ops_per_command_buffer{64};
   // linear ops encoded while this is on quantize their activations to 8 bits (approximate, faster):
-  // products of at most q8_rows rows of x (1: matrix-vector products, decode; a batched decode
-  // step raises it around its calls, up to kQ8ActivationRows, so prefill stays exact)
+  // products of at most q8_rows rows of x (1: matrix-vector products, decode only; 0: every
+  // product, prefill too, as `--fast` sets it; any other count: products of up to that many rows)
   std::atomic<bool> q8_activations{false};
   std::atomic<int> q8_rows{1};
+  // whether a linear op of M rows with quantized weights takes the 8-bit activation path now
+  bool q8_takes(int64_t M) const {
+    if (!q8_activations.load(std::memory_order_relaxed)) return false;
+    const int rows = q8_rows.load(std::memory_order_relaxed);
+    return rows == 0 || M <= rows;
+  }
 
   void load_env();  // overwrite every field from the environment
 };
@@ -98,6 +106,9 @@ inline bool env_cuda_blas() { return env_detail::env_flag("TL_CUDA_BLAS", true);
 inline bool env_cuda_graphs() { return env_detail::env_flag("TL_CUDA_GRAPHS", true); }
 // f32 products through cuBLAS may round their inputs to TF32 (off by default)
 inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }
+// linear products with a quantized or f16 weight and more than a few rows on the tensor cores,
+// x rounded to f16 (default on; 0 keeps f32 operands)
+inline bool env_cuda_linear_f16() { return env_detail::env_flag("TL_CUDA_LINEAR_F16", true); }
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it
   const char* v = std::getenv("TL_CUDA_DEVICE");
   return (v && *v) ? v : nullptr;

@@ -305,7 +305,7 @@ class CudaBackend final : public Backend {
     if (env_cuda_blas()) {
       blas_ = std::make_unique<Blas>(stream_, env_cuda_tf32());
       if (blas_->available()) {
-        kernels_.set_blas(blas_.get());
+        kernels_.set_blas(blas_.get(), env_cuda_linear_f16());
       } else {
         static std::once_flag said;  // one line per process, not per backend
         std::call_once(said, [&] {
@@ -367,7 +367,7 @@ class CudaBackend final : public Backend {
       completion_thread_.join();
     }
     for (auto& entry : replay_graphs_) drop_graph(entry.second);
-    kernels_.set_blas(nullptr);
+    kernels_.set_blas(nullptr, false);
     blas_.reset();  // before the stream it is bound to
     if (capture_stream_ != nullptr) (void)cudaStreamDestroy(capture_stream_);
     if (transfer_stream_ != stream_) (void)cudaStreamDestroy(transfer_stream_);

@@ -133,8 +133,12 @@ class CudaKernels final : public Kernels {
   static constexpr size_t kAttentionCounters = 4096;
 
   // cuBLAS for matrix products with more than a few rows (nullptr or unavailable: TL's own
-  // kernels). Owned by the backend, which outlives these kernels' last launch.
-  void set_blas(Blas* blas) { blas_ = blas; }
+  // kernels). Owned by the backend, which outlives these kernels' last launch. `linear_f16`:
+  // a linear with a quantized or f16 weight rounds x to f16 for the tensor cores (matmul.cu).
+  void set_blas(Blas* blas, bool linear_f16) {
+    blas_ = blas;
+    linear_f16_ = linear_f16;
+  }
   ~CudaKernels();
 
   // Graph capture (launch thread only): between these, launches go to `capture_stream` (a stream
@@ -180,9 +184,10 @@ class CudaKernels final : public Kernels {
   void upload_dyn(const DynTable& table);
 
  private:
-  // A device scratch of at least `floats` floats, reused in stream order by every linear that
-  // converts its weight rows to f32 for cuBLAS; grown (never shrunk) on the launch thread.
-  float* weight_scratch(size_t floats);
+  // A device scratch of at least `bytes` bytes, reused in stream order by every linear that
+  // converts its weight rows (and x, for the tensor cores) for cuBLAS; grown (never shrunk) on
+  // the launch thread.
+  void* weight_scratch(size_t bytes);
   bool linear_blas(const View& x, const View& w, const View& out);
   void capture_guard(const char* what) const {
     if (capturing_) throw CaptureUnsupported(what);
@@ -202,8 +207,9 @@ class CudaKernels final : public Kernels {
                    int64_t key = 0);
 
   Blas* blas_ = nullptr;
-  float* weight_scratch_ = nullptr;
-  size_t weight_scratch_floats_ = 0;
+  void* weight_scratch_ = nullptr;
+  size_t weight_scratch_bytes_ = 0;
+  bool linear_f16_ = true;  // quantized and f16 weights on the tensor cores (TL_CUDA_LINEAR_F16)
   cudaStream_t stream_;
   cudaStream_t saved_stream_ = nullptr;
   bool capturing_ = false;

@@ -398,7 +398,7 @@ struct Matvec32Launcher {
     // One row: four columns per lane group where that still gives every multiprocessor a block's
     // worth of columns (skinny matrices keep one column per group: more blocks). Not for Q6_K,
     // whose 16 words a group per column made it slower (measured on an H200: 17 -> 22 us).
-    const bool four = T != DType::Q6_K && M == 1 &&
+    const bool four = T != DType::Q6_K && M == 1 && matvec_four_enabled() &&
                       N / (kMatvec32Threads / lpr * 4) >= static_cast<int64_t>(sm_count);
     if (four) {
       lpr == 32 ? go<T, 32, 1, 4>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 4>(N, K, shared) : go<T, 8, 1, 4>(N, K, shared);
@@ -473,6 +473,14 @@ struct Matvec32Launcher {
 bool matvec_pairs_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("TL_CUDA_MATVEC_PAIRS");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+bool matvec_four_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("TL_CUDA_MATVEC_FOUR");
     return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   return on;

@@ -1,8 +1,12 @@
 // Matrix products: batched strided matmul, and linear (x @ w^T) for plain and quantized w.
 // With cuBLAS (blas.h) every matmul whose operands it can express, and every linear with more
 // than kMatvecMaxRows rows, is one cuBLAS GEMM: f32 as f32 (TF32 only when TL_CUDA_TF32=1),
-// f16/bf16 on the tensor cores with f32 sums; a linear's f16/bf16/quantized weight is first
-// converted to f32 in slices of rows (a bounded scratch), so the products keep f32 operands.
+// f16/bf16 on the tensor cores with f32 sums. A linear with a quantized or f16 weight (prefill,
+// batched products) runs on the tensor cores too, as llama.cpp's cuBLAS path does: x's rows are
+// rounded to f16 (a row reaching 2^15 first divided by an exact power of two, multiplied back
+// after the product, so nothing overflows), a quantized weight dequantized to f16 in slices of
+// rows (a bounded scratch), f32 sums (TL_CUDA_LINEAR_F16=0 keeps f32 operands: the weight then
+// converted to f32, x as it is). A bf16 weight is converted to f32.
 // Without cuBLAS both use one shared-memory tiled f32 kernel (64x64 output tile, 32-deep k
 // steps, 4x4 outputs per thread), quantized w dequantized eight elements at a time into the tile.
 // linear with few rows (M <= kMatvecMaxRows, the decode case) gives each output row of w to one
@@ -27,9 +31,19 @@ constexpr int kTileThreads = 256;  // 16 x 16 threads, each 4 x 4 outputs
 constexpr int kMatvecWarps = 4;
 constexpr int kMatvecMaxRows = 8;
 static_assert(kMatvecMaxRows == kMatvecRows, "matvec.cuh accumulates kMatvecRows rows");
-// The f32 copy of weight rows before a cuBLAS product: at most this many floats (32 MiB).
-constexpr size_t kWeightScratchFloats = size_t(8) << 20;
+// The converted copy of weight rows before a cuBLAS product: at most this many bytes (32 MiB).
+constexpr size_t kWeightScratchBytes = size_t(32) << 20;
+// The f16 copy of x for a tensor-core linear: at most this many bytes (else f32 operands).
+constexpr size_t kHalfXScratchBytes = size_t(32) << 20;
 constexpr int kConvertThreads = 256;
+constexpr int kHalfRowThreads = 256;
+constexpr int kScaleRowsThreads = 256;
+// A row of x whose largest magnitude reaches kHalfRowHigh (f16 would overflow near it) or stays
+// below kHalfRowLow (its values would fall among f16's subnormals, 2^-24 apart) is scaled by a
+// power of two before rounding to f16. Between them, every value within 2^-10 of the row's
+// largest is a normal f16 (relative error 2^-11), and what lies below adds less than 2^-21 of it.
+constexpr float kHalfRowHigh = 32768.0f;
+constexpr float kHalfRowLow = 0.0625f;
 
 // A 3-D operand [batch, rows, cols] read through strides.
 struct Strided3 {
@@ -274,10 +288,15 @@ struct ExpertLauncher {
 // output per warp, contiguous since out is [rows, K]) into its row of the warp's shared tile, and
 // the warp then writes the tile 128 bytes per store (a lane storing its own group directly would
 // touch 32 lines per store).
-template <DType WT>
+__device__ __forceinline__ void store_converted(float* out, int64_t i, float v) { out[i] = v; }
+__device__ __forceinline__ void store_converted(__half* out, int64_t i, float v) {
+  out[i] = __float2half_rn(v);
+}
+
+template <DType WT, typename OutT>
 __global__ void __launch_bounds__(kConvertThreads)
     convert_rows_kernel(const uint8_t* w, size_t w_row_bytes, int64_t n0, int64_t rows, int64_t K,
-                        bool wide, float* out) {
+                        bool wide, OutT* out) {
   if constexpr (quantized_dtype(WT)) {
     __shared__ float tile[kConvertThreads / 32][32][33];  // 33: a column read hits 32 banks
     const int lane = threadIdx.x & 31;
@@ -301,16 +320,54 @@ __global__ void __launch_bounds__(kConvertThreads)
       }
       __syncwarp();
       const int64_t here = total - t0 < 32 ? total - t0 : 32;
-      for (int i = 0; i < here; ++i) out[(t0 + i) * 32 + lane] = mine[i][lane];
+      for (int i = 0; i < here; ++i) store_converted(out, (t0 + i) * 32 + lane, mine[i][lane]);
       __syncwarp();  // the tile is read before the next groups overwrite it
     }
   } else {
     const int64_t total = rows * K;
     for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
          t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      out[t] = load_float(w, WT, n0 * K + t);
+      store_converted(out, t, load_float(w, WT, n0 * K + t));
     }
   }
+}
+
+// x [M, K] f32 as f16 for a tensor-core product, one block per row. A row whose largest
+// magnitude is finite, nonzero and outside [kHalfRowLow, kHalfRowHigh) is first divided by the
+// power of two s that brings it into [2^14, 2^15) (exact), and scale[m] = s (1 for every other
+// row: a row with inf or NaN rounds as it is, keeping them); scale_rows_kernel multiplies the
+// product's row by s afterwards.
+__global__ void __launch_bounds__(kHalfRowThreads)
+    rows_to_half_kernel(const float* x, int64_t K, __half* out, float* scale) {
+  __shared__ float part[kHalfRowThreads / 32];
+  const int64_t m = blockIdx.x;
+  const float* row = x + m * K;
+  float mx = 0.0f;
+  for (int64_t k = threadIdx.x; k < K; k += kHalfRowThreads) mx = fmaxf(mx, fabsf(row[k]));
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = part[0];
+#pragma unroll
+  for (int i = 1; i < kHalfRowThreads / 32; ++i) mx = fmaxf(mx, part[i]);
+  float s = 1.0f;
+  if (isfinite(mx) && mx > 0.0f && (mx >= kHalfRowHigh || mx < kHalfRowLow)) {
+    int e;
+    (void)frexpf(mx, &e);  // mx in [2^(e-1), 2^e)
+    s = ldexpf(1.0f, e - 15 > -100 ? e - 15 : -100);  // 1/s stays finite for tiny rows
+  }
+  const float inv = 1.0f / s;  // exact: s is a power of two
+  __half* dst = out + m * K;
+  for (int64_t k = threadIdx.x; k < K; k += kHalfRowThreads) dst[k] = __float2half_rn(row[k] * inv);
+  if (threadIdx.x == 0) scale[m] = s;
+}
+
+// out [M, ldc]: row m's first N values times scale[m], for the rows rows_to_half_kernel scaled.
+__global__ void scale_rows_kernel(float* out, int64_t ldc, int64_t N, const float* scale) {
+  const float s = scale[blockIdx.x];
+  if (s == 1.0f) return;
+  float* row = out + static_cast<int64_t>(blockIdx.x) * ldc;
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) row[n] *= s;
 }
 
 template <DType WT>
@@ -341,12 +398,13 @@ struct LinearLauncher {
   void operator()() { launch_linear<T>(x, w, out, stream); }
 };
 
-// Launches convert_rows_kernel<T> for the weight dtype chosen at run time.
+// Launches convert_rows_kernel<T, OutT> for the weight dtype chosen at run time.
+template <typename OutT>
 struct ConvertLauncher {
   const uint8_t* w;
   size_t w_row_bytes;
   int64_t n0, rows, K;
-  float* out;
+  OutT* out;
   cudaStream_t stream;
   template <DType T>
   void operator()() {
@@ -355,7 +413,7 @@ struct ConvertLauncher {
       wide = reinterpret_cast<uintptr_t>(w) % (kDequant32Align16<T> ? 16 : 2) == 0;
     }
     const int64_t items = quantized_dtype(T) ? rows * (K / 32) : rows * K;
-    convert_rows_kernel<T><<<grid_for(items, kConvertThreads), kConvertThreads, 0, stream>>>(
+    convert_rows_kernel<T, OutT><<<grid_for(items, kConvertThreads), kConvertThreads, 0, stream>>>(
         w, w_row_bytes, n0, rows, K, wide, out);
   }
 };
@@ -366,26 +424,29 @@ CudaKernels::~CudaKernels() {
   if (weight_scratch_ != nullptr) (void)cudaFree(weight_scratch_);
 }
 
-float* CudaKernels::weight_scratch(size_t floats) {
-  if (weight_scratch_floats_ >= floats) return weight_scratch_;
+void* CudaKernels::weight_scratch(size_t bytes) {
+  if (weight_scratch_bytes_ >= bytes) return weight_scratch_;
   capture_guard("linear: growing the weight scratch");
   if (weight_scratch_ != nullptr) {
     (void)cudaFree(weight_scratch_);  // waits for the device, so no queued kernel still reads it
     weight_scratch_ = nullptr;
-    weight_scratch_floats_ = 0;
+    weight_scratch_bytes_ = 0;
   }
   void* p = nullptr;
-  if (cudaMalloc(&p, floats * sizeof(float)) != cudaSuccess) {
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return nullptr;
   }
-  weight_scratch_ = static_cast<float*>(p);
-  weight_scratch_floats_ = floats;
+  weight_scratch_ = p;
+  weight_scratch_bytes_ = bytes;
   return weight_scratch_;
 }
 
 // linear through cuBLAS: out [M, N] = x [M, K] @ w^T. An f32 w is read in place (as w^T: unit
-// row stride); other weights are converted to f32 slices of rows first. False: not done.
+// row stride). A quantized or f16 w runs on the tensor cores (see the top of this file): x
+// rounded to f16 once, a quantized w dequantized to f16 slices of rows, an f16 w read in place;
+// with TL_CUDA_LINEAR_F16=0, a bf16 w, or an x too large for the scratch, w is converted to f32
+// slices and x read as it is. False: not done.
 bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
   capture_guard("linear through cuBLAS");
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
@@ -394,28 +455,66 @@ bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
     const GemmOperand wt{w.data, DType::F32, 0, 1, K};
     return blas_->gemm(xa, wt, out.data, DType::F32, 1, M, N, K, N);
   }
-  const int64_t rows_max = static_cast<int64_t>(kWeightScratchFloats) / K;
+  const bool half = linear_f16_ && (is_quantized(w.dtype) || w.dtype == DType::F16) &&
+                    static_cast<size_t>(M * K) * sizeof(__half) <= kHalfXScratchBytes;
+  const size_t elem = half ? sizeof(__half) : sizeof(float);
+  const int64_t rows_max = static_cast<int64_t>(kWeightScratchBytes / elem) / K;
   if (rows_max < 1) return false;
-  const int64_t slice = N < rows_max ? N : rows_max;
-  float* scratch = weight_scratch(static_cast<size_t>(slice * K));
-  if (scratch == nullptr) return false;
-  const size_t w_row_bytes = row_bytes(w.dtype, K);
-  for (int64_t n0 = 0; n0 < N; n0 += slice) {
-    const int64_t rows = N - n0 < slice ? N - n0 : slice;
-    ConvertLauncher convert{static_cast<const uint8_t*>(w.data), w_row_bytes, n0, rows, K, scratch,
-                            stream_};
-    switch (w.dtype) {
-      case DType::F16: convert.operator()<DType::F16>(); break;
-      case DType::BF16: convert.operator()<DType::BF16>(); break;
-      default:
-        if (!dispatch_quantized(w.dtype, convert)) return false;
+  const int64_t slice = w.dtype == DType::F16 && half ? 0 : (N < rows_max ? N : rows_max);
+  auto align = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t w_bytes = align(static_cast<size_t>(slice * K) * elem);
+  const size_t x_bytes = half ? align(static_cast<size_t>(M * K) * sizeof(__half)) : 0;
+  const size_t scale_bytes = half ? static_cast<size_t>(M) * sizeof(float) : 0;
+  auto* base = static_cast<uint8_t*>(weight_scratch(w_bytes + x_bytes + scale_bytes));
+  if (base == nullptr) return false;
+  auto* op = static_cast<float*>(out.data);
+  if (!half) {
+    auto* scratch = reinterpret_cast<float*>(base);
+    const size_t w_row_bytes = row_bytes(w.dtype, K);
+    for (int64_t n0 = 0; n0 < N; n0 += slice) {
+      const int64_t rows = N - n0 < slice ? N - n0 : slice;
+      ConvertLauncher<float> convert{static_cast<const uint8_t*>(w.data), w_row_bytes, n0, rows, K,
+                                     scratch, stream_};
+      switch (w.dtype) {
+        case DType::F16: convert.operator()<DType::F16>(); break;
+        case DType::BF16: convert.operator()<DType::BF16>(); break;
+        default:
+          if (!dispatch_quantized(w.dtype, convert)) return false;
+      }
+      check_launch("linear");
+      const GemmOperand st{scratch, DType::F32, 0, 1, K};
+      if (!blas_->gemm(xa, st, op + n0, DType::F32, 1, M, rows, K, N)) {
+        return false;  // only before the first slice: the shapes are the same for every slice
+      }
     }
-    check_launch("linear");
-    const GemmOperand st{scratch, DType::F32, 0, 1, K};
-    if (!blas_->gemm(xa, st, static_cast<float*>(out.data) + n0, DType::F32, 1, M, rows, K, N)) {
-      return false;  // only before the first slice: the shapes are the same for every slice
+    return true;
+  }
+  auto* wh = reinterpret_cast<__half*>(base);
+  auto* xh = reinterpret_cast<__half*>(base + w_bytes);
+  auto* scale = reinterpret_cast<float*>(base + w_bytes + x_bytes);
+  rows_to_half_kernel<<<static_cast<unsigned>(M), kHalfRowThreads, 0, stream_>>>(
+      static_cast<const float*>(x.data), K, xh, scale);
+  check_launch("linear");
+  const GemmOperand xs{xh, DType::F16, 0, K, 1};
+  if (w.dtype == DType::F16) {
+    if (!blas_->gemm(xs, GemmOperand{w.data, DType::F16, 0, 1, K}, op, DType::F32, 1, M, N, K, N)) {
+      return false;
+    }
+  } else {
+    const size_t w_row_bytes = row_bytes(w.dtype, K);
+    for (int64_t n0 = 0; n0 < N; n0 += slice) {
+      const int64_t rows = N - n0 < slice ? N - n0 : slice;
+      ConvertLauncher<__half> convert{static_cast<const uint8_t*>(w.data), w_row_bytes, n0, rows, K,
+                                      wh, stream_};
+      if (!dispatch_quantized(w.dtype, convert)) return false;
+      check_launch("linear");
+      if (!blas_->gemm(xs, GemmOperand{wh, DType::F16, 0, 1, K}, op + n0, DType::F32, 1, M, rows, K, N)) {
+        return false;  // only before the first slice: the shapes are the same for every slice
+      }
     }
   }
+  scale_rows_kernel<<<static_cast<unsigned>(M), kScaleRowsThreads, 0, stream_>>>(op, N, N, scale);
+  check_launch("linear");
   return true;
 }
 

@@ -86,6 +86,9 @@ __device__ __forceinline__ void load_quant32_pair_q4k(const uint8_t* row, int64_
 // Whether linear's one-column-per-lane-group kernel takes weight groups in pairs for this type
 // (TL_CUDA_MATVEC_PAIRS=0 turns it off, for A/B measurements).
 bool matvec_pairs_enabled();
+// Whether one row's product on a tall weight takes four columns per lane group (fused.cu;
+// TL_CUDA_MATVEC_FOUR=0 turns it off, for A/B measurements: one column, in pairs where they apply).
+bool matvec_four_enabled();
 
 // xs: the staged rows (staged_row_floats(K) floats each; floats 32 and 33 of each group hold the
 // sums of its two 16-element halves). The weights come as integers and an affine map per half
