@@ -29,7 +29,6 @@ PROMPTS = ["The capital of France is", "Once upon a time, there was", "def main(
 def _one_run(model: str | None, fast: bool, rows: int, steps: int) -> float:
     """Median ms per step of `rows` rows (in this process)."""
     sys.path.insert(0, str(ROOT / "python"))
-    from tensorlogic import _core as core
     from tensorlogic.apps.llm_session import STDLIB_DIR, LlmSession
     from tensorlogic.builtins.kvcache import SlotStore
 
@@ -47,11 +46,8 @@ def _one_run(model: str | None, fast: bool, rows: int, steps: int) -> float:
         times = []
         for step in range(steps + 1):
             start = time.perf_counter()
-            if fast:  # as BatchScheduler under --fast: the step's products of `rows` rows take the 8-bit path
-                core.set_q8_activations(True, rows)
+            # under --fast (LlmSession(fast=True): row limit 0) every product takes the 8-bit path
             logits = interp.call_value(f["model_decode_batch"], [s.model, store, list(range(rows)), tokens, positions])
-            if fast:
-                core.set_q8_activations(True)
             ids = logits.numpy().reshape(rows, -1).argmax(axis=1)
             if step > 0:  # the first call records the compiled step
                 times.append(time.perf_counter() - start)

@@ -90,18 +90,20 @@ void bind_memory(py::module_& m) {
           current_device()->debug().ops_per_command_buffer = n;
         }, py::arg("n"), "Commit the open command buffer after every n ops (default 64).");
   m.def("set_q8_activations", [](bool on, int rows) {
-          if (rows < 1 || rows > kQ8ActivationRows)
-            throw py::value_error("set_q8_activations: rows must be 1.." + std::to_string(kQ8ActivationRows) +
-                                  ", got " + std::to_string(rows));
+          if (rows < 0)
+            throw py::value_error("set_q8_activations: rows must be 0 (every product) or a row count >= 1, got " +
+                                  std::to_string(rows));
           current_device()->debug().q8_activations = on;
           current_device()->debug().q8_rows = rows;
         }, py::arg("on"), py::arg("rows") = 1,
-        "Quantize the activations of linear ops of at most `rows` rows of x (1: matrix-vector products, "
-        "decode; a batched decode step of several sequences passes their number, up to 8) with "
-        "block-quantized weights to 8 bits, as llama.cpp does: faster, approximate results; each row's "
-        "result is bitwise that row's alone. Applies to ops encoded from now on; the CPU backend has the "
-        "integer path for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K weights (others, longer products "
-        "(prefill) and other backends stay exact). Default off (TL_Q8_ACTIVATIONS=1).");
+        "Quantize the activations of linear ops with block-quantized weights to 8 bits, as llama.cpp "
+        "does: faster, approximate results; each row's result is bitwise that row's alone. `rows`: the "
+        "products it covers, those of at most `rows` rows of x (1: matrix-vector products, decode only; "
+        "a count: a batched decode step's rows) or, with 0, every product, prompt pieces included "
+        "(`tl generate --fast`, `tl serve --fast`). Applies to ops encoded from now on; the CPU backend "
+        "has the integer path for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K weights (others, longer "
+        "products than `rows` and other backends stay exact). Default off (TL_Q8_ACTIVATIONS=1: on, "
+        "matrix-vector products).");
   m.def("q8_activations", [] { return current_device()->debug().q8_activations.load(); },
         "Whether linear ops quantize their activations to 8 bits (set_q8_activations).");
   m.def("synchronize", [] {

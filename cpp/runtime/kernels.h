@@ -127,10 +127,6 @@ struct OptimizerStep {
   float momentum = 0;
 };
 
-// The most rows of x the 8-bit activation path is asked to take (DebugConfig::q8_rows, raised from
-// 1 to this by a batched decode step: tl serve --parallel batches at most 8 sequences a step).
-constexpr int64_t kQ8ActivationRows = 8;
-
 class Kernels {
  public:
   virtual ~Kernels() = default;
@@ -173,10 +169,10 @@ class Kernels {
   // quantization) where the backend has an integer dot product for w's dtype: faster, approximate.
   // The default (and any case without such a path) computes linear exactly. The ops layer picks it
   // while the device's q8_activations switch is on (TL_Q8_ACTIVATIONS, `tl generate --fast`) for
-  // products of at most q8_rows rows: matrix-vector products (decode), and a batched decode step's
-  // few rows while it raises q8_rows (prefill stays exact); a backend's row m of the result must
-  // not depend on the other rows (the CPU's is bitwise the one-row product), so a batched step
-  // decodes each sequence as it would alone.
+  // products of at most q8_rows rows (DebugConfig: 1 for matrix-vector products only; 0, as `--fast`
+  // sets it, for every product, prompt pieces included); a backend's row m of the result must not
+  // depend on the other rows (the CPU's is bitwise the one-row product), so a batched step decodes
+  // each sequence as it would alone and a prompt's pieces give each token what it gets alone.
   virtual void linear_q8_activations(const View& x, const View& w, const View& out) { linear(x, w, out); }
   // The expert products of a mixture-of-experts layer (ggml's mul_mat_id): for each token t and
   // each of its k chosen experts j, out[t, j, :] = x[t, X == 1 ? 0 : j, :] @ W_e^T with

@@ -95,8 +95,8 @@ Tensor fused_linear(const Tensor& x0, const Tensor& w0, LinearPrologue prologue,
     return x0;
   };
   if (K == 0 || M == 0 || N == 0) return linear(unfused_input(), w0, addend0);  // nothing to multiply
-  if (M <= dev->debug().q8_rows.load(std::memory_order_relaxed) && is_quantized(w0.dtype) && dev->debug().q8_activations.load(std::memory_order_relaxed)) {
-    // 8-bit activations (--fast) apply to every decode product, fused or not: the prologue and
+  if (is_quantized(w0.dtype) && dev->debug().q8_takes(M)) {
+    // 8-bit activations (--fast) apply to every product they cover, fused or not: the prologue and
     // the addend run as their own ops around linear's 8-bit path
     Tensor y = linear(unfused_input(), w0, std::nullopt);
     if (addend0) y = binary(BinaryOp::Add, y, *addend0);

@@ -137,10 +137,9 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const std::optional<Tensor>& b
     View xv = x.view(), wv = w.view(), ov = out.view();
     if (K == 0)
       encode(*dev, [ov](Kernels& k) { k.fill(ov, 0.0); }, {}, {&out});
-    else if (M <= dev->debug().q8_rows.load(std::memory_order_relaxed) && is_quantized(w.dtype) &&
-             dev->debug().q8_activations.load(std::memory_order_relaxed))
-      // decode only (one row, or a batched step's few while it raises q8_rows): prefill keeps
-      // exact activations, which keeps the KV cache of the prompt exact at no cost to decode speed
+    else if (is_quantized(w.dtype) && dev->debug().q8_takes(M))
+      // --fast: every product (q8_rows 0), prompt pieces included, as llama.cpp's CPU products;
+      // q8_rows 1 (TL_Q8_ACTIVATIONS alone) keeps longer products exact
       encode(*dev, [xv, wv, ov](Kernels& k) { k.linear_q8_activations(xv, wv, ov); }, {&x, &w}, {&out});
     else
       encode(*dev, [xv, wv, ov](Kernels& k) { k.linear(xv, wv, ov); }, {&x, &w}, {&out});

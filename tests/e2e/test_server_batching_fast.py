@@ -1,7 +1,8 @@
 """`tl serve --parallel N --fast` as a client sees it (real server process, real SmolLM2): 8-bit
-activations batch too (each row of a batched decode step is bitwise its one-row product), so
-concurrent greedy requests get token for token the reply `tl generate --fast --json` gives each
-alone, and /health shows steps of several rows."""
+activations batch too (each row of a batched decode step is bitwise its one-row product, and
+prompts, prefilled through the 8-bit path, come out the same however they are cut), so concurrent
+greedy requests get token for token the reply `tl generate --fast --json` gives each alone, and
+/health shows steps of several rows and prompts cut at the budget."""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,10 @@ REQUESTS = [  # (kind, prompt, max_tokens, stream)
     ("raw", "The capital of France is", 16, False),
     ("chat", "List three fruits, one per line.", 20, False),
     ("chat", "What is the capital of France?", 12, True),
+    # over the server's 64-token prompt budget: prefilled in pieces (tl generate's is one piece of
+    # 512), which under --fast changes no bit
+    ("chat", "Summarize in one sentence: " + " ".join(["The lighthouse keeper climbed the stairs at dusk, "
+                                                      "lit the lamp, and watched the ships pass."] * 5), 16, True),
 ]
 
 
@@ -52,3 +57,4 @@ def test_fast_concurrent_requests_equal_tl_generate_fast_alone(fast_server, smol
     assert [r[1] for r in replies] == [len(e["ids"]) for e in expected]
     slots = fast_server.health()["slots"]
     assert slots["batched"] and slots["mean_batch"] > 1.0  # the requests really decoded together
+    assert slots["prefill_pieces"] > len(REQUESTS)  # the long prompt was cut

@@ -64,7 +64,9 @@ def _common(a: list[int], b: list[int]) -> int:
 
 def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]], fast: bool = False) -> None:
     """Batched steps against each sequence's own steps, bitwise; `fast`: the batched step raises the
-    8-bit path's row limit to its rows, as BatchScheduler does under --fast."""
+    8-bit path's row limit to its rows (as BatchScheduler does with TL_Q8_ACTIVATIONS alone; under
+    --fast the limit is 0, every product, and raising it changes nothing)."""
+    q8_rows = _core.get_debug()["q8_rows"]
     interp = session.interp
     interp.load_file(str(STDLIB_DIR / "batch.tl"))
     f = interp.functions
@@ -80,13 +82,13 @@ def _decode_rows_vs_steps(session: LlmSession, prompts: list[list[int]], fast: b
     for step in range(4):  # the first call records, the later ones replay
         if step == 3:  # the same recording serves the rows' slots swapped
             slots, alone, positions, tokens = slots[::-1], alone[::-1], positions[::-1], tokens[::-1]
-        if fast:
+        if fast:  # as BatchScheduler where 8-bit activations cover matrix-vector products only
             _core.set_q8_activations(True, len(prompts))
         try:
             batched = interp.call_value(f["model_decode_batch"], [session.model, store, slots, tokens, positions]).numpy()
         finally:
             if fast:
-                _core.set_q8_activations(True)
+                _core.set_q8_activations(True, q8_rows)
         for b, (a, t, pos) in enumerate(zip(alone, tokens, positions)):
             row = interp.call_value(f["model_decode_step"], [session.model, a, t, pos]).numpy().reshape(-1)
             assert np.array_equal(batched[b], row), f"row {b}: max diff {np.abs(batched[b] - row).max()}"
@@ -258,8 +260,8 @@ def test_fast_mode_batched_step_rows_are_bitwise_single_steps_smollm2(smollm2_pa
 
 def test_fast_mode_together_equals_alone_smollm2(smollm2_path, monkeypatch):
     """--fast batched greedy output is token for token the request run alone (with --fast), and
-    the steps really ran several rows at once; a prompt is prefilled in the pieces it has alone,
-    whatever the iteration's prompt budget (a prompt cut at 9 tokens turned a token of the haiku)."""
+    the steps really ran several rows at once; prompts are cut at the iteration's prompt budget (9
+    here; LlmSession's pieces are 512), which under --fast changes no bit (the next test)."""
     import tensorlogic.apps.batching as batching
 
     monkeypatch.setattr(batching, "PREFILL_BUDGET", 9)
@@ -276,3 +278,42 @@ def test_fast_mode_together_equals_alone_smollm2(smollm2_path, monkeypatch):
             sched.close()
         assert sched.batched and sched.steps > 0 and sched.batched_tokens > 2 * sched.steps
         assert [r.ids for r in got] == alone
+
+
+def test_fast_mode_prefills_through_the_8bit_path_whatever_the_cut_smollm2(smollm2_path):
+    """--fast prefills through the 8-bit path too (every product: the row limit is 0), and since
+    that path gives each row its one-row product and the rest of the forward pass goes row by row,
+    a prompt prefilled in pieces of 1, 2, 9 tokens or whole gives bitwise the same last logits and
+    next step, what tl serve --parallel --fast relies on when it cuts prompts at its budget. With
+    the prompt's products exact (row limit 1) the logits differ."""
+    from tensorlogic.builtins.core import q8_state, set_q8_activations
+
+    with LlmSession(smollm2_path, context=128, fast=True) as s:
+        assert q8_state() == (True, 0)
+        interp = s.interp
+        interp.load_file(str(STDLIB_DIR / "batch.tl"))
+        f, cfg = interp.functions, s.config
+        ids = s.chat_prompt_ids([{"role": "user", "content": "Write a haiku about the sea, with many words."}])
+
+        def run(cut: int) -> tuple[np.ndarray, np.ndarray]:
+            cache = KVCache(cfg.n_layers, 128, cfg.n_kv_heads, cfg.head_dim)
+            try:
+                for done in range(0, len(ids), cut):
+                    piece = ids[done:done + cut]
+                    logits = interp.call_value(f["prefill_piece"], [s.model, cache, piece, done]).numpy()
+                nxt = int(np.argmax(logits))
+                step = interp.call_value(f["model_decode_step"], [s.model, cache, nxt, len(ids)]).numpy()
+                return logits, step
+            finally:
+                cache.release()
+
+        whole = run(len(ids))
+        for cut in (1, 2, 9):
+            got = run(cut)
+            assert np.array_equal(got[0], whole[0]) and np.array_equal(got[1], whole[1]), f"pieces of {cut}"
+        set_q8_activations(True, 1)  # the prompt's products exact, decode 8-bit (TL_Q8_ACTIVATIONS alone)
+        try:
+            exact_prompt = run(len(ids))
+        finally:
+            set_q8_activations(True, 0)
+        assert not np.array_equal(exact_prompt[0], whole[0])

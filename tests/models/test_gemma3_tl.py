@@ -237,14 +237,14 @@ def test_compiled_decode_replays_across_the_window_and_equals_eager_bitwise(tmp_
 
 
 def test_real_model_fast_mode_stays_close_to_reference(gemma3_path, gemma3_reference):
-    # --fast (8-bit activations in matrix-vector products): every Gemma weight type (Q5_0, Q8_0,
-    # Q4_K, Q6_K) takes the integer path in decode; prefill stays exact, so the prompt logits only
-    # see the 8-bit final projection. Measured: max |logit - HF| 0.196 at the prompt; the first 11
-    # greedy ids equal HF's. Step 11 is a near-tie of the 8-bit model itself (gap 0.067; HF's gap
-    # there is above 0.01): which way it falls depends on the kernel's float summation order, since
-    # a last-bit change moves some activations to the next 8-bit step (the one-row kernel before
-    # the several-row one of 2026-11-27 kept all 24 ids, its products within 1e-7 of today's).
-    # The bounds fail if the mode silently becomes exact or drifts far.
+    # --fast (8-bit activations in every quantized product, prompt pieces included): every Gemma
+    # weight type (Q5_0, Q8_0, Q4_K, Q6_K) takes the integer path. Measured (2026-11-27): max
+    # |logit - HF| 0.492 at the prompt, the first 21 greedy ids equal HF's; with the prompt's
+    # products exact (TL_Q8_ACTIVATIONS alone, what --fast was before) 0.196 and 11. Step 11 was a
+    # near-tie of that 8-bit model (gap 0.067; HF's gap there is above 0.01): which way it falls
+    # depends on the float summation order, since a last-bit change moves some activations to the
+    # next 8-bit step; the check stops before it. The bounds fail if the prompt's products silently
+    # become exact or the mode drifts far.
     assert not core.q8_activations()
     p = gemma3_reference["prompts"][0]
     with LlmSession(gemma3_path, context=128, fast=True) as session:
@@ -253,6 +253,6 @@ def test_real_model_fast_mode_stays_close_to_reference(gemma3_path, gemma3_refer
         n = min(11, p["first_gap_below_0.01"] or p["n_new"])
         r = session.generate(ids, n, stop_at_eog=False, keep_logits=True)
         err = np.abs(r.prompt_logits - np.load(REFERENCE_DIR / p["last_logits_npy"]).reshape(-1)).max()
-        assert 0.02 < err < 0.6, err
+        assert 0.3 < err < 1.0, err
         assert r.ids == p["greedy_ids"][:n]
     assert not core.q8_activations()

@@ -210,17 +210,18 @@ def test_mixed_storage_types_are_not_fused(tmp_path):
 
 
 # The approximate modes (README "Speed options"), measured against the HF fp32 reference at the last
-# prompt position (prefill stays exact under --fast; the 8-bit path runs in the final projection):
-#   --fast (8-bit activations in matrix-vector products): max |logit - HF| 0.21 (raw_capital) /
-#     0.26 (chat_capital); greedy ids equal HF's for all 48 steps of raw_capital (26 before the
-#     several-row kernel's fixed summation order);
-#     chat_capital's first token is a near-tie (gap 0.082) that flips. llama.cpp, which quantizes
-#     every matmul: 0.62 / 1.77, steps 5 / 0.
+# prompt position:
+#   --fast (8-bit activations in every quantized product, prompt pieces included, as llama.cpp):
+#     max |logit - HF| 0.68 (raw_capital) / 0.80 (chat_capital); greedy ids equal HF's for all 48
+#     steps of raw_capital; chat_capital's first token is a near-tie (gap 0.082) that flips. With
+#     the prompt prefilled exactly (TL_Q8_ACTIVATIONS alone: matrix-vector products only), 0.21 /
+#     0.26. llama.cpp, which quantizes every matmul: 0.62 / 1.77, steps 5 / 0.
 #   --kv-dtype f16: max |logit - HF| 0.015 / 0.009; all 48 greedy ids equal.
 # The bounds below leave room for summation-order changes; they fail if a mode silently becomes
-# exact (the mode did not run) or drifts towards llama.cpp's error.
+# exact (the mode did not run), stops covering the prompt (fast: below 0.4) or drifts past
+# llama.cpp's error.
 APPROXIMATE_MODES = {
-    "fast": (dict(fast=True), 0.05, 0.5, 12),
+    "fast": (dict(fast=True), 0.4, 1.2, 12),
     "kv-f16": (dict(kv_dtype="f16"), 1e-3, 0.05, 48),
 }
 

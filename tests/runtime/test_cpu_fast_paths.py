@@ -180,7 +180,10 @@ def test_linear_rows_with_the_avx2_kernels():
 # ------------------------------------------------------------------ linear, 8-bit activations (--fast)
 
 Q8_TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")  # those with an integer dot product
-Q8_ROWS = 8  # cpp/runtime/kernels.h's kQ8ActivationRows: the most rows set_q8_activations takes
+Q8_ROWS = 8  # the rows of tl serve --parallel's largest batched step (MAX_STEP_ROWS)
+# prompt pieces under --fast (set_q8_activations(True, 0): every product): several groups of 8 rows,
+# with and without a shorter last group
+Q8_PIECE_ROWS = (9, 12, 16, 35, 64)
 
 
 def q8_reference(x: np.ndarray) -> np.ndarray:
@@ -194,7 +197,8 @@ def q8_reference(x: np.ndarray) -> np.ndarray:
 
 
 def linear_q8(x: np.ndarray, w, rows: int = Q8_ROWS) -> np.ndarray:
-    """linear with 8-bit activations for products of up to `rows` rows (a batched decode step's)."""
+    """linear with 8-bit activations for products of up to `rows` rows (a batched decode step's;
+    0: every product, as --fast sets it)."""
     before = _core.q8_activations()
     _core.set_q8_activations(True, rows)
     try:
@@ -206,6 +210,7 @@ def linear_q8(x: np.ndarray, w, rows: int = Q8_ROWS) -> np.ndarray:
 def check_linear_q8_rows(fmt: str, M: int, rng) -> list[np.ndarray]:
     """Checks linear with 8-bit activations on M rows against NumPy and each row against the row
     alone; returns the products (for the comparison across instruction sets)."""
+    rows = Q8_ROWS if M <= Q8_ROWS else 0
     be = quant_block_elems(fmt)
     shapes = [(37, be * 3), (2, be * 2)] if be == 256 else [(37, 32), (13, 96), (20, 576)]
     outs = []
@@ -214,7 +219,7 @@ def check_linear_q8_rows(fmt: str, M: int, rng) -> list[np.ndarray]:
         x = rng.standard_normal((M, K)).astype(np.float32)
         if K >= 64:
             x[0, 32:64] = 0.0  # an all-zero block
-        got = linear_q8(x, w)
+        got = linear_q8(x, w, rows)
         xq = q8_reference(x)
         want = xq @ wd.T
         bound = 2e-6 * np.sqrt(K) * (np.abs(xq) @ np.abs(wd).T) + 1e-30
@@ -223,7 +228,7 @@ def check_linear_q8_rows(fmt: str, M: int, rng) -> list[np.ndarray]:
         exact = _core.linear(T(x), w).numpy()
         assert not np.array_equal(got, exact), f"{fmt} M={M}: the 8-bit path did not run"
         for m in range(M):
-            alone = linear_q8(x[m:m + 1], w)[0]
+            alone = linear_q8(x[m:m + 1], w, 1)[0]
             assert np.array_equal(got[m], alone), f"{fmt} M={M} N={N} K={K}: row {m} differs from the row alone"
         outs.append(got)
     return outs
@@ -236,21 +241,42 @@ def test_linear_q8_rows_match_numpy_and_each_row_alone(fmt, M):
     check_linear_q8_rows(fmt, M, np.random.default_rng([M, len(fmt), ord(fmt[-1])]))
 
 
-def test_linear_q8_longer_products_keep_exact_activations():
-    """Prefill stays exact: products longer than the row limit (1 unless a batched decode step
-    raised it) take the exact path."""
+@pytest.mark.parametrize("M", Q8_PIECE_ROWS)
+@pytest.mark.parametrize("fmt", Q8_TYPES)
+def test_linear_q8_prompt_pieces_rows_match_numpy_and_each_row_alone(fmt, M):
+    """--fast prefills through the 8-bit path too (row limit 0: every product): a prompt piece of
+    many rows gives every row bitwise its one-row (decode) product, so the cut of a prompt into
+    pieces and the other requests' rows do not change a row's product."""
+    check_linear_q8_rows(fmt, M, np.random.default_rng([M, len(fmt), ord(fmt[-1]), 1]))
+
+
+def test_linear_q8_row_limit():
+    """Products longer than the row limit take the exact path (1: matrix-vector products only,
+    TL_Q8_ACTIVATIONS alone; a count: a batched decode step's rows); 0 covers every product."""
     w, _ = weight("q4_1", 20, 576, np.random.default_rng(3))
     x = f32(Q8_ROWS + 1, 576)
-    np.testing.assert_array_equal(linear_q8(x, w), _core.linear(T(x), w).numpy())
+    exact = _core.linear(T(x), w).numpy()
+    np.testing.assert_array_equal(linear_q8(x, w), exact)
+    every = linear_q8(x, w, rows=0)
+    assert not np.array_equal(every, exact)
+    np.testing.assert_array_equal(linear_q8(x, w, rows=Q8_ROWS + 1), every)
+    for m in range(Q8_ROWS + 1):
+        np.testing.assert_array_equal(every[m], linear_q8(x[m:m + 1], w, rows=1)[0])
     x2 = f32(2, 576)
     exact = _core.linear(T(x2), w).numpy()
     np.testing.assert_array_equal(linear_q8(x2, w, rows=1), exact)  # a 2-token prompt piece
     assert not np.array_equal(linear_q8(x2, w, rows=2), exact)
     assert not np.array_equal(linear_q8(x2[:1], w, rows=1), exact[:1])  # decode: one row
-    for bad in (0, Q8_ROWS + 1):
-        with pytest.raises(ValueError, match="rows must be 1..8"):
-            _core.set_q8_activations(True, bad)
+    with pytest.raises(ValueError, match="rows must be 0"):
+        _core.set_q8_activations(True, -1)
     assert not _core.q8_activations()
+    from tensorlogic.builtins.core import q8_state, set_q8_activations
+    assert set_q8_activations(True, 0) == (False, 1)
+    try:
+        assert q8_state() == (True, 0) and _core.get_debug()["q8_rows"] == 0
+    finally:
+        assert set_q8_activations(False) == (True, 0)
+    assert q8_state() == (False, 1)
 
 
 @pytest.mark.parametrize("env", [{"TL_CPU_NO_AVX512": "1"}, {"TL_CPU_NO_SIMD": "1"}])
@@ -260,14 +286,14 @@ def test_linear_q8_same_bits_on_every_instruction_set(env, tmp_path):
     code = ("import numpy as np, sys\n"
             "sys.path.insert(0, %r)\n"
             "import test_cpu_fast_paths as t\n"
-            "outs = [o for fmt in t.Q8_TYPES for M in (1, 3, 8) "
+            "outs = [o for fmt in t.Q8_TYPES for M in (1, 3, 8, 20) "
             "for o in t.check_linear_q8_rows(fmt, M, np.random.default_rng(M))]\n"
             "np.savez(%r, *outs)\n") % (str(Path(__file__).parent), str(tmp_path / "out.npz"))
     r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     theirs = np.load(tmp_path / "out.npz")
-    ours = [o for fmt in Q8_TYPES for M in (1, 3, 8) for o in check_linear_q8_rows(fmt, M, np.random.default_rng(M))]
+    ours = [o for fmt in Q8_TYPES for M in (1, 3, 8, 20) for o in check_linear_q8_rows(fmt, M, np.random.default_rng(M))]
     assert len(ours) == len(theirs.files)
     for i, o in enumerate(ours):
         assert np.array_equal(o, theirs[f"arr_{i}"]), f"product {i} differs with {env}"

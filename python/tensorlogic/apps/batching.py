@@ -9,12 +9,11 @@ Invariants:
   prompt (llama-server's cache_prompt; the least recently used one when none shares half of it)
   and prefills only what follows the prefix its slot holds; usage reports that as cached_tokens.
 - Every loop iteration runs at most PREFILL_BUDGET prompt tokens (pieces of the prompts of slots
-  still prefilling, oldest first; under --fast a prompt's pieces are LlmSession's, PREFILL_CHUNK
-  tokens: see _piece_end) and then one batched decode step for every slot that is decoding, so
-  running streams keep flowing while a long prompt is prefilled.
+  still prefilling, oldest first: see _piece_end) and then one batched decode step for every slot
+  that is decoding, so running streams keep flowing while a long prompt is prefilled.
 - A batched step computes for each sequence what a step of it alone computes (the CPU linear kernel
   gives each row of a small batch bitwise the one-row result, with exact or, under --fast, 8-bit
-  activations), so greedy output does not depend on
+  activations; under --fast a prompt piece of any length too), so greedy output does not depend on
   what else runs; tests/e2e/test_server_batching.py checks it token for token.
 - Each slot's cache is allocated once, at start, for slot_context positions (--context divided among
   the slots, as llama-server's -c and -np), as its rows of one SlotStore (builtins/kvcache.py): the
@@ -29,6 +28,7 @@ import time
 from typing import Any
 
 from ..builtins.convert import BuiltinArgError, core
+from ..builtins.core import q8_state
 from ..builtins.kvcache import SlotStore
 from ..builtins.sampling import SamplerValue
 from ..lang.errors import TLError
@@ -39,8 +39,8 @@ from .server import ApiError, Engine, needs_guided_sampler
 
 PREFILL_BUDGET = 64  # prompt tokens run per loop iteration, between two decode steps
 # rows of one batched step: the CPU linear kernel keeps a row bitwise equal to the one-row product
-# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp; under --fast
-# kQ8ActivationRows, cpp/runtime/kernels.h); more slots step in groups
+# up to 8 rows (kSmallBatchRows in cpp/backends/cpu/kernels_matmul_quant.cpp; under --fast the
+# 8-bit kernel does for any number, cpp/backends/cpu/kernels_matmul_q8.cpp); more slots step in groups
 MAX_STEP_ROWS = 8
 MIN_SLOT_CONTEXT = 16
 SIMILARITY = 0.5  # share of a prompt a slot's cache must hold to be chosen for it (llama-server's default)
@@ -102,15 +102,16 @@ class BatchScheduler:
             interp.load_file(str(STDLIB_DIR / "batch.tl"))
         except TLError as e:
             raise ModelError(f"cannot load the TL standard library: {e.format().splitlines()[0]}") from None
-        # under --fast too: a step raises the 8-bit path's row limit to its rows (_decode_rows), each
-        # row bitwise its one-row product (kernels_matmul_q8.cpp), so its rows equal steps alone
+        # under --fast too: every product takes the 8-bit path (LlmSession sets the row limit to 0:
+        # all rows), each row bitwise its one-row product (kernels_matmul_q8.cpp), so a step's rows
+        # equal steps alone and a prompt piece's rows what the prompt alone gets
         self.batched = True
         self._step_fn = interp.functions["model_decode_batch"]
-        self.fast = bool(core.q8_activations())
-        # under --fast, the fewest prompt tokens a request prefills when its prompt is longer: one
-        # token is a matrix-vector product, which takes the 8-bit path where the prompt alone is
-        # prefilled exactly
-        self.min_piece = 2 if self.fast else 1
+        self.fast, self.q8_rows = q8_state()
+        # the fewest prompt tokens a request prefills when its prompt is longer (the last one, for the
+        # logits); 2 where 8-bit activations cover matrix-vector products only (TL_Q8_ACTIVATIONS
+        # without --fast): one token would take the 8-bit path where the prompt alone is prefilled exactly
+        self.min_piece = 2 if self.fast and self.q8_rows != 0 else 1
         self._piece_fn = interp.functions["prefill_piece"]
         self._forward_fn = interp.functions["model_forward"]
         self.order = collections.deque()  # slots in the order their requests came (prefill goes first-come)
@@ -120,6 +121,7 @@ class BatchScheduler:
         self.decode_seconds = 0.0  # in decode steps (sampling included)
         self.prefill_seconds = 0.0
         self.prefilled_tokens = 0
+        self.prefill_pieces = 0  # prefill calls (a prompt over the budget is cut into several)
 
     # ------------------------------------------------------------------ admission
     def free_slots(self) -> int:
@@ -179,6 +181,7 @@ class BatchScheduler:
             ran = self._prefill(slot, budget, ended)
             self.prefill_seconds += time.perf_counter() - started
             self.prefilled_tokens += ran
+            self.prefill_pieces += 1
             budget -= ran
         decoding = [s for s in self.slots if s.state == "decode"]
         if decoding:
@@ -213,12 +216,16 @@ class BatchScheduler:
         return len(piece)
 
     def _piece_end(self, slot: Slot, budget: int) -> int:
-        """Where the slot's next prompt piece ends: `budget` tokens on; under --fast, PREFILL_CHUNK
-        tokens on (LlmSession.generate's pieces, whatever the budget): 8-bit activations turn the
-        last bits in which a prompt cut differently is prefilled (the exact products and attention
-        of the pieces round differently) into different tokens now and then, so a prompt is cut as
-        it is when run alone and greedy output stays that of the request alone."""
-        return min(len(slot.prompt), slot.done + (PREFILL_CHUNK if self.fast else budget))
+        """Where the slot's next prompt piece ends: `budget` tokens on. Exact and --fast prompts
+        come out the same however they are cut (under --fast bitwise: every product takes the
+        8-bit path, which gives each row its one-row result, and the rest of the forward pass is
+        row by row, so a prompt prefilled in pieces of 1, 9 or 512 leaves the same cache and
+        logits). Where 8-bit activations cover matrix-vector products only (TL_Q8_ACTIVATIONS
+        without --fast) the pieces are LlmSession.generate's, PREFILL_CHUNK tokens: the exact
+        products of differently cut pieces round differently in their last bits, which 8-bit
+        decoding turns into a different token now and then."""
+        chunk = PREFILL_CHUNK if self.fast and self.q8_rows != 0 else budget
+        return min(len(slot.prompt), slot.done + chunk)
 
     def _decode(self, decoding: list[Slot], ended: list) -> None:
         for first in range(0, len(decoding), MAX_STEP_ROWS):
@@ -229,14 +236,17 @@ class BatchScheduler:
         tokens = [sl.next_token for sl in decoding]
         positions = [sl.pos for sl in decoding]
         try:
-            if self.fast:  # the step's products of len(decoding) rows take the 8-bit path too
-                core.set_q8_activations(True, len(decoding))
+            # where 8-bit activations cover matrix-vector products only (TL_Q8_ACTIVATIONS alone; --fast
+            # covers every product), the step's products of len(decoding) rows take the 8-bit path too
+            raise_rows = self.fast and self.q8_rows != 0
+            if raise_rows:
+                core.set_q8_activations(True, max(self.q8_rows, len(decoding)))
             try:
                 logits = s.interp.call_value(self._step_fn, [s.model, self.store, [sl.index for sl in decoding],
                                                              tokens, positions])
             finally:
-                if self.fast:
-                    core.set_q8_activations(True)  # back to matrix-vector products: prefill stays exact
+                if raise_rows:
+                    core.set_q8_activations(True, self.q8_rows)  # back: longer products stay exact
         except TLError as e:
             err = ModelError(" ".join(str(e).split("\n")[:1]))
             for sl in decoding:
@@ -324,6 +334,7 @@ class BatchScheduler:
             "decode_ms_per_step": round(1000 * self.decode_seconds / self.steps, 1) if self.steps else 0.0,
             "step_recordings": self._compiled_counts(),
             "prefill_tokens": self.prefilled_tokens,
+            "prefill_pieces": self.prefill_pieces,
             "prefill_ms_per_token": (round(1000 * self.prefill_seconds / self.prefilled_tokens, 2)
                                      if self.prefilled_tokens else 0.0),
             "slots": [{"id": s.index, "state": s.state, "cached_tokens": len(s.cached_ids),

@@ -234,8 +234,9 @@ class LlmSession:
                 init_backend(backend)
             except RuntimeFailure as e:
                 raise ModelError(f"backend {backend}: {e}") from None
-        # --fast: linear ops quantize their activations to 8 bits (a device-wide switch, restored at close)
-        self._q8_before: bool | None = set_q8_activations(True) if fast else None
+        # --fast: linear ops quantize their activations to 8 bits, every product (decode steps and
+        # prompt pieces, as llama.cpp's CPU products); a device-wide switch, restored at close
+        self._q8_before: tuple[bool, int] | None = set_q8_activations(True, 0) if fast else None
         started = time.perf_counter()
         try:
             self.model = load_model_value(str(path), weight_mode, progress)
@@ -259,7 +260,7 @@ class LlmSession:
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         if self._q8_before is not None:
-            set_q8_activations(self._q8_before)
+            set_q8_activations(*self._q8_before)
             self._q8_before = None
         if self.cache is not None:
             self.cache.release()

@@ -193,12 +193,19 @@ def synchronize() -> None:
     core.synchronize()
 
 
-def set_q8_activations(on: bool) -> bool:
-    """Switch 8-bit activations in the quantized matrix-vector products (`tl generate --fast`) on or
-    off for ops encoded from now on (their row limit back to 1); returns the previous setting."""
-    before = bool(core.q8_activations())
-    core.set_q8_activations(on)
+def set_q8_activations(on: bool, rows: int = 1) -> tuple[bool, int]:
+    """Switch 8-bit activations in the quantized linear ops on or off for ops encoded from now on:
+    `rows` 1 covers matrix-vector products (decode) only, 0 every product, prompt pieces included
+    (`tl generate --fast`, `tl serve --fast`); returns the previous (on, rows), for q8_restore."""
+    before = q8_state()
+    core.set_q8_activations(on, rows)
     return before
+
+
+def q8_state() -> tuple[bool, int]:
+    """(8-bit activations on, the most rows of x they cover: 0 for every product)."""
+    d = core.get_debug()
+    return bool(d["q8_activations"]), int(d["q8_rows"])
 
 
 def memory_stats(sync: bool = True) -> dict:
