@@ -94,6 +94,26 @@ def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger
             "ttft_max_ms": round(1000 * max(ttft), 1)}
 
 
+def _server_counters(url: str, before: dict | None = None, wall: float = 0.0) -> dict:
+    """The batched server's step and prefill counters (/health), or with `before` what the phase
+    added: its decode steps, mean rows a step, seconds in steps and in prefill (from the rounded
+    per-step and per-token means) and their share of the phase's `wall` seconds."""
+    h = httpx.get(url + "/health", timeout=30).json().get("slots", {})
+    now = {"steps": h.get("decode_steps", 0), "rows": h.get("mean_batch", 0.0) * h.get("decode_steps", 0),
+           "decode_s": h.get("decode_ms_per_step", 0.0) * h.get("decode_steps", 0) / 1000,
+           "prefill_tokens": h.get("prefill_tokens", 0),
+           "prefill_s": h.get("prefill_ms_per_token", 0.0) * h.get("prefill_tokens", 0) / 1000}
+    if before is None:
+        return now
+    d = {k: now[k] - before[k] for k in now}
+    steps = max(d["steps"], 1)
+    return {"steps": d["steps"], "mean_batch": round(d["rows"] / steps, 2),
+            "ms_per_step": round(1000 * d["decode_s"] / steps, 1), "prefill_tokens": d["prefill_tokens"],
+            "prefill_ms_per_token": round(1000 * d["prefill_s"] / max(d["prefill_tokens"], 1), 2),
+            "decode_share": round(d["decode_s"] / wall, 2) if wall else None,
+            "prefill_share": round(d["prefill_s"] / wall, 2) if wall else None}
+
+
 def _chat_turns(url: str, tokens: int, repeats: int = 3) -> dict:
     """First turn (a long system prompt, nothing cached) and second turn (the first in the cache)."""
     system = ("You are a careful assistant for a small library. " * 12).strip()
@@ -158,7 +178,9 @@ def main() -> int:
         _phase(url, 1, 1, 8, "warm")  # the first decode step records the compiled step
         _phase(url, args.clients, 1, 8, "warm8")
         one = _phase(url, 1, args.requests, args.tokens, "one")
+        before = _server_counters(url)
         many = _phase(url, args.clients, args.requests, args.tokens, "many", args.stagger)
+        many["server"] = _server_counters(url, before, many["seconds"])
         TEMPERATURE = 0.0
         turns = _chat_turns(url, 16)
         health = httpx.get(url + "/health", timeout=30).json()

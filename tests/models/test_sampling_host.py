@@ -59,3 +59,14 @@ def test_host_rows_refuse_bad_logits_as_the_device_path_does(temperature):
             x[11] = np.nan if bad == "nan" else np.inf
         with pytest.raises(BuiltinArgError, match="logits contain NaN"):
             SamplerValue.seeded(temperature, 0, 1.0, 1).sample_host(x)
+
+
+def test_host_greedy_row_with_some_minus_infinity_takes_the_first_largest():
+    """The greedy host path (one argmax over the f32 row) against choose_token's checked one:
+    banned (-inf) ids are skipped, ties go to the lowest id, a row with one finite logit works."""
+    x = np.full(64, -np.inf, np.float32)
+    x[40] = -1e30
+    assert SamplerValue.seeded(0.0, 0, 1.0, 1).sample_host(x) == 40
+    x[[5, 9, 33]] = np.float32(2.5)
+    x[[1, 2]] = -np.inf
+    assert SamplerValue.seeded(0.0, 0, 1.0, 1).sample_host(x) == 5
