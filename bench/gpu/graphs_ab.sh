@@ -41,9 +41,8 @@
 #                              the cross-backend and model pytest files on CUDA, the 512-token
 #                              prefill of both models with quantized weights on the f16 tensor cores
 #                              (the default) and with f32 operands (TL_CUDA_LINEAR_F16=0), its
-#                              kernels (ncu, 1B), the RSS breakdown of the SmolLM2 shape, and the 1B
-#                              shape's decode with and without four columns per lane group
-#                              (TL_CUDA_MATVEC_FOUR=0), interleaved
+#                              kernels (ncu, 1B), the RSS breakdown of the SmolLM2 shape, then
+#                              bench/llm.py on both models against llama.cpp CUDA
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -263,9 +262,11 @@ z)
   done
   echo "== prefill kernels (ncu), 1B, default"; timeout 200 python3 bench/gpu/profile_prefill.py "$B1" --ncu 2>&1 | head -14
   echo "== RSS, SmolLM2 shape"; timeout 100 python3 bench/gpu/rss_breakdown.py "$SMOL" 2>&1 | tail -24
-  for v in four one four one; do
-    if [ $v = four ]; then e=TL_NOTHING=1; else e=TL_CUDA_MATVEC_FOUR=0; fi
-    echo "== 1B decode, $v ($e)"; env $e timeout 100 python3 bench/llm.py --gpu --model "$B1" --peers none --repeat 3 2>&1 | tail -1
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
+  for m in "$SMOL" "$B1"; do
+    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
   done
   ;;
 v)

@@ -44,8 +44,19 @@ model() {
 
 prepare() {
   collect_model_parts
-  rm -rf "$SRC" && mkdir -p "$SRC"
-  tar -C "$ROOT" --exclude='./model.part*' --exclude=./llama_sdist_stripped.tgz --exclude=./build -cf - . | tar -C "$SRC" -xf -
+  # A fresh copy beside the last one; only files whose bytes changed replace theirs, with the
+  # copy's time as their mtime, so a warm machine's build recompiles exactly what changed (tar keeps
+  # the sender's mtimes, which can be older than the objects built here).
+  rm -rf "$SRC.new" && mkdir -p "$SRC.new"
+  tar -C "$ROOT" --exclude='./model.part*' --exclude=./llama_sdist_stripped.tgz --exclude=./build -cf - . | tar -C "$SRC.new" -xf -
+  if [ -d "$SRC" ]; then
+    (cd "$SRC.new" && find . -type f) | while IFS= read -r f; do
+      cmp -s "$SRC.new/$f" "$SRC/$f" || { mkdir -p "$(dirname "$SRC/$f")" && cp "$SRC.new/$f" "$SRC/$f"; }
+    done
+    rm -rf "$SRC.new"
+  else
+    mv "$SRC.new" "$SRC"
+  fi
   if [ -d "$ROOT/whl" ]; then
     "$PY" -m pip install -q --no-deps --target "$WORK/pydeps" "$ROOT"/whl/*.whl > "$OUT/pip.log" 2>&1
   fi
