@@ -115,8 +115,9 @@ struct Q8Activations {
 };
 // Whether weights of dtype t have an integer dot product with 8-bit activations.
 bool has_q8_matvec(DType t);
-// Quantizes x[m, k] (k a multiple of 32) into out, reusing its storage.
-void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out);
+// Quantizes x[m, k] (k a multiple of 32) into out, reusing its storage; with a pool, the blocks of
+// a long x split among its threads (the same bits).
+void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out, ThreadPool* pool = nullptr);
 // out[i, n] = w_n . x_i for the N rows of w (wrow bytes apart) and the m quantized rows of x; row i
 // of out is bitwise what the product with row i of x alone (m == 1) gives.
 void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,

@@ -304,7 +304,7 @@ bool has_q8_matvec(DType t) {
          t == DType::Q5_K || t == DType::Q6_K;
 }
 
-void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out) {
+void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations& out, ThreadPool* pool) {
   if (k % kQ8Block != 0) kernel_fail("8-bit activations: K=" + std::to_string(k) + " is not a multiple of 32");
   out.m = m;
   out.nb = k / kQ8Block;
@@ -313,9 +313,15 @@ void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations
   out.dsum.resize(static_cast<size_t>(m * out.nb));
   out.qsum.resize(static_cast<size_t>(m * out.nb));
   const QuantizeBlockFn quantize = quantize_block_fn();
-  for (int64_t b = 0; b < m * out.nb; ++b)
-    quantize(x + b * kQ8Block, out.q.data() + b * kQ8Block, out.d.data() + b, out.dsum.data() + b,
-             out.qsum.data() + b);
+  auto blocks = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      quantize(x + b * kQ8Block, out.q.data() + b * kQ8Block, out.d.data() + b, out.dsum.data() + b,
+               out.qsum.data() + b);
+  };
+  // each block on its own, so splitting them among threads changes no bit (a prompt piece's
+  // thousands of blocks; a decode step's few run on the caller)
+  if (pool) pool->parallel_for(m * out.nb, 2048, blocks);
+  else blocks(0, m * out.nb);
 }
 
 void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,
@@ -327,16 +333,31 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   for (int mg = 1; mg <= 8; ++mg) rows[mg - 1] = row_fn(t, mg);
   // x in groups of 8 rows (the last one shorter): per row its values padded to nbp blocks, and
   // for the column kernel per block by lane
-  thread_local std::vector<float> padded_f, lane_f;
-  thread_local std::vector<int32_t> padded_i, lane_i;
-  thread_local std::vector<int8_t> interleaved;
+  // (the caller's thread's buffers, named by references: the pool's threads fill them too, and a
+  // thread_local named inside their lambdas would be their own)
+  thread_local std::vector<float> tl_padded_f, tl_lane_f;
+  thread_local std::vector<int32_t> tl_padded_i, tl_lane_i;
+  thread_local std::vector<int8_t> tl_interleaved;
+  std::vector<float>& padded_f = tl_padded_f;
+  std::vector<float>& lane_f = tl_lane_f;
+  std::vector<int32_t>& padded_i = tl_padded_i;
+  std::vector<int32_t>& lane_i = tl_lane_i;
+  std::vector<int8_t>& interleaved = tl_interleaved;
   padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
   padded_i.assign(static_cast<size_t>(M * nbp), 0);
-  for (int64_t m = 0; m < M; ++m) {
-    std::copy(a.d.begin() + m * nb, a.d.begin() + (m + 1) * nb, padded_f.begin() + m * nbp * 2);
-    std::copy(a.dsum.begin() + m * nb, a.dsum.begin() + (m + 1) * nb, padded_f.begin() + m * nbp * 2 + nbp);
-    std::copy(a.qsum.begin() + m * nb, a.qsum.begin() + (m + 1) * nb, padded_i.begin() + m * nbp);
-  }
+  // the layouts below are copies, split among threads by groups of 8 rows where there are several
+  // (a prompt piece); a decode step's one group is laid out by the caller
+  auto by_groups = [&](auto&& body) {
+    if (groups >= 4) pool.parallel_for(groups, 1, [&](int64_t g0, int64_t g1) { for (int64_t gi = g0; gi < g1; ++gi) body(gi); });
+    else for (int64_t gi = 0; gi < groups; ++gi) body(gi);
+  };
+  by_groups([&](int64_t gi) {
+    for (int64_t m = 8 * gi; m < std::min<int64_t>(M, 8 * gi + 8); ++m) {
+      std::copy(a.d.begin() + m * nb, a.d.begin() + (m + 1) * nb, padded_f.begin() + m * nbp * 2);
+      std::copy(a.dsum.begin() + m * nb, a.dsum.begin() + (m + 1) * nb, padded_f.begin() + m * nbp * 2 + nbp);
+      std::copy(a.qsum.begin() + m * nb, a.qsum.begin() + (m + 1) * nb, padded_i.begin() + m * nbp);
+    }
+  });
   std::vector<Q8Group> gs(static_cast<size_t>(groups));
   for (int64_t gi = 0; gi < groups; ++gi) {
     Q8Group& g = gs[gi];
@@ -354,7 +375,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
     lane_f.assign(static_cast<size_t>(groups * nb * 16), 0.0f);
     lane_i.assign(static_cast<size_t>(groups * nb * 8), 0);
     interleaved.assign(static_cast<size_t>(groups * nb * 256), 0);
-    for (int64_t gi = 0; gi < groups; ++gi) {
+    by_groups([&](int64_t gi) {
       Q8Group& g = gs[gi];
       float* ld = lane_f.data() + gi * nb * 16;
       float* ls = ld + nb * 8;
@@ -371,26 +392,37 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       g.lane_dsum = ls;
       g.lane_qsum = lq;
       g.xi = xi;
-    }
+    });
   }
-  // Chunks of 8 weight rows, each row multiplied with every group of x while it is in cache; at
-  // least ~32 KiB of weights per chunk so that small matrices skip the dispatch. The rows stream
-  // through memory in order, prefetched kMatvecPrefetchBytes ahead (as in linear's exact path).
+  // Chunks of 8 weight rows, multiplied with every group of x while they are in cache: group by
+  // group, each group's x (at most 12 KiB for K = 1536) and the chunk's rows staying in L1 while
+  // the 8 rows take it (a prompt piece of 512 rows has 64 groups: going through all of them per
+  // weight row streamed x from L2 each time); at least ~32 KiB of weights per chunk so that small
+  // matrices skip the dispatch. The rows stream through memory in order, prefetched
+  // kMatvecPrefetchBytes ahead (as in linear's exact path). Every (weight row, group) product is
+  // computed on its own, so the order changes no bit.
   const int64_t chunks = (N + 7) / 8;
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(8 * wrow * groups, 1)));
   const size_t total = static_cast<size_t>(N) * wrow;
   pool.parallel_for(chunks, grain, [&](int64_t c0, int64_t c1) {
-    for (int64_t n = 8 * c0; n < std::min(N, 8 * c1); ++n) {
-      const size_t at = static_cast<size_t>(n) * wrow, ahead = at + kMatvecPrefetchBytes;
-      if (ahead < total) prefetch_bytes(w + ahead, std::min(wrow, total - ahead));
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t n0 = 8 * c, n1 = std::min(N, 8 * c + 8);
+      for (int64_t n = n0; n < n1; ++n) {
+        const size_t ahead = static_cast<size_t>(n) * wrow + kMatvecPrefetchBytes;
+        if (ahead < total) prefetch_bytes(w + ahead, std::min(wrow, total - ahead));
+      }
       for (const Q8Group& g : gs) {
         const int64_t m0 = 8 * (&g - gs.data());
-        if (const RowFn row = rows[g.mg - 1]) {
-          row(w + at, g, out + m0 * N + n, N);
-        } else {
-          for (int m = 0; m < g.mg; ++m) {
-            const Q8Row xr{g.q[m], g.d[m], g.dsum[m], nb};
-            out[(m0 + m) * N + n] = dot(w + at, xr);
+        const RowFn row = rows[g.mg - 1];
+        for (int64_t n = n0; n < n1; ++n) {
+          const size_t at = static_cast<size_t>(n) * wrow;
+          if (row) {
+            row(w + at, g, out + m0 * N + n, N);
+          } else {
+            for (int m = 0; m < g.mg; ++m) {
+              const Q8Row xr{g.q[m], g.d[m], g.dsum[m], nb};
+              out[(m0 + m) * N + n] = dot(w + at, xr);
+            }
           }
         }
       }

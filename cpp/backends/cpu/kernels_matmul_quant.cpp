@@ -1001,7 +1001,7 @@ void CpuKernels::linear_q8_activations(const View& x, const View& w, const View&
   check_linear(x, w, out, &M, &K, &N);
   if (M == 0 || N == 0 || !has_q8_matvec(w.dtype)) return linear(x, w, out);
   thread_local Q8Activations act;
-  quantize_activations_q8(static_cast<const float*>(x.data), M, K, act);
+  quantize_activations_q8(static_cast<const float*>(x.data), M, K, act, &pool());
   q8_matmul(pool(), w.dtype, static_cast<const uint8_t*>(w.data), row_bytes(w.dtype, K), N, act,
             static_cast<float*>(out.data));
 }
