@@ -17,7 +17,8 @@
 // order, as from DRAM they must), or, for 4 to 8 rows of x with AVX-512 VNNI, the rows in the lanes
 // and the 8 blocks in 8 vectors added in the same tree; either way each weight block is unpacked
 // once for all the rows of x, and a batched decode step (tl serve --parallel under --fast) gives
-// every row bitwise the one-row product.
+// every row bitwise the one-row product. Longer x (a prompt piece under --fast) goes in groups of 8
+// rows, each group the same kernels, so every row of a prompt is bitwise its one-row product too.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

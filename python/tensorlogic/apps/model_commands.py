@@ -173,8 +173,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=_positive_int, default=None, metavar="N",
                    help=f"KV cache length in tokens (default: {sized}; at most the model's context length)")
     p.add_argument("--fast", action="store_true",
-                   help="quantize activations to 8 bits in the quantized decode products (batched ones too), as "
-                        "llama.cpp does (CPU backend; faster decode, logits approximate: see README)")
+                   help="quantize activations to 8 bits in every quantized product (decode steps, batched ones, and "
+                        "prompt pieces), as llama.cpp does (CPU backend; faster, logits approximate: see README)")
     p.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
                    help="KV cache dtype: f32 (default, exact) or f16 (half the memory and bandwidth at long "
                         "contexts; logits approximate)")
