@@ -43,6 +43,12 @@
 #                              (the default) and with f32 operands (TL_CUDA_LINEAR_F16=0), its
 #                              kernels (ncu, 1B), the RSS breakdown of the SmolLM2 shape, then
 #                              bench/llm.py on both models against llama.cpp CUDA
+#   bench/gpu/graphs_ab.sh w   builds, test_cuda_vs_cpu, the backend-op, cross-backend, model and
+#                              learning tests on CUDA
+#   bench/gpu/graphs_ab.sh g N collects .carry/g/partN (N = 0..4: the real Gemma 3 270M Q4_K_M file
+#                              in five pieces, one per call of a warm machine); with all five, the
+#                              884-token prompt's greedy ids on CUDA against the CPU's
+#                              (check_long_prompt.py), f16 tensor-core products and f32 operands
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -268,6 +274,30 @@ z)
     timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
       --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
   done
+  ;;
+w)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -rf tests/runtime/test_backend_ops.py \
+    tests/runtime/test_cross_backend_model.py tests/runtime/test_fused_ops.py 2>&1 | tail -4
+  TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider -rf tests/models/test_greedy_ahead.py \
+    tests/models/test_architectures.py tests/models/test_gemma3_tl.py tests/models/test_llama_tl.py \
+    tests/models/test_compiled_decode.py 2>&1 | grep -E "passed|failed|^FAILED" | tail -12
+  TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider -rf tests/learning 2>&1 | grep -E "passed|failed|^FAILED" | tail -12
+  ;;
+g)
+  n=${2:?part number}
+  [ -e ".carry/g/part$n" ] && cp ".carry/g/part$n" "$WORK/gemma.part$n"
+  ls -la "$WORK"/gemma.part* 2>/dev/null | awk '{print $5, $9}'
+  if [ "$(ls "$WORK"/gemma.part* 2>/dev/null | wc -l)" = 5 ]; then
+    cat "$WORK"/gemma.part0 "$WORK"/gemma.part1 "$WORK"/gemma.part2 "$WORK"/gemma.part3 "$WORK"/gemma.part4 > "$WORK/gemma.gguf"
+    cd "$WORK/src" || exit 1
+    echo "== real Gemma 3 270M, 884-token prompt, f16 tensor-core products (default)"
+    timeout 250 python3 bench/gpu/check_long_prompt.py "$WORK/gemma.gguf" --tokens 884 2>&1 | tail -3
+    echo "== the same, TL_CUDA_LINEAR_F16=0"
+    TL_CUDA_LINEAR_F16=0 timeout 250 python3 bench/gpu/check_long_prompt.py "$WORK/gemma.gguf" --tokens 884 2>&1 | tail -3
+  fi
   ;;
 v)
   cd "$WORK/src" || exit 1
