@@ -49,6 +49,10 @@
 #                              in five pieces, one per call of a warm machine); with all five, the
 #                              884-token prompt's greedy ids on CUDA against the CPU's
 #                              (check_long_prompt.py), f16 tensor-core products and f32 operands
+#   bench/gpu/graphs_ab.sh h   builds, test_cuda_vs_cpu, the SmolLM2 shape's decode kernels (ncu), then
+#                              bench/llm.py on both models: now, with the device's pow in RoPE
+#                              (TL_CUDA_ROPE_DEVICE_POW=1), with 256 keys per attention split
+#                              (TL_CUDA_ATTN_MIN_CHUNK=256), now again
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -273,6 +277,20 @@ z)
   for m in "$SMOL" "$B1"; do
     timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
       --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
+  done
+  ;;
+h)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  for i in $(seq 120); do [ -s "$B1" ] && break; sleep 2; done
+  echo "== SmolLM2 shape: 128-token prefill and 16 decode steps (ncu)"
+  timeout 200 python3 bench/gpu/profile_prefill.py "$SMOL" --ncu --tokens 128 --decode 16 2>&1 | head -12
+  for m in "$SMOL" "$B1"; do
+    for e in TL_NOTHING=1 TL_CUDA_ROPE_DEVICE_POW=1 TL_CUDA_ATTN_MIN_CHUNK=256 TL_NOTHING=1; do
+      echo "== $(basename "$m" .gguf) $e"
+      env $e timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
+    done
   done
   ;;
 w)

@@ -11,6 +11,7 @@
 // masked, or causal before the first key) gets a row of zeros, as on the CPU backend.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -42,18 +43,20 @@ __device__ __forceinline__ bool rows_vec4(const Strided3& x, int64_t D) {
 }
 
 // acc[r] += p_jj * v[c0 + jj][hk][lane + 32 r] over the chunk's n_here keys, p_jj in lane jj.
-// Eight value rows at a time, their loads issued before any use (a load behind a branch on its
+// Sixteen value rows at a time (eight for head dims above 64), their loads issued before any use (a load behind a branch on its
 // weight would wait out the memory latency once per key); f32 values are read without the
 // per-element dtype switch. A key of weight 0 (masked, or past the range) adds nothing, even
 // where its row holds a NaN.
 template <int kPerLane, bool kF32>
 __device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_here, int64_t hk,
                                            int64_t D, int lane, float p, float (&acc)[kPerLane]) {
-  for (int jb = 0; jb < n_here; jb += 8) {
-    float vv[8][kPerLane];
-    float pp[8];
+  // Rows per round of loads: 16 for head dims up to 64 (32 registers of values), else 8.
+  constexpr int kRows = kPerLane <= 2 ? 16 : 8;
+  for (int jb = 0; jb < n_here; jb += kRows) {
+    float vv[kRows][kPerLane];
+    float pp[kRows];
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
+    for (int u = 0; u < kRows; ++u) {
       const int jj = jb + u;
       pp[u] = __shfl_sync(0xffffffffu, p, jj & 31);
       if (jj >= n_here) pp[u] = 0.0f;
@@ -69,7 +72,7 @@ __device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_
       }
     }
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
+    for (int u = 0; u < kRows; ++u) {
 #pragma unroll
       for (int r = 0; r < kPerLane; ++r) acc[r] = pp[u] != 0.0f ? fmaf(pp[u], vv[u][r], acc[r]) : acc[r];
     }
@@ -100,6 +103,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
   // Keys as float4 when k is contiguous f32 along D with 16-byte aligned rows (a KV cache).
   const bool k_vec4 = rows_vec4(k, D);
+  int64_t splits = gridDim.y;
+  if (min_chunk > 1 && counters != nullptr) {
+    // A replay graph's launch has splits for the longest context: only as many as the keys
+    // fill with min_chunk each take part (the same count in every block, so the record layout,
+    // the counter and the merge agree), the rest leave at once, before staging anything.
+    const int64_t used = (Sk + min_chunk - 1) / min_chunk;
+    splits = used < 1 ? 1 : (used < splits ? used : splits);
+    if (blockIdx.y >= splits) return;
+  }
   for (int64_t task = blockIdx.x; task < Sq * Hq; task += gridDim.x) {
     const int64_t i = task / Hq;
     const int64_t h = task - i * Hq;
@@ -115,15 +127,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     if (causal) {
       const int64_t last = q_pos_offset + i;  // keys j <= last are visible
       keys = last < 0 ? 0 : (last + 1 < Sk ? last + 1 : Sk);
-    }
-    int64_t splits = gridDim.y;
-    if (min_chunk > 1 && counters != nullptr) {
-      // A replay graph's launch has splits for the longest context: only as many as the keys
-      // fill with min_chunk each take part (the same count in every block, so the record layout,
-      // the counter and the merge agree), the rest leave at once.
-      const int64_t used = (Sk + min_chunk - 1) / min_chunk;
-      splits = used < 1 ? 1 : (used < splits ? used : splits);
-      if (blockIdx.y >= splits) return;
     }
     const int64_t chunk = (Sk + splits - 1) / splits;
     const int64_t j0 = blockIdx.y * chunk;
@@ -555,7 +558,13 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
       return;
     }
   }
-  const int64_t min_chunk = dyn.device != nullptr ? 128 : 1;
+  // Keys per split block in a replay graph (TL_CUDA_ATTN_MIN_CHUNK, for A/B measurements).
+  static const int64_t graph_chunk = [] {
+    const char* e = std::getenv("TL_CUDA_ATTN_MIN_CHUNK");
+    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 0;
+    return v >= 32 && v <= 65536 ? static_cast<int64_t>(v) : int64_t{128};
+  }();
+  const int64_t min_chunk = dyn.device != nullptr ? graph_chunk : 1;
   float* partial = splits > 1 ? attention_scratch_ : nullptr;
   // The last split block of each task merges in the same launch when there is a counter per task.
   unsigned* counters =

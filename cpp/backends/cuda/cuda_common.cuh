@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "runtime/kernels.h"
@@ -184,6 +186,50 @@ inline unsigned grid_for(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
   const int64_t cap = 65536;  // grid-stride loops cover the rest
   return static_cast<unsigned>(blocks < cap ? blocks : cap);
+}
+
+// RoPE's inverse frequencies base^(-2i/D) for i < D/2, computed on the host with std::pow exactly
+// as the CPU backend does (kernels_norm_rope.cpp) and passed by value: a kernel parameter needs no
+// device memory and stays fixed in a replay graph (whose base and D do not change). Each pair then
+// costs one double multiply and sincos, not the device's pow besides. n = 0 when D/2 exceeds
+// kMaxRopePairs: the kernel computes them with the device's pow.
+constexpr int kMaxRopePairs = 256;
+struct RopeFreqs {
+  double inv[kMaxRopePairs];
+  int n;
+};
+
+inline RopeFreqs rope_freqs(double base, int64_t D) {
+  // The last launch's table, per launch thread: a model's every layer asks for the same one.
+  thread_local RopeFreqs f{};
+  thread_local double last_base = 0.0;
+  thread_local int64_t last_D = -1;
+  if (base == last_base && D == last_D) return f;
+  last_base = base;
+  last_D = D;
+  const int64_t half = D / 2;
+  // TL_CUDA_ROPE_DEVICE_POW=1: the device's pow in every launch (for A/B measurements).
+  static const bool device_pow = [] {
+    const char* e = std::getenv("TL_CUDA_ROPE_DEVICE_POW");
+    return e != nullptr && e[0] == '1';
+  }();
+  f.n = half <= kMaxRopePairs && !device_pow ? static_cast<int>(half) : 0;
+  for (int i = 0; i < f.n; ++i) {
+    f.inv[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  }
+  return f;
+}
+
+// The block's copy of the frequencies in shared memory (read at a different index by every lane:
+// from the parameter space that would serialise); every thread of the block must call it.
+__device__ __forceinline__ void stage_rope_freqs(const RopeFreqs& f, double* s_inv) {
+  for (int i = threadIdx.x; i < f.n; i += blockDim.x) s_inv[i] = f.inv[i];
+  __syncthreads();
+}
+
+__device__ __forceinline__ double rope_inv_freq(const RopeFreqs& f, const double* s_inv, double base,
+                                                int64_t i, int64_t D) {
+  return i < f.n ? s_inv[i] : pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
 }
 
 // Device operations (kernel launches and stream copies) issued by the kernels, for the

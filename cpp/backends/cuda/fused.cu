@@ -300,7 +300,10 @@ Heads heads_of(const View& v) {
 // Work items: q pairs (S * Hq * D/2), then k pairs (S * Hkv * D/2), then v elements (S * Hkv * D).
 __global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Heads k_dst,
                                      Heads v_dst, int64_t S, int64_t Hq, int64_t Hkv, int64_t D,
-                                     int64_t pos_offset, double base, bool neox, const int64_t* dyn) {
+                                     int64_t pos_offset, double base, bool neox, const int64_t* dyn,
+                                     const RopeFreqs freqs) {
+  __shared__ double s_inv[kMaxRopePairs];
+  stage_rope_freqs(freqs, s_inv);
   if (dyn != nullptr) {  // a replay graph's values: [position, k_dst offset, v_dst offset]
     pos_offset = dyn[0];
     k_dst.data = static_cast<char*>(k_dst.data) + dyn[1];
@@ -325,7 +328,7 @@ __global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Hea
     const int64_t e = is_q ? t : t - q_items;
     const int64_t i = e % half, row = e / half, h = row % H, s = row / H;
     const double pos = static_cast<double>(pos_offset + s);
-    const double theta = pos * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    const double theta = pos * rope_inv_freq(freqs, s_inv, base, i, D);
     double sn, cs;
     sincos(theta, &sn, &cs);
     const int64_t d0 = neox ? i : 2 * i, d1 = neox ? i + half : 2 * i + 1;
@@ -583,7 +586,8 @@ void CudaKernels::rope_kv_write(const View& q, const View& k, const View& v, int
   if (!dyn.launch) return;
   rope_kv_write_kernel<<<grid_for(total, kElementThreads), kElementThreads, 0, stream_>>>(
       heads_of(q), heads_of(k), heads_of(v), heads_of(q_out), heads_of(k_dst), heads_of(v_dst), S,
-      Hq, Hkv, D, pos_offset, static_cast<double>(base), neox, dyn.device);
+      Hq, Hkv, D, pos_offset, static_cast<double>(base), neox, dyn.device,
+      rope_freqs(static_cast<double>(base), D));
   check_launch("rope_kv_write");
 }
 

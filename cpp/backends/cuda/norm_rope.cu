@@ -60,7 +60,9 @@ __global__ void layer_norm_kernel(const void* x, DType x_dtype, const void* w, D
 
 __global__ void rope_kernel(const void* x, DType x_dtype, void* out, DType out_dtype,
                             int64_t outer, int64_t S, int64_t H, int64_t D, int64_t pos_offset,
-                            double base, bool neox, const int64_t* dyn) {
+                            double base, bool neox, const int64_t* dyn, const RopeFreqs freqs) {
+  __shared__ double s_inv[kMaxRopePairs];
+  stage_rope_freqs(freqs, s_inv);
   if (dyn != nullptr) pos_offset = dyn[0];  // a replay graph's position
   const int64_t half = D / 2;
   const int64_t total = outer * S * H * half;
@@ -70,7 +72,7 @@ __global__ void rope_kernel(const void* x, DType x_dtype, void* out, DType out_d
     const int64_t row = t / half;  // (outer, s, h) flattened
     const int64_t s = (row / H) % S;
     const double pos = static_cast<double>(pos_offset + s);
-    const double theta = pos * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    const double theta = pos * rope_inv_freq(freqs, s_inv, base, i, D);
     double sn, cs;
     sincos(theta, &sn, &cs);
     const int64_t i0 = row * D + (neox ? i : 2 * i);
@@ -133,7 +135,7 @@ void CudaKernels::rope(const View& x, int64_t pos_offset, float base, bool neox,
   if (!dyn.launch) return;
   rope_kernel<<<grid_for(total, kRopeThreads), kRopeThreads, 0, stream_>>>(
       x.data, x.dtype, out.data, out.dtype, outer, S, H, D, pos_offset, static_cast<double>(base),
-      neox, dyn.device);
+      neox, dyn.device, rope_freqs(static_cast<double>(base), D));
   check_launch("rope");
 }
 
