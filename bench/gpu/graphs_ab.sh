@@ -53,6 +53,10 @@
 #                              bench/llm.py on both models: now, with the device's pow in RoPE
 #                              (TL_CUDA_ROPE_DEVICE_POW=1), with 256 keys per attention split
 #                              (TL_CUDA_ATTN_MIN_CHUNK=256), now again
+#   bench/gpu/graphs_ab.sh i   builds (llama.cpp in the background when carried), test_cuda_vs_cpu,
+#                              bench/llm.py on both models with decode attention's value rows 16 at
+#                              a time (now) and 8 (TL_CUDA_ATTN_ROWS8=1), interleaved, then both
+#                              models against llama.cpp CUDA
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -272,6 +276,26 @@ z)
   done
   echo "== prefill kernels (ncu), 1B, default"; timeout 200 python3 bench/gpu/profile_prefill.py "$B1" --ncu 2>&1 | head -14
   echo "== RSS, SmolLM2 shape"; timeout 100 python3 bench/gpu/rss_breakdown.py "$SMOL" 2>&1 | tail -24
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
+  for m in "$SMOL" "$B1"; do
+    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
+  done
+  ;;
+i)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  for i in $(seq 120); do [ -s "$B1" ] && break; sleep 2; done
+  for m in "$B1" "$SMOL"; do
+    for e in TL_NOTHING=1 TL_CUDA_ATTN_ROWS8=1 TL_NOTHING=1 TL_CUDA_ATTN_ROWS8=1; do
+      [ "$m" = "$SMOL" ] && [ "$e$done_smol" = "TL_NOTHING=1x" ] && break
+      echo "== $(basename "$m" .gguf) $e"
+      env $e timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
+      [ "$m" = "$SMOL" ] && [ "$e" = TL_CUDA_ATTN_ROWS8=1 ] && done_smol=x
+    done
+  done
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
   echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
   for m in "$SMOL" "$B1"; do

@@ -47,11 +47,9 @@ __device__ __forceinline__ bool rows_vec4(const Strided3& x, int64_t D) {
 // weight would wait out the memory latency once per key); f32 values are read without the
 // per-element dtype switch. A key of weight 0 (masked, or past the range) adds nothing, even
 // where its row holds a NaN.
-template <int kPerLane, bool kF32>
+template <int kPerLane, bool kF32, int kRows>
 __device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_here, int64_t hk,
                                            int64_t D, int lane, float p, float (&acc)[kPerLane]) {
-  // Rows per round of loads: 16 for head dims up to 64 (32 registers of values), else 8.
-  constexpr int kRows = kPerLane <= 2 ? 16 : 8;
   for (int jb = 0; jb < n_here; jb += kRows) {
     float vv[kRows][kPerLane];
     float pp[kRows];
@@ -79,7 +77,9 @@ __device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_
   }
 }
 
-template <int kPerLane>
+// kRows: value rows per round of loads (add_values): 16 for head dims up to 64 (32 registers of
+// values), else 8; TL_CUDA_ATTN_ROWS8=1 takes 8 everywhere (for A/B measurements).
+template <int kPerLane, int kRows>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
                      int64_t mask_s0,
@@ -169,9 +169,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
       const int n_here = static_cast<int>(j1 - c0 < 32 ? j1 - c0 : 32);
       if (v.dtype == DType::F32) {
-        add_values<kPerLane, true>(v, c0, n_here, hk, D, lane, p, acc);
+        add_values<kPerLane, true, kRows>(v, c0, n_here, hk, D, lane, p, acc);
       } else {
-        add_values<kPerLane, false>(v, c0, n_here, hk, D, lane, p, acc);
+        add_values<kPerLane, false, kRows>(v, c0, n_here, hk, D, lane, p, acc);
       }
       m = m_new;
     }
@@ -571,8 +571,13 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
       partial != nullptr && tasks <= static_cast<int64_t>(kAttentionCounters) ? attention_counters_ : nullptr;
   const dim3 grid(static_cast<unsigned>(tasks < (1 << 30) ? tasks : (1 << 30)),
                   static_cast<unsigned>(splits));
+  static const bool rows8 = [] {
+    const char* e = std::getenv("TL_CUDA_ATTN_ROWS8");
+    return e != nullptr && e[0] == '1';
+  }();
 #define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
-  attention_kernel<PER_LANE><<<grid, kAttnWarps * 32, 0, stream_>>>(                     \
+  (PER_LANE <= 2 && !rows8 ? attention_kernel<PER_LANE, PER_LANE <= 2 ? 16 : 8>          \
+                           : attention_kernel<PER_LANE, 8>)<<<grid, kAttnWarps * 32, 0, stream_>>>( \
       strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, softcap,    \
       causal, q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters, dyn.device, min_chunk)
   if (D <= 32) {
