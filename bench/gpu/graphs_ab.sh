@@ -288,13 +288,11 @@ i)
   cd "$WORK/src" || exit 1
   echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
   for i in $(seq 120); do [ -s "$B1" ] && break; sleep 2; done
-  for m in "$B1" "$SMOL"; do
-    for e in TL_NOTHING=1 TL_CUDA_ATTN_ROWS8=1 TL_NOTHING=1 TL_CUDA_ATTN_ROWS8=1; do
-      [ "$m" = "$SMOL" ] && [ "$e$done_smol" = "TL_NOTHING=1x" ] && break
-      echo "== $(basename "$m" .gguf) $e"
-      env $e timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
-      [ "$m" = "$SMOL" ] && [ "$e" = TL_CUDA_ATTN_ROWS8=1 ] && done_smol=x
-    done
+  for run in "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_ROWS8=1" "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_ROWS8=1" \
+             "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_ATTN_ROWS8=1"; do
+    set -- $run
+    echo "== $(basename "$1" .gguf) $2"
+    env "$2" timeout 100 python3 bench/llm.py --gpu --model "$1" --peers none --repeat 3 2>&1 | tail -1
   done
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
   echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
