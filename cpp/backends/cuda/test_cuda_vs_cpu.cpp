@@ -749,13 +749,19 @@ void test_norm_rope_mask() {
 
 void test_attention() {
   for (int rep = 0; rep < 30; ++rep) {
-    // rep 0 and 1: decode-like long contexts (the key-split path), then random shapes; from rep 16
-    // prefill-sized ones (the tiled kernel: 16 or more query rows), some with a softcap.
+    // rep 0-3: decode-like long contexts (the key-split path; groups of 3, 4 and 8 query heads a kv
+    // head, which the kernel takes together), then random shapes; from rep 16 prefill-sized ones
+    // (the tiled kernel: 16 or more query rows), some with a softcap.
+    struct Fixed { int64_t Hkv, group, D, Sq, Sk; };
+    const Fixed fixed[] = {{3, 3, 64, 1, 1500}, {3, 3, 64, 2, 800}, {2, 4, 64, 1, 1300}, {1, 8, 128, 1, 900}};
+    const bool fx = rep < 4;
     const bool prefill = rep >= 16;
-    const int64_t Hkv = rep < 2 ? 3 : rand_int(1, 3), group = rep < 2 ? 3 : rand_int(1, 3), Hq = Hkv * group;
-    const int64_t D = rep < 2 ? 64 : std::vector<int64_t>{16, 32, 64, 80, 128, 256}[rand_int(0, 5)];
-    const int64_t Sq = rep < 2 ? rep + 1 : prefill ? rand_int(16, 200) : (rep % 3 == 0 ? 1 : rand_int(1, 20));
-    const int64_t Sk = rep < 2 ? 1500 - 700 * rep : prefill ? Sq + rand_int(0, 100) : rand_int(1, 300);
+    const int64_t Hkv = fx ? fixed[rep].Hkv : rand_int(1, 3);
+    const int64_t group = fx ? fixed[rep].group : std::vector<int64_t>{1, 2, 3, 4, 8}[rand_int(0, 4)];
+    const int64_t Hq = Hkv * group;
+    const int64_t D = fx ? fixed[rep].D : std::vector<int64_t>{16, 32, 64, 80, 128, 256}[rand_int(0, 5)];
+    const int64_t Sq = fx ? fixed[rep].Sq : prefill ? rand_int(16, 200) : (rep % 3 == 0 ? 1 : rand_int(1, 20));
+    const int64_t Sk = fx ? fixed[rep].Sk : prefill ? Sq + rand_int(0, 100) : rand_int(1, 300);
     const float softcap = prefill && rep % 3 == 0 ? 20.0f : 0.0f;
     const int64_t Smax = Sk + rand_int(0, 20);
     const bool causal = rep % 2 == 0, with_mask = rep % 4 == 1;
