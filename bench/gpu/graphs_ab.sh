@@ -57,11 +57,6 @@
 #                              bench/llm.py on both models with decode attention's value rows 16 at
 #                              a time (now) and 8 (TL_CUDA_ATTN_ROWS8=1), interleaved, then both
 #                              models against llama.cpp CUDA
-#   bench/gpu/graphs_ab.sh j   builds (llama.cpp in the background when carried), test_cuda_vs_cpu, the
-#                              cross-backend and model tests on CUDA, then once llama.cpp is built:
-#                              bench/llm.py on both models with a kv head's query heads taken
-#                              together in decode attention (now) and one by one (TL_CUDA_ATTN_PACK=0),
-#                              interleaved, and both models against llama.cpp CUDA
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -283,26 +278,6 @@ z)
   echo "== RSS, SmolLM2 shape"; timeout 100 python3 bench/gpu/rss_breakdown.py "$SMOL" 2>&1 | tail -24
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
   echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
-  for m in "$SMOL" "$B1"; do
-    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
-      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
-  done
-  ;;
-j)
-  prepare_and_models
-  cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
-  TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -rf tests/runtime/test_cross_backend_model.py \
-    tests/runtime/test_backend_ops.py tests/models/test_greedy_ahead.py tests/models/test_compiled_decode.py \
-    tests/models/test_llama_tl.py tests/models/test_gemma3_tl.py tests/models/test_architectures.py 2>&1 | grep -E "passed|failed|^FAILED" | tail -8
-  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
-  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
-  for run in "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_PACK=0" "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_PACK=0" \
-             "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_ATTN_PACK=0" "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_ATTN_PACK=0"; do
-    set -- $run
-    echo "== $(basename "$1" .gguf) $2"
-    env "$2" timeout 100 python3 bench/llm.py --gpu --model "$1" --peers none --repeat 3 2>&1 | tail -1
-  done
   for m in "$SMOL" "$B1"; do
     timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
       --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9

@@ -43,25 +43,21 @@ __device__ __forceinline__ bool rows_vec4(const Strided3& x, int64_t D) {
 }
 
 // acc[r] += p_jj * v[c0 + jj][hk][lane + 32 r] over the chunk's n_here keys, p_jj in lane jj.
-// kRows value rows at a time, their loads issued before any use (a load behind a branch on its
+// Sixteen value rows at a time (eight for head dims above 64), their loads issued before any use (a load behind a branch on its
 // weight would wait out the memory latency once per key); f32 values are read without the
 // per-element dtype switch. A key of weight 0 (masked, or past the range) adds nothing, even
 // where its row holds a NaN.
-template <int kPerLane, bool kF32, int kRows, int G>
+template <int kPerLane, bool kF32, int kRows>
 __device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_here, int64_t hk,
-                                           int64_t D, int lane, const float (&p)[G],
-                                           float (&acc)[G][kPerLane]) {
+                                           int64_t D, int lane, float p, float (&acc)[kPerLane]) {
   for (int jb = 0; jb < n_here; jb += kRows) {
     float vv[kRows][kPerLane];
-    float pp[G][kRows];
+    float pp[kRows];
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
       const int jj = jb + u;
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        pp[g][u] = __shfl_sync(0xffffffffu, p[g], jj & 31);
-        if (jj >= n_here) pp[g][u] = 0.0f;
-      }
+      pp[u] = __shfl_sync(0xffffffffu, p, jj & 31);
+      if (jj >= n_here) pp[u] = 0.0f;
       const int64_t vbase = (c0 + (jj < n_here ? jj : 0)) * v.s0 + hk * v.s1;
 #pragma unroll
       for (int r = 0; r < kPerLane; ++r) {
@@ -76,34 +72,25 @@ __device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r) {
-          acc[g][r] = pp[g][u] != 0.0f ? fmaf(pp[g][u], vv[u][r], acc[g][r]) : acc[g][r];
-        }
-      }
+      for (int r = 0; r < kPerLane; ++r) acc[r] = pp[u] != 0.0f ? fmaf(pp[u], vv[u][r], acc[r]) : acc[r];
     }
   }
 }
 
 // kRows: value rows per round of loads (add_values): 16 for head dims up to 64 (32 registers of
-// values) with one or two heads a task, else 8; TL_CUDA_ATTN_ROWS8=1 takes 8 everywhere (for A/B
-// measurements). G: query heads a task takes together, all of one kv head (grouped-query
-// attention: each key and value row is read once for the G heads, not once per head). Per head
-// every operation is the one of a task of one head, in the same order, so the results do not
-// depend on G.
-template <int kPerLane, int kRows, int G>
+// values), else 8; TL_CUDA_ATTN_ROWS8=1 takes 8 everywhere (for A/B measurements).
+template <int kPerLane, int kRows>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
                      int64_t mask_s0,
                      int64_t mask_s1, float scale, float softcap, bool causal, int64_t q_pos_offset, int64_t Sq,
                      int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out, float* partial,
                      unsigned* counters, const int64_t* dyn, int64_t min_chunk) {
-  __shared__ float s_max[G][kAttnWarps];
+  __shared__ float s_max[kAttnWarps];
   __shared__ bool s_last;
-  __shared__ float s_sum[G][kAttnWarps];
-  __shared__ float s_acc[G][kAttnWarps][kPerLane * 32];
-  __shared__ float s_q[G][kPerLane * 32];
+  __shared__ float s_sum[kAttnWarps];
+  __shared__ float s_acc[kAttnWarps][kPerLane * 32];
+  __shared__ float s_q[kPerLane * 32];
   __shared__ float s_split_max[kMaxSplits], s_split_sum[kMaxSplits];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -125,20 +112,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     splits = used < 1 ? 1 : (used < splits ? used : splits);
     if (blockIdx.y >= splits) return;
   }
-  const int64_t packed = Hq / G;  // tasks per query row (G divides the group: one kv head each)
-  for (int64_t task = blockIdx.x; task < Sq * packed; task += gridDim.x) {
-    const int64_t i = task / packed;
-    const int64_t h0 = (task - i * packed) * G;
-    const int64_t hk = h0 / group;
-    float acc[G][kPerLane];
+  for (int64_t task = blockIdx.x; task < Sq * Hq; task += gridDim.x) {
+    const int64_t i = task / Hq;
+    const int64_t h = task - i * Hq;
+    const int64_t hk = h / group;
+    float acc[kPerLane];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-#pragma unroll
-      for (int r = 0; r < kPerLane; ++r) acc[g][r] = 0.0f;
-    }
-    for (int64_t t = threadIdx.x; t < G * kPerLane * 32; t += blockDim.x) {
-      const int64_t g = t / (kPerLane * 32), d = t - g * (kPerLane * 32);
-      s_q[g][d] = d < D ? load_float(q.data, q.dtype, i * q.s0 + (h0 + g) * q.s1 + d * q.s2) : 0.0f;
+    for (int r = 0; r < kPerLane; ++r) acc[r] = 0.0f;
+    for (int64_t d = threadIdx.x; d < kPerLane * 32; d += blockDim.x) {
+      s_q[d] = d < D ? load_float(q.data, q.dtype, i * q.s0 + h * q.s1 + d * q.s2) : 0.0f;
     }
     __syncthreads();
     int64_t keys = Sk;
@@ -149,139 +131,100 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const int64_t chunk = (Sk + splits - 1) / splits;
     const int64_t j0 = blockIdx.y * chunk;
     const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
-    float m[G], l[G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      m[g] = -INFINITY;
-      l[g] = 0.0f;
-    }
+    float m = -INFINITY, l = 0.0f;
     // Each warp takes 32 keys at a time, one key per lane: a lane computes its key's whole score
-    // for each head (q from shared memory, the key row read once), the warp reduces max and sum
-    // once per 32 keys and head, then every lane adds the 32 weighted value rows for its dims
-    // (value rows read coalesced across the lanes, once for the G heads).
+    // (q from shared memory), the warp reduces max and sum once per 32 keys, then every lane adds
+    // the 32 weighted value rows for its dims (value rows read coalesced across the lanes).
     for (int64_t c0 = j0 + warp * 32; c0 < j1; c0 += kAttnWarps * 32) {
       const int64_t j = c0 + lane;
-      float s[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) s[g] = -INFINITY;
+      float s = -INFINITY;
       if (j < j1) {
         const int64_t kbase = j * k.s0 + hk * k.s1;
-        float part[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) part[g] = 0.0f;
+        float part = 0.0f;
         if (k_vec4) {
           const float4* kr = reinterpret_cast<const float4*>(static_cast<const float*>(k.data) + kbase);
 #pragma unroll 8
           for (int64_t d4 = 0; d4 < D / 4; ++d4) {
             const float4 kv = kr[d4];
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-              part[g] = fmaf(s_q[g][4 * d4], kv.x, part[g]);
-              part[g] = fmaf(s_q[g][4 * d4 + 1], kv.y, part[g]);
-              part[g] = fmaf(s_q[g][4 * d4 + 2], kv.z, part[g]);
-              part[g] = fmaf(s_q[g][4 * d4 + 3], kv.w, part[g]);
-            }
+            part = fmaf(s_q[4 * d4], kv.x, part);
+            part = fmaf(s_q[4 * d4 + 1], kv.y, part);
+            part = fmaf(s_q[4 * d4 + 2], kv.z, part);
+            part = fmaf(s_q[4 * d4 + 3], kv.w, part);
           }
         } else {
 #pragma unroll 8
-          for (int64_t d = 0; d < D; ++d) {
-            const float kv = load_float(k.data, k.dtype, kbase + d * k.s2);
-#pragma unroll
-            for (int g = 0; g < G; ++g) part[g] = fmaf(s_q[g][d], kv, part[g]);
-          }
+          for (int64_t d = 0; d < D; ++d) part = fmaf(s_q[d], load_float(k.data, k.dtype, kbase + d * k.s2), part);
         }
-        const float mv = mask != nullptr ? load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1) : 0.0f;
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          float sg = part[g] * scale;
-          if (softcap > 0.0f) sg = softcap * tanhf(sg / softcap);
-          if (mask != nullptr) sg += mv;
-          s[g] = sg;
-        }
+        s = part * scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
       }
-      float p[G];
-      bool any = false;
+      const float cmax = warp_max(s);
+      if (cmax == -INFINITY) continue;  // nothing visible in these 32 keys (uniform across the warp)
+      const float m_new = fmaxf(m, cmax);
+      const float corr = expf(m - m_new);  // 0 while m is still -inf
+      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      l = l * corr + warp_sum(p);
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float cmax = warp_max(s[g]);
-        p[g] = 0.0f;
-        if (cmax == -INFINITY) continue;  // nothing visible to head g in these 32 keys (warp-uniform)
-        any = true;
-        const float m_new = fmaxf(m[g], cmax);
-        const float corr = expf(m[g] - m_new);  // 0 while m is still -inf
-        p[g] = s[g] == -INFINITY ? 0.0f : expf(s[g] - m_new);
-        l[g] = l[g] * corr + warp_sum(p[g]);
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r) acc[g][r] *= corr;
-        m[g] = m_new;
-      }
-      if (!any) continue;
+      for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
       const int n_here = static_cast<int>(j1 - c0 < 32 ? j1 - c0 : 32);
       if (v.dtype == DType::F32) {
-        add_values<kPerLane, true, kRows, G>(v, c0, n_here, hk, D, lane, p, acc);
+        add_values<kPerLane, true, kRows>(v, c0, n_here, hk, D, lane, p, acc);
       } else {
-        add_values<kPerLane, false, kRows, G>(v, c0, n_here, hk, D, lane, p, acc);
+        add_values<kPerLane, false, kRows>(v, c0, n_here, hk, D, lane, p, acc);
       }
+      m = m_new;
+    }
+    if (lane == 0) {
+      s_max[warp] = m;
+      s_sum[warp] = l;
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      if (lane == 0) {
-        s_max[g][warp] = m[g];
-        s_sum[g][warp] = l[g];
-      }
-#pragma unroll
-      for (int r = 0; r < kPerLane; ++r) s_acc[g][warp][lane + 32 * r] = acc[g][r];
-    }
+    for (int r = 0; r < kPerLane; ++r) s_acc[warp][lane + 32 * r] = acc[r];
     __syncthreads();
-    for (int g = 0; g < G; ++g) {
-      const int64_t th = i * Hq + h0 + g;  // the (row, head) of the output and of the records
-      float gmax = -INFINITY;
+    float gmax = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < kAttnWarps; ++w) gmax = fmaxf(gmax, s_max[g][w]);
-      float total = 0.0f;
-      float weight[kAttnWarps];
+    for (int w = 0; w < kAttnWarps; ++w) gmax = fmaxf(gmax, s_max[w]);
+    float total = 0.0f;
+    float weight[kAttnWarps];
 #pragma unroll
-      for (int w = 0; w < kAttnWarps; ++w) {
-        weight[w] = s_max[g][w] == -INFINITY ? 0.0f : expf(s_max[g][w] - gmax);
-        total += s_sum[g][w] * weight[w];
-      }
-      if (partial == nullptr) {
-        const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-          float o = 0.0f;
-#pragma unroll
-          for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[g][w][d], weight[w], o);
-          out[th * D + d] = o * inv;
-        }
-      } else {
-        float* rec = partial + (th * splits + blockIdx.y) * (D + 2);  // [max, sum, acc[D]]
-        if (threadIdx.x == 0) {
-          rec[0] = gmax;
-          rec[1] = total;
-        }
-        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-          float o = 0.0f;
-#pragma unroll
-          for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[g][w][d], weight[w], o);
-          rec[2 + d] = o;
-        }
-      }
+    for (int w = 0; w < kAttnWarps; ++w) {
+      weight[w] = s_max[w] == -INFINITY ? 0.0f : expf(s_max[w] - gmax);
+      total += s_sum[w] * weight[w];
     }
-    if (partial != nullptr && counters != nullptr) {
-      __threadfence();  // each thread's part of the records is visible to the merging block
-      __syncthreads();  // ... and the whole records are written
-      if (threadIdx.x == 0) {
-        s_last = atomicAdd(&counters[task], 1u) == static_cast<unsigned>(splits - 1);
+    if (partial == nullptr) {
+      const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+      for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[w][d], weight[w], o);
+        out[task * D + d] = o * inv;
       }
-      __syncthreads();
-      if (s_last) {
-        __threadfence();
-        for (int g = 0; g < G; ++g) {
+    } else {
+      float* rec = partial + (task * splits + blockIdx.y) * (D + 2);  // [max, sum, acc[D]]
+      if (threadIdx.x == 0) {
+        rec[0] = gmax;
+        rec[1] = total;
+      }
+      for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kAttnWarps; ++w) o = fmaf(s_acc[w][d], weight[w], o);
+        rec[2 + d] = o;
+      }
+      if (counters != nullptr) {
+        __threadfence();  // each thread's part of the record is visible to the merging block
+        __syncthreads();  // ... and the whole record is written
+        if (threadIdx.x == 0) {
+          s_last = atomicAdd(&counters[task], 1u) == static_cast<unsigned>(splits - 1);
+        }
+        __syncthreads();
+        if (s_last) {
+          __threadfence();
           // Merge: one thread per split reads that split's (max, sum) into shared memory, so the
           // records' latency is paid once, not once per split; then each output dim sums its
           // splits' accumulators with loads that do not wait on each other.
-          const int64_t th = i * Hq + h0 + g;
-          const float* base = partial + th * splits * (D + 2);
+          const float* base = partial + task * splits * (D + 2);
           for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
             s_split_max[s] = __ldcg(base + s * (D + 2));
             s_split_sum[s] = __ldcg(base + s * (D + 2) + 1);
@@ -305,11 +248,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
               const float w = s_split_max[s];
               if (w != 0.0f) o = fmaf(__ldcg(base + s * (D + 2) + 2 + d), w, o);
             }
-            out[th * D + d] = o * inv;
+            out[task * D + d] = o * inv;
           }
-          __syncthreads();  // the weights are read before the next head's merge overwrites them
+          if (threadIdx.x == 0) counters[task] = 0;  // ready for the next call
         }
-        if (threadIdx.x == 0) counters[task] = 0;  // ready for the next call
       }
     }
     __syncthreads();
@@ -590,32 +532,14 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   // GPU wants, each of at least 128 keys, the ones past the keys empty.
   const DynArgs dyn = dyn_args({Sk, q_pos_offset}, {k.data, v.data});
   if (!dyn.launch) return;
-  // Query heads a block takes together (one kv head's, whose keys and values it then reads once
-  // for all of them): the most of 8, 4, 3, 2 dividing the group, for head dims up to 128 (the
-  // accumulators' registers); 1 with TL_CUDA_ATTN_PACK=0 (for A/B measurements).
-  static const bool pack = [] {
-    const char* e = std::getenv("TL_CUDA_ATTN_PACK");
-    return e == nullptr || e[0] != '0';
-  }();
-  const int64_t group = Hq / Hkv;
-  int G = 1;
-  if (pack && D <= 128) {
-    for (int c : {8, 4, 3, 2}) {
-      if (group % c == 0) {
-        G = c;
-        break;
-      }
-    }
-  }
-  const int64_t heads = Sq * Hq;  // (row, head) pairs: the records and the outputs
-  const int64_t tasks = heads / G;
-  // Split the keys over more blocks when the tasks alone can't fill the GPU.
+  const int64_t tasks = Sq * Hq;
+  // Split the keys over more blocks when the (row, head) tasks alone can't fill the GPU.
   int64_t splits = 1;
   if (attention_scratch_ != nullptr && tasks < 2 * sm_count_ && (Sk >= 128 || dyn.device != nullptr)) {
     splits = (4 * sm_count_ + tasks - 1) / tasks;  // blocks enough for a few per multiprocessor
     // at least ~128 keys per block: 32 per warp
     const int64_t by_keys = dyn.device != nullptr ? kMaxSplits : (Sk + 127) / 128;
-    const int64_t by_scratch = static_cast<int64_t>(attention_scratch_floats_) / (heads * (D + 2));
+    const int64_t by_scratch = static_cast<int64_t>(attention_scratch_floats_) / (tasks * (D + 2));
     splits = std::min<int64_t>({splits, by_keys, by_scratch, kMaxSplits});
     if (splits < 1) splits = 1;
   }
@@ -651,40 +575,27 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
     const char* e = std::getenv("TL_CUDA_ATTN_ROWS8");
     return e != nullptr && e[0] == '1';
   }();
-#define TL_LAUNCH_ATTENTION(PER_LANE, ROWS, G_)                                          \
-  attention_kernel<PER_LANE, ROWS, G_><<<grid, kAttnWarps * 32, 0, stream_>>>(           \
+#define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
+  (PER_LANE <= 2 && !rows8 ? attention_kernel<PER_LANE, PER_LANE <= 2 ? 16 : 8>          \
+                           : attention_kernel<PER_LANE, 8>)<<<grid, kAttnWarps * 32, 0, stream_>>>( \
       strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, softcap,    \
       causal, q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters, dyn.device, min_chunk)
-#define TL_LAUNCH_PACKED(PER_LANE)                          \
-  switch (G) {                                              \
-    case 8: TL_LAUNCH_ATTENTION(PER_LANE, 8, 8); break;     \
-    case 4: TL_LAUNCH_ATTENTION(PER_LANE, 8, 4); break;     \
-    case 3: TL_LAUNCH_ATTENTION(PER_LANE, 8, 3); break;     \
-    case 2: TL_LAUNCH_ATTENTION(PER_LANE, 8, 2); break;     \
-    default:                                                \
-      if (PER_LANE <= 2 && !rows8) {                        \
-        TL_LAUNCH_ATTENTION(PER_LANE, 16, 1);               \
-      } else {                                              \
-        TL_LAUNCH_ATTENTION(PER_LANE, 8, 1);                \
-      }                                                     \
-  }
   if (D <= 32) {
-    TL_LAUNCH_PACKED(1);
+    TL_LAUNCH_ATTENTION(1);
   } else if (D <= 64) {
-    TL_LAUNCH_PACKED(2);
+    TL_LAUNCH_ATTENTION(2);
   } else if (D <= 128) {
-    TL_LAUNCH_PACKED(4);
+    TL_LAUNCH_ATTENTION(4);
   } else if (D <= 256) {
-    TL_LAUNCH_ATTENTION(8, 8, 1);
+    TL_LAUNCH_ATTENTION(8);
   } else {
-    TL_LAUNCH_ATTENTION(16, 8, 1);
+    TL_LAUNCH_ATTENTION(16);
   }
-#undef TL_LAUNCH_PACKED
 #undef TL_LAUNCH_ATTENTION
   check_launch("attention");
   if (partial != nullptr && counters == nullptr) {
-    attention_combine_kernel<<<static_cast<unsigned>(heads < 65535 ? heads : 65535), 128, 0,
-                               stream_>>>(partial, static_cast<int>(splits), heads, D, op);
+    attention_combine_kernel<<<static_cast<unsigned>(tasks < 65535 ? tasks : 65535), 128, 0,
+                               stream_>>>(partial, static_cast<int>(splits), tasks, D, op);
     check_launch("attention");
   }
 }
