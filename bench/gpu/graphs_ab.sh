@@ -82,6 +82,29 @@ bench_model() {  # TL (graphs on) and llama.cpp CUDA in one run, then TL with TL
     --json "$OUTDIR/${name}_before.json" 2>&1 | tail -4
 }
 
+tl_runs() {  # each argument "MODEL ENV": bench/llm.py with TL alone, ENV set (TL_NOTHING=1: none)
+  local run
+  for run in "$@"; do
+    set -- $run
+    echo "== $(basename "$1" .gguf) $2"
+    env "$2" timeout 100 python3 bench/llm.py --gpu --model "$1" --peers none --repeat 3 2>&1 | tail -1
+  done
+}
+
+cuda_vs_cpu() {  # test_cuda_vs_cpu, its failures and count
+  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+}
+
+against_llama() {  # once llama.cpp's background build is done: both models, TL against llama.cpp CUDA
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 60); do [ -s "$m" ] && break; sleep 2; done
+    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
+  done
+}
+
 prepare_and_models() {  # the build (llama.cpp's in the background) and the models, in the background
   OUT="$WORK/logs" bash bench/gpu/run_h100.sh prepare
   cat "$WORK/logs/summary.txt"
@@ -149,7 +172,7 @@ m)
   # test_cuda_vs_cpu, the matrix-vector kernels' own time (ncu), then decode of both models
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-4800}"
   for m in "$SMOL" "$B1"; do
     for i in $(seq 120); do [ -s "$m" ] && break; sleep 2; done
@@ -164,7 +187,7 @@ k)
 p)
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   timeout 200 python3 bench/gpu/ncu_matvec.py "$T" "${PEAK_GBS:-4800}" TL_CUDA_MATVEC_PREFETCH=0
   ;;
 q)
@@ -183,7 +206,7 @@ q)
 r)
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py 2>&1 | tail -2
   TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
     tests/runtime/test_fused_ops.py 2>&1 | tail -2
@@ -193,18 +216,13 @@ r)
     echo "== prefill, TF32"; TL_CUDA_TF32=1 timeout 60 python3 bench/gpu/profile_prefill.py "$m" 2>&1 | tail -2
   done
   echo "== prefill kernels (ncu), 1B, TF32"; TL_CUDA_TF32=1 timeout 200 python3 bench/gpu/profile_prefill.py "$B1" --ncu 2>&1 | head -12
-  for m in "$SMOL" "$B1"; do
-    for v in now before now before; do
-      echo "== $(basename "$m" .gguf) $v"
-      if [ $v = now ]; then e=TL_NOTHING=1; else e=${BEFORE_ENV:-TL_CUDA_MATVEC_PREFETCH=0}; fi
-      env $e timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
-    done
-  done
+  b=${BEFORE_ENV:-TL_CUDA_MATVEC_PREFETCH=0}
+  for m in "$SMOL" "$B1"; do tl_runs "$m TL_NOTHING=1" "$m $b" "$m TL_NOTHING=1" "$m $b"; done
   ;;
 x)
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
     tests/runtime/test_fused_ops.py 2>&1 | tail -2
   for m in "$SMOL" "$B1"; do
@@ -218,7 +236,7 @@ u)
   # test_cuda_vs_cpu, bench/llm.py on the 1B shape both ways, then ncu_matvec.py both ways
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   for i in $(seq 120); do [ -s "$B1" ] && break; sleep 2; done
   for v in 1 0 1; do
     echo "== llama1b_q4k TL_CUDA_MATVEC_PAIRS=$v"
@@ -231,7 +249,7 @@ t)
   # then the decode ceiling of the SmolLM2 shape
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider tests/models/test_greedy_ahead.py \
     tests/models/test_architectures.py tests/models/test_gemma3_tl.py tests/models/test_llama_tl.py \
     tests/models/test_compiled_decode.py tests/runtime/test_cross_backend_model.py 2>&1 | tail -4
@@ -245,7 +263,7 @@ y)
   # then bench/llm.py on both models against llama.cpp CUDA once its build is done
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   for skip in 164 172; do  # --bench-matvec's launches: Q4_1 80, Q8_0 80, then Q4_K 8 per shape
     timeout 120 /usr/local/cuda/bin/ncu --clock-control none --section SpeedOfLight --section Occupancy \
       --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis -k regex:matvec \
@@ -253,13 +271,7 @@ y)
     grep -E "fused_matvec|Duration|Throughput|Occupancy|Registers|Block Limit|Stall|Warp Cycles|Grid Size|Shared Memory Config|Waves|Bandwidth" \
       "$OUTDIR/ncu_q4k_$skip.txt" | head -40
   done
-  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
-  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
-  for m in "$SMOL" "$B1"; do
-    for i in $(seq 60); do [ -s "$m" ] && break; sleep 2; done
-    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
-      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
-  done
+  against_llama
   ;;
 z)
   prepare_and_models
@@ -276,49 +288,32 @@ z)
   done
   echo "== prefill kernels (ncu), 1B, default"; timeout 200 python3 bench/gpu/profile_prefill.py "$B1" --ncu 2>&1 | head -14
   echo "== RSS, SmolLM2 shape"; timeout 100 python3 bench/gpu/rss_breakdown.py "$SMOL" 2>&1 | tail -24
-  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
-  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
-  for m in "$SMOL" "$B1"; do
-    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
-      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
-  done
+  against_llama
   ;;
 i)
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   for i in $(seq 120); do [ -s "$B1" ] && break; sleep 2; done
-  for run in "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_ROWS8=1" "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_ROWS8=1" \
-             "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_ATTN_ROWS8=1"; do
-    set -- $run
-    echo "== $(basename "$1" .gguf) $2"
-    env "$2" timeout 100 python3 bench/llm.py --gpu --model "$1" --peers none --repeat 3 2>&1 | tail -1
-  done
-  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
-  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
-  for m in "$SMOL" "$B1"; do
-    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
-      --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -9
-  done
+  tl_runs "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_ROWS8=1" "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_ROWS8=1" \
+    "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_ATTN_ROWS8=1"
+  against_llama
   ;;
 h)
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   for i in $(seq 120); do [ -s "$B1" ] && break; sleep 2; done
   echo "== SmolLM2 shape: 128-token prefill and 16 decode steps (ncu)"
   timeout 200 python3 bench/gpu/profile_prefill.py "$SMOL" --ncu --tokens 128 --decode 16 2>&1 | head -12
   for m in "$SMOL" "$B1"; do
-    for e in TL_NOTHING=1 TL_CUDA_ROPE_DEVICE_POW=1 TL_CUDA_ATTN_MIN_CHUNK=256 TL_NOTHING=1; do
-      echo "== $(basename "$m" .gguf) $e"
-      env $e timeout 100 python3 bench/llm.py --gpu --model "$m" --peers none --repeat 3 2>&1 | tail -1
-    done
+    tl_runs "$m TL_NOTHING=1" "$m TL_CUDA_ROPE_DEVICE_POW=1" "$m TL_CUDA_ATTN_MIN_CHUNK=256" "$m TL_NOTHING=1"
   done
   ;;
 w)
   prepare_and_models
   cd "$WORK/src" || exit 1
-  echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
+  cuda_vs_cpu
   TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -rf tests/runtime/test_backend_ops.py \
     tests/runtime/test_cross_backend_model.py tests/runtime/test_fused_ops.py 2>&1 | tail -4
   TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider -rf tests/models/test_greedy_ahead.py \
