@@ -196,7 +196,8 @@ def to_tensor(v: Any, what: str = "argument", *, float_default: bool = True) -> 
     if isinstance(v, int):
         return core.from_numpy(np.array(v, dtype=np.float32 if float_default else np.int64))
     if isinstance(v, float):
-        return core.from_numpy(np.array(v, dtype=np.float32))
+        with np.errstate(over="ignore"):  # beyond f32's range it is inf, as any f32 store (no stray warning)
+            return core.from_numpy(np.array(v, dtype=np.float32))
     if v.__class__ is Symbolic:
         if _tracing() is not None:
             return _symbolic_list_tensor([v]).reshape([])
