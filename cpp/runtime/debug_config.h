@@ -14,6 +14,9 @@
 //                                                            products, where libcublas is (blas.cu)
 //   TL_CUDA_LINEAR_F16                                       CUDA backend: quantized/f16-weight
 //                                                            products on f16 tensor cores (matmul.cu)
+//   TL_CUDA_MATVEC_PREFETCH, TL_CUDA_MATVEC_PAIRS,           CUDA backend: kernel variants, for A/B
+//   TL_CUDA_MATVEC_FOUR, TL_CUDA_ROPE_DEVICE_POW,            measurements (CudaTuning,
+//   TL_CUDA_ATTN_ROWS8, TL_CUDA_ATTN_MIN_CHUNK               cuda_kernels.h)
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -109,6 +112,21 @@ inline bool env_cuda_tf32() { return env_detail::env_flag("TL_CUDA_TF32"); }
 // linear products with a quantized or f16 weight and more than a few rows on the tensor cores,
 // x rounded to f16 (default on; 0 keeps f32 operands)
 inline bool env_cuda_linear_f16() { return env_detail::env_flag("TL_CUDA_LINEAR_F16", true); }
+// Kernel variants of the CUDA backend, for A/B measurements (docs/develop.md): the matrix-vector
+// kernel's early weight loads (-1 unset: up to 2 MiB of weights; 0 never; 1 always), Q4_K groups in
+// pairs and four columns per lane group (default on), RoPE's frequencies from the device's pow
+// (default: the host's), decode attention's value rows 8 per round (default 16 for head dims up to
+// 64) and keys per split block in a replay graph (default 128).
+inline int env_cuda_matvec_prefetch() {
+  return static_cast<int>(env_detail::env_int("TL_CUDA_MATVEC_PREFETCH", -1, 0, 1));
+}
+inline bool env_cuda_matvec_pairs() { return env_detail::env_flag("TL_CUDA_MATVEC_PAIRS", true); }
+inline bool env_cuda_matvec_four() { return env_detail::env_flag("TL_CUDA_MATVEC_FOUR", true); }
+inline bool env_cuda_rope_device_pow() { return env_detail::env_flag("TL_CUDA_ROPE_DEVICE_POW"); }
+inline bool env_cuda_attn_rows8() { return env_detail::env_flag("TL_CUDA_ATTN_ROWS8"); }
+inline int64_t env_cuda_attn_min_chunk() {
+  return env_detail::env_int("TL_CUDA_ATTN_MIN_CHUNK", 128, 32, 65536);
+}
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it
   const char* v = std::getenv("TL_CUDA_DEVICE");
   return (v && *v) ? v : nullptr;

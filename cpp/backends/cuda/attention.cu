@@ -11,7 +11,6 @@
 // masked, or causal before the first key) gets a row of zeros, as on the CPU backend.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -43,7 +42,7 @@ __device__ __forceinline__ bool rows_vec4(const Strided3& x, int64_t D) {
 }
 
 // acc[r] += p_jj * v[c0 + jj][hk][lane + 32 r] over the chunk's n_here keys, p_jj in lane jj.
-// Sixteen value rows at a time (eight for head dims above 64), their loads issued before any use (a load behind a branch on its
+// kRows value rows at a time, their loads issued before any use (a load behind a branch on its
 // weight would wait out the memory latency once per key); f32 values are read without the
 // per-element dtype switch. A key of weight 0 (masked, or past the range) adds nothing, even
 // where its row holds a NaN.
@@ -559,22 +558,15 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
     }
   }
   // Keys per split block in a replay graph (TL_CUDA_ATTN_MIN_CHUNK, for A/B measurements).
-  static const int64_t graph_chunk = [] {
-    const char* e = std::getenv("TL_CUDA_ATTN_MIN_CHUNK");
-    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 0;
-    return v >= 32 && v <= 65536 ? static_cast<int64_t>(v) : int64_t{128};
-  }();
-  const int64_t min_chunk = dyn.device != nullptr ? graph_chunk : 1;
+  const int64_t min_chunk = dyn.device != nullptr ? tuning_.attn_min_chunk : 1;
   float* partial = splits > 1 ? attention_scratch_ : nullptr;
   // The last split block of each task merges in the same launch when there is a counter per task.
   unsigned* counters =
       partial != nullptr && tasks <= static_cast<int64_t>(kAttentionCounters) ? attention_counters_ : nullptr;
   const dim3 grid(static_cast<unsigned>(tasks < (1 << 30) ? tasks : (1 << 30)),
                   static_cast<unsigned>(splits));
-  static const bool rows8 = [] {
-    const char* e = std::getenv("TL_CUDA_ATTN_ROWS8");
-    return e != nullptr && e[0] == '1';
-  }();
+  const bool rows8 = tuning_.attn_rows8;
+  // (The inner condition keeps the 16-row variant from being instantiated for wider heads.)
 #define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
   (PER_LANE <= 2 && !rows8 ? attention_kernel<PER_LANE, PER_LANE <= 2 ? 16 : 8>          \
                            : attention_kernel<PER_LANE, 8>)<<<grid, kAttnWarps * 32, 0, stream_>>>( \

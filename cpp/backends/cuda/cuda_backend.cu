@@ -288,11 +288,12 @@ struct CompletionState {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device)
+  CudaBackend(int device, const CudaTuning& tuning)
       : stream_(create_stream(device)),
         kernels_(stream_, [this] { return current_error_slot(); }),
         state_(std::make_shared<CompletionState>()) {
     state_->device = device;
+    kernels_.set_tuning(tuning);
     int sms = 1;
     (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     // A fixed scratch for attention key splits; without it attention runs unsplit.
@@ -305,7 +306,7 @@ class CudaBackend final : public Backend {
     if (env_cuda_blas()) {
       blas_ = std::make_unique<Blas>(stream_, env_cuda_tf32());
       if (blas_->available()) {
-        kernels_.set_blas(blas_.get(), env_cuda_linear_f16());
+        kernels_.set_blas(blas_.get());
       } else {
         static std::once_flag said;  // one line per process, not per backend
         std::call_once(said, [&] {
@@ -367,7 +368,7 @@ class CudaBackend final : public Backend {
       completion_thread_.join();
     }
     for (auto& entry : replay_graphs_) drop_graph(entry.second);
-    kernels_.set_blas(nullptr, false);
+    kernels_.set_blas(nullptr);
     blas_.reset();  // before the stream it is bound to
     if (capture_stream_ != nullptr) (void)cudaStreamDestroy(capture_stream_);
     if (transfer_stream_ != stream_) (void)cudaStreamDestroy(transfer_stream_);
@@ -820,6 +821,19 @@ int device_from_env() {
   return static_cast<int>(v);
 }
 
+// Read before the backend allocates anything: a malformed value throws (one line naming it).
+CudaTuning tuning_from_env() {
+  CudaTuning t;
+  t.linear_f16 = env_cuda_linear_f16();
+  t.matvec_prefetch = env_cuda_matvec_prefetch();
+  t.matvec_pairs = env_cuda_matvec_pairs();
+  t.matvec_four = env_cuda_matvec_four();
+  t.rope_device_pow = env_cuda_rope_device_pow();
+  t.attn_rows8 = env_cuda_attn_rows8();
+  t.attn_min_chunk = env_cuda_attn_min_chunk();
+  return t;
+}
+
 }  // namespace
 
 uint64_t graph_launches(const Backend& backend) {
@@ -841,6 +855,7 @@ std::unique_ptr<Backend> make_cuda_backend() {
     throw std::runtime_error(reason);
   }
   const int device = cuda::device_from_env();
+  const cuda::CudaTuning tuning = cuda::tuning_from_env();
   if (device >= count) {
     throw std::runtime_error("cuda: TL_CUDA_DEVICE=" + std::to_string(device) + " but only " +
                              std::to_string(count) + " device(s) found");
@@ -858,7 +873,7 @@ std::unique_ptr<Backend> make_cuda_backend() {
     throw std::runtime_error("cuda: cannot run on " + what + ": " + cudaGetErrorString(st) +
                              "; rebuild with TL_CUDA_ARCHITECTURES including this GPU");
   }
-  return std::make_unique<cuda::CudaBackend>(device);
+  return std::make_unique<cuda::CudaBackend>(device, tuning);
 }
 
 }  // namespace tl

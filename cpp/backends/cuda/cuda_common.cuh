@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "runtime/kernels.h"
@@ -192,27 +191,25 @@ inline unsigned grid_for(int64_t n, int threads) {
 // as the CPU backend does (kernels_norm_rope.cpp) and passed by value: a kernel parameter needs no
 // device memory and stays fixed in a replay graph (whose base and D do not change). Each pair then
 // costs one double multiply and sincos, not the device's pow besides. n = 0 when D/2 exceeds
-// kMaxRopePairs: the kernel computes them with the device's pow.
+// kMaxRopePairs or with `device_pow` (TL_CUDA_ROPE_DEVICE_POW): the kernel computes them with the
+// device's pow.
 constexpr int kMaxRopePairs = 256;
 struct RopeFreqs {
   double inv[kMaxRopePairs];
   int n;
 };
 
-inline RopeFreqs rope_freqs(double base, int64_t D) {
+inline RopeFreqs rope_freqs(double base, int64_t D, bool device_pow) {
   // The last launch's table, per launch thread: a model's every layer asks for the same one.
   thread_local RopeFreqs f{};
   thread_local double last_base = 0.0;
   thread_local int64_t last_D = -1;
-  if (base == last_base && D == last_D) return f;
+  thread_local bool last_device_pow = false;
+  if (base == last_base && D == last_D && device_pow == last_device_pow) return f;
   last_base = base;
   last_D = D;
+  last_device_pow = device_pow;
   const int64_t half = D / 2;
-  // TL_CUDA_ROPE_DEVICE_POW=1: the device's pow in every launch (for A/B measurements).
-  static const bool device_pow = [] {
-    const char* e = std::getenv("TL_CUDA_ROPE_DEVICE_POW");
-    return e != nullptr && e[0] == '1';
-  }();
   f.n = half <= kMaxRopePairs && !device_pow ? static_cast<int>(half) : 0;
   for (int i = 0; i < f.n; ++i) {
     f.inv[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));

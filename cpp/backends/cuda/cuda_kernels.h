@@ -23,6 +23,19 @@ uint64_t graph_launches(const Backend& backend);
 
 class Blas;
 
+// Launch choices read from the environment once, when the backend starts (debug_config.h): the
+// defaults are the measured best; the other values exist for A/B measurements.
+struct CudaTuning {
+  bool linear_f16 = true;     // quantized and f16 weights on the tensor cores (TL_CUDA_LINEAR_F16)
+  int matvec_prefetch = -1;   // early weight loads: -1 up to 2 MiB of weights, 0 never, 1 always
+  bool matvec_pairs = true;   // Q4_K weight groups in pairs
+  bool matvec_four = true;    // four columns per lane group on tall weights (one row of x)
+  bool rope_device_pow = false;  // RoPE frequencies from the device's pow, not the host's
+  bool attn_rows8 = false;    // decode attention: 8 value rows per round, not 16
+  int64_t attn_min_chunk = 128;  // decode attention: keys per split block in a replay graph
+};
+
+
 // Written by a kernel that finds bad data; the first writer (code 0 -> nonzero) wins.
 struct DeviceErrorSlot {
   int32_t code;    // 0: no error; kErrorIdOutOfRange, kErrorScatterIdOutOfRange or kErrorExpertIdOutOfRange
@@ -133,12 +146,9 @@ class CudaKernels final : public Kernels {
   static constexpr size_t kAttentionCounters = 4096;
 
   // cuBLAS for matrix products with more than a few rows (nullptr or unavailable: TL's own
-  // kernels). Owned by the backend, which outlives these kernels' last launch. `linear_f16`:
-  // a linear with a quantized or f16 weight rounds x to f16 for the tensor cores (matmul.cu).
-  void set_blas(Blas* blas, bool linear_f16) {
-    blas_ = blas;
-    linear_f16_ = linear_f16;
-  }
+  // kernels). Owned by the backend, which outlives these kernels' last launch.
+  void set_blas(Blas* blas) { blas_ = blas; }
+  void set_tuning(const CudaTuning& tuning) { tuning_ = tuning; }
   ~CudaKernels();
 
   // Graph capture (launch thread only): between these, launches go to `capture_stream` (a stream
@@ -209,7 +219,7 @@ class CudaKernels final : public Kernels {
   Blas* blas_ = nullptr;
   void* weight_scratch_ = nullptr;
   size_t weight_scratch_bytes_ = 0;
-  bool linear_f16_ = true;  // quantized and f16 weights on the tensor cores (TL_CUDA_LINEAR_F16)
+  CudaTuning tuning_;
   cudaStream_t stream_;
   cudaStream_t saved_stream_ = nullptr;
   bool capturing_ = false;

@@ -8,8 +8,6 @@
 // before its single store; so the results equal
 // rms_norm (swiglu) + linear + add on this backend. Larger M runs rms_norm (swiglu) into the
 // caller's scratch, the tiled linear and an add kernel. RoPE angles are computed in double as in the rope kernel.
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -380,6 +378,7 @@ struct Matvec32Launcher {
   float* out;
   int M;
   int sm_count;
+  const CudaTuning& tuning;
   cudaStream_t stream;
   bool launched = false;
   template <DType T>
@@ -395,13 +394,13 @@ struct Matvec32Launcher {
     // weights the early loads serve (go()): those lose more without them than pairs gain
     // (H200, ncu: Q4_K 576x1536 6.2 -> 8.1 us with pairs; 2048x8192 16.8 -> 14.2, 2048x2048
     // 6.7 -> 6.3; 1B-shape decode 897 -> 944 tok/s).
-    const bool pairs = kQuantPairs<T> && K % 64 == 0 && matvec_pairs_enabled() &&
+    const bool pairs = kQuantPairs<T> && K % 64 == 0 && tuning.matvec_pairs &&
                        static_cast<int64_t>(row_bytes(T, K)) * N > kPrefetchMaxBytes;
     const int plpr = matvec_lanes_per_row(K / 2);
     // One row: four columns per lane group where that still gives every multiprocessor a block's
     // worth of columns (skinny matrices keep one column per group: more blocks). Not for Q6_K,
     // whose 16 words a group per column made it slower (measured on an H200: 17 -> 22 us).
-    const bool four = T != DType::Q6_K && M == 1 && matvec_four_enabled() &&
+    const bool four = T != DType::Q6_K && M == 1 && tuning.matvec_four &&
                       N / (kMatvec32Threads / lpr * 4) >= static_cast<int64_t>(sm_count);
     if (four) {
       lpr == 32 ? go<T, 32, 1, 4>(N, K, shared) : lpr == 16 ? go<T, 16, 1, 4>(N, K, shared) : go<T, 8, 1, 4>(N, K, shared);
@@ -427,10 +426,7 @@ struct Matvec32Launcher {
     // four-column loop by 2 instead (both groups' loads in flight, 102-177 registers) was slower on
     // the large ones too (Q4_K 8192x2048: 11.1 -> 14.0 us).
     // TL_CUDA_MATVEC_PREFETCH=0 / 1: never / always (for A/B measurements).
-    static const int mode = [] {
-      const char* e = std::getenv("TL_CUDA_MATVEC_PREFETCH");
-      return e == nullptr || *e == 0 ? -1 : std::strcmp(e, "0") == 0 ? 0 : 1;
-    }();
+    const int mode = tuning.matvec_prefetch;
     const bool prefetch = mode < 0 ? static_cast<int64_t>(row_bytes(T, K)) * N <= kPrefetchMaxBytes : mode == 1;
     prefetch ? go_with<T, LPR, MAXM, COLS, true>(N, K, shared) : go_with<T, LPR, MAXM, COLS, false>(N, K, shared);
   }
@@ -473,26 +469,11 @@ struct Matvec32Launcher {
 
 }  // namespace
 
-bool matvec_pairs_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("TL_CUDA_MATVEC_PAIRS");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on;
-}
-
-bool matvec_four_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("TL_CUDA_MATVEC_FOUR");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on;
-}
-
 bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
-                         float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream) {
+                         float eps, Addend add, float* out, int M, int sm_count,
+                         const CudaTuning& tuning, cudaStream_t stream) {
   if (M < 1 || M > kMatvecRows) return false;
-  Matvec32Launcher launch{x, w, prologue, norm_w, eps, add, out, M, sm_count, stream};
+  Matvec32Launcher launch{x, w, prologue, norm_w, eps, add, out, M, sm_count, tuning, stream};
   return dispatch_quantized(w.dtype, launch) && launch.launched;
 }
 
@@ -518,7 +499,7 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   if (K > 0 && M <= kFusedMaxRows && is_quantized(w.dtype) &&
       launch_quant_matvec(static_cast<const float*>(x.data), w, prologue, norm_w, eps, add,
                           static_cast<float*>(out.data), static_cast<int>(M),
-                          static_cast<int>(sm_count_), stream_)) {
+                          static_cast<int>(sm_count_), tuning_, stream_)) {
     check_launch("fused_linear");
     return;
   }
@@ -587,7 +568,7 @@ void CudaKernels::rope_kv_write(const View& q, const View& k, const View& v, int
   rope_kv_write_kernel<<<grid_for(total, kElementThreads), kElementThreads, 0, stream_>>>(
       heads_of(q), heads_of(k), heads_of(v), heads_of(q_out), heads_of(k_dst), heads_of(v_dst), S,
       Hq, Hkv, D, pos_offset, static_cast<double>(base), neox, dyn.device,
-      rope_freqs(static_cast<double>(base), D));
+      rope_freqs(static_cast<double>(base), D, tuning_.rope_device_pow));
   check_launch("rope_kv_write");
 }
 

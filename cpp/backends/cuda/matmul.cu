@@ -3,8 +3,9 @@
 // than kMatvecMaxRows rows, is one cuBLAS GEMM: f32 as f32 (TF32 only when TL_CUDA_TF32=1),
 // f16/bf16 on the tensor cores with f32 sums. A linear with a quantized or f16 weight (prefill,
 // batched products) runs on the tensor cores too, as llama.cpp's cuBLAS path does: x's rows are
-// rounded to f16 (a row reaching 2^15 first divided by an exact power of two, multiplied back
-// after the product, so nothing overflows), a quantized weight dequantized to f16 in slices of
+// rounded to f16 (a row whose largest magnitude lies outside [2^-4, 2^15) first scaled by an exact
+// power of two, and its product row scaled back, so nothing overflows or sinks into f16's
+// subnormals), a quantized weight dequantized to f16 in slices of
 // rows (a bounded scratch), f32 sums (TL_CUDA_LINEAR_F16=0 keeps f32 operands: the weight then
 // converted to f32, x as it is). A bf16 weight is converted to f32.
 // Without cuBLAS both use one shared-memory tiled f32 kernel (64x64 output tile, 32-deep k
@@ -14,6 +15,8 @@
 // that row once for all M rows of x. Every sum is f32. expert_linear (a mixture-of-experts layer's
 // expert products) gives each (token, slot) pair's output row to one warp, which reads the pair's
 // expert id on the device, so a replayed step follows new routing without the host.
+#include <type_traits>
+
 #include "blas.h"
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -455,7 +458,7 @@ bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
     const GemmOperand wt{w.data, DType::F32, 0, 1, K};
     return blas_->gemm(xa, wt, out.data, DType::F32, 1, M, N, K, N);
   }
-  const bool half = linear_f16_ && (is_quantized(w.dtype) || w.dtype == DType::F16) &&
+  const bool half = tuning_.linear_f16 && (is_quantized(w.dtype) || w.dtype == DType::F16) &&
                     static_cast<size_t>(M * K) * sizeof(__half) <= kHalfXScratchBytes;
   const size_t elem = half ? sizeof(__half) : sizeof(float);
   const int64_t rows_max = static_cast<int64_t>(kWeightScratchBytes / elem) / K;
@@ -468,51 +471,40 @@ bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
   auto* base = static_cast<uint8_t*>(weight_scratch(w_bytes + x_bytes + scale_bytes));
   if (base == nullptr) return false;
   auto* op = static_cast<float*>(out.data);
-  if (!half) {
-    auto* scratch = reinterpret_cast<float*>(base);
+  // w converted into `scratch` (f32 or f16) slice by slice, each slice's product with xo written
+  // into its columns of out.
+  auto by_slices = [&](const GemmOperand& xo, auto* scratch, DType scratch_dtype) {
+    using OutT = std::remove_pointer_t<decltype(scratch)>;
     const size_t w_row_bytes = row_bytes(w.dtype, K);
     for (int64_t n0 = 0; n0 < N; n0 += slice) {
       const int64_t rows = N - n0 < slice ? N - n0 : slice;
-      ConvertLauncher<float> convert{static_cast<const uint8_t*>(w.data), w_row_bytes, n0, rows, K,
-                                     scratch, stream_};
+      ConvertLauncher<OutT> convert{static_cast<const uint8_t*>(w.data), w_row_bytes, n0, rows, K,
+                                    scratch, stream_};
       switch (w.dtype) {
-        case DType::F16: convert.operator()<DType::F16>(); break;
-        case DType::BF16: convert.operator()<DType::BF16>(); break;
+        case DType::F16: convert.template operator()<DType::F16>(); break;
+        case DType::BF16: convert.template operator()<DType::BF16>(); break;
         default:
           if (!dispatch_quantized(w.dtype, convert)) return false;
       }
       check_launch("linear");
-      const GemmOperand st{scratch, DType::F32, 0, 1, K};
-      if (!blas_->gemm(xa, st, op + n0, DType::F32, 1, M, rows, K, N)) {
+      const GemmOperand st{scratch, scratch_dtype, 0, 1, K};
+      if (!blas_->gemm(xo, st, op + n0, DType::F32, 1, M, rows, K, N)) {
         return false;  // only before the first slice: the shapes are the same for every slice
       }
     }
     return true;
-  }
-  auto* wh = reinterpret_cast<__half*>(base);
+  };
+  if (!half) return by_slices(xa, reinterpret_cast<float*>(base), DType::F32);
   auto* xh = reinterpret_cast<__half*>(base + w_bytes);
   auto* scale = reinterpret_cast<float*>(base + w_bytes + x_bytes);
   rows_to_half_kernel<<<static_cast<unsigned>(M), kHalfRowThreads, 0, stream_>>>(
       static_cast<const float*>(x.data), K, xh, scale);
   check_launch("linear");
   const GemmOperand xs{xh, DType::F16, 0, K, 1};
-  if (w.dtype == DType::F16) {
-    if (!blas_->gemm(xs, GemmOperand{w.data, DType::F16, 0, 1, K}, op, DType::F32, 1, M, N, K, N)) {
-      return false;
-    }
-  } else {
-    const size_t w_row_bytes = row_bytes(w.dtype, K);
-    for (int64_t n0 = 0; n0 < N; n0 += slice) {
-      const int64_t rows = N - n0 < slice ? N - n0 : slice;
-      ConvertLauncher<__half> convert{static_cast<const uint8_t*>(w.data), w_row_bytes, n0, rows, K,
-                                      wh, stream_};
-      if (!dispatch_quantized(w.dtype, convert)) return false;
-      check_launch("linear");
-      if (!blas_->gemm(xs, GemmOperand{wh, DType::F16, 0, 1, K}, op + n0, DType::F32, 1, M, rows, K, N)) {
-        return false;  // only before the first slice: the shapes are the same for every slice
-      }
-    }
-  }
+  const bool done = w.dtype == DType::F16
+                        ? blas_->gemm(xs, GemmOperand{w.data, DType::F16, 0, 1, K}, op, DType::F32, 1, M, N, K, N)
+                        : by_slices(xs, reinterpret_cast<__half*>(base), DType::F16);
+  if (!done) return false;
   scale_rows_kernel<<<static_cast<unsigned>(M), kScaleRowsThreads, 0, stream_>>>(op, N, N, scale);
   check_launch("linear");
   return true;
@@ -572,7 +564,7 @@ void CudaKernels::linear(const View& x, const View& w, const View& out) {
   if (M <= kMatvecMaxRows && is_quantized(w.dtype) &&
       launch_quant_matvec(static_cast<const float*>(x.data), w, LinearPrologue::None, View{}, 0.0f,
                           Addend{nullptr, DType::F32, 0, 0}, static_cast<float*>(out.data),
-                          static_cast<int>(M), static_cast<int>(sm_count_), stream_)) {
+                          static_cast<int>(M), static_cast<int>(sm_count_), tuning_, stream_)) {
     check_launch("linear");
     return;
   }

@@ -11,6 +11,7 @@
 // groups); blocks loop over columns, so x is staged once per block, not once per 4 columns. With
 // one row of x and a tall weight, each lane group takes four columns at once (matvec32_cols).
 #include "cuda_common.cuh"
+#include "cuda_kernels.h"
 #include "quant_blocks.cuh"
 #include "runtime/kernels.h"
 
@@ -38,9 +39,11 @@ struct Addend {
 
 // Launches the kernel (fused.cu) for out [M, N] = prologue(x) @ w^T + addend, w quantized [N, K];
 // returns false, launching nothing, when w is not quantized, K is not a multiple of 32, w is not
-// aligned for dequant32 or the staged rows do not fit in shared memory.
+// aligned for dequant32 or the staged rows do not fit in shared memory. `tuning`: the variants
+// (early loads, pairs, four columns) it may take.
 bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
-                         float eps, Addend add, float* out, int M, int sm_count, cudaStream_t stream);
+                         float eps, Addend add, float* out, int M, int sm_count,
+                         const CudaTuning& tuning, cudaStream_t stream);
 
 // One 32-element group of a quantized weight row as quant32 reads it: the integers and the affine
 // map of each 16-element half.
@@ -83,12 +86,6 @@ __device__ __forceinline__ void load_quant32_pair_q4k(const uint8_t* row, int64_
   d1.b[0] = d1.b[1] = -(dmin * mn1);
 }
 
-// Whether linear's one-column-per-lane-group kernel takes weight groups in pairs for this type
-// (TL_CUDA_MATVEC_PAIRS=0 turns it off, for A/B measurements).
-bool matvec_pairs_enabled();
-// Whether one row's product on a tall weight takes four columns per lane group (fused.cu;
-// TL_CUDA_MATVEC_FOUR=0 turns it off, for A/B measurements: one column, in pairs where they apply).
-bool matvec_four_enabled();
 
 // xs: the staged rows (staged_row_floats(K) floats each; floats 32 and 33 of each group hold the
 // sums of its two 16-element halves). The weights come as integers and an affine map per half

@@ -135,7 +135,7 @@ void CudaKernels::rope(const View& x, int64_t pos_offset, float base, bool neox,
   if (!dyn.launch) return;
   rope_kernel<<<grid_for(total, kRopeThreads), kRopeThreads, 0, stream_>>>(
       x.data, x.dtype, out.data, out.dtype, outer, S, H, D, pos_offset, static_cast<double>(base),
-      neox, dyn.device, rope_freqs(static_cast<double>(base), D));
+      neox, dyn.device, rope_freqs(static_cast<double>(base), D, tuning_.rope_device_pow));
   check_launch("rope");
 }
 
