@@ -196,7 +196,8 @@ def synchronize() -> None:
 def set_q8_activations(on: bool, rows: int = 1) -> tuple[bool, int]:
     """Switch 8-bit activations in the quantized linear ops on or off for ops encoded from now on:
     `rows` 1 covers matrix-vector products (decode) only, 0 every product, prompt pieces included
-    (`tl generate --fast`, `tl serve --fast`); returns the previous (on, rows), for q8_restore."""
+    (`tl generate --fast`, `tl serve --fast`); returns the previous (on, rows), which
+    set_q8_activations(*before) restores."""
     before = q8_state()
     core.set_q8_activations(on, rows)
     return before
