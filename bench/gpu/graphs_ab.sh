@@ -57,6 +57,13 @@
 #                              bench/llm.py on both models with decode attention's value rows 16 at
 #                              a time (now) and 8 (TL_CUDA_ATTN_ROWS8=1), interleaved, then both
 #                              models against llama.cpp CUDA
+#   bench/gpu/graphs_ab.sh l   builds (llama.cpp in the background when carried), test_cuda_vs_cpu
+#                              with programmatic dependent launches (the default) and without
+#                              (TL_CUDA_PDL=0), the cross-backend, fused-op, model and learning
+#                              tests on CUDA, the graphs of one generation, then bench/llm.py on
+#                              both models: now, TL_CUDA_PDL=0, TL_CUDA_L2_PREFETCH=0, interleaved
+#   bench/gpu/graphs_ab.sh n   the same three interleaved again, then both models against llama.cpp
+#                              CUDA (after l, on the warm machine)
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -86,6 +93,7 @@ tl_runs() {  # each argument "MODEL ENV": bench/llm.py with TL alone, ENV set (T
   local run
   for run in "$@"; do
     set -- $run
+    for i in $(seq 120); do [ -s "$1" ] && break; sleep 2; done
     echo "== $(basename "$1" .gguf) $2"
     env "$2" timeout 100 python3 bench/llm.py --gpu --model "$1" --peers none --repeat 3 2>&1 | tail -1
   done
@@ -119,7 +127,41 @@ write_tiny_llama('$B1.tmp', n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8,
 os.rename('$B1.tmp', '$B1')" > "$WORK/gen.log" 2>&1 < /dev/null &
 }
 
+pdl_runs() {  # both models: now, without programmatic dependent launches, without the L2 prefetch
+  tl_runs "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_PDL=0" "$SMOL TL_CUDA_L2_PREFETCH=0" \
+          "$B1 TL_NOTHING=1" "$B1 TL_CUDA_PDL=0" "$B1 TL_CUDA_L2_PREFETCH=0"
+}
+
 case "${1:-}" in
+l)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  echo "== test_cuda_vs_cpu, TL_CUDA_PDL=0"; TL_CUDA_PDL=0 timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu_nopdl.log" 2>&1
+  grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu_nopdl.log" | tail -4
+  echo "== pytest on CUDA"
+  TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py \
+    tests/runtime/test_cross_backend_model.py tests/runtime/test_fused_ops.py tests/models/test_architectures.py \
+    tests/models/test_compiled_decode.py tests/models/test_llama_tl.py tests/models/test_greedy_ahead.py 2>&1 | tail -3
+  TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -x tests/learning 2>&1 | tail -2
+  for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
+  echo "== graphs used by a generation (TL_CUDA_LAUNCH_STATS=1, 40 tokens)"
+  TL_CUDA_LAUNCH_STATS=1 timeout 120 python3 -c "
+import gc
+from tensorlogic import _core
+from tensorlogic.apps.llm_session import LlmSession
+with LlmSession('$SMOL', backend='cuda', context=256) as s:
+    s.generate(list(range(3, 43)), 40, stop_at_eog=False)
+gc.collect()
+_core.shutdown()" 2>&1 | grep "tl-cuda"
+  pdl_runs
+  ;;
+n)
+  cd "$WORK/src" || exit 1
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  pdl_runs
+  against_llama
+  ;;
 a)
   prepare_and_models
   cd "$WORK/src" || exit 1

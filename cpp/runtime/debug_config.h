@@ -127,6 +127,11 @@ inline bool env_cuda_attn_rows8() { return env_detail::env_flag("TL_CUDA_ATTN_RO
 inline int64_t env_cuda_attn_min_chunk() {
   return env_detail::env_int("TL_CUDA_ATTN_MIN_CHUNK", 128, 32, 65536);
 }
+// Programmatic dependent launches of the decode kernels on sm_90+ (default on; 0: every kernel
+// waits for the one before it to finish before it is scheduled) and, with them, the L2 prefetch of a
+// kernel's weights (and attention's keys and values) before it waits (default on).
+inline bool env_cuda_pdl() { return env_detail::env_flag("TL_CUDA_PDL", true); }
+inline bool env_cuda_l2_prefetch() { return env_detail::env_flag("TL_CUDA_L2_PREFETCH", true); }
 inline const char* env_cuda_device() {  // nullptr when unset; the CUDA backend parses it
   const char* v = std::getenv("TL_CUDA_DEVICE");
   return (v && *v) ? v : nullptr;

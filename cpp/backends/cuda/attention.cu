@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
                      int64_t mask_s0,
                      int64_t mask_s1, float scale, float softcap, bool causal, int64_t q_pos_offset, int64_t Sq,
                      int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, float* out, float* partial,
-                     unsigned* counters, const int64_t* dyn, int64_t min_chunk) {
+                     unsigned* counters, const int64_t* dyn, int64_t min_chunk, bool l2) {
   __shared__ float s_max[kAttnWarps];
   __shared__ bool s_last;
   __shared__ float s_sum[kAttnWarps];
@@ -109,8 +109,32 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     // the counter and the merge agree), the rest leave at once, before staging anything.
     const int64_t used = (Sk + min_chunk - 1) / min_chunk;
     splits = used < 1 ? 1 : (used < splits ? used : splits);
-    if (blockIdx.y >= splits) return;
   }
+  // (dyn is read before the wait: a replay's values are written before its graph starts.)
+  if (l2 && Sq == 1 && blockIdx.y < splits && k.s2 == 1 && v.s2 == 1) {
+    // One query row (decode): the keys and values of this block's split of its first head into
+    // the L2 while the kernel before this one finishes (a programmatic dependent launch).
+    const int64_t h = blockIdx.x % Hq, hk = h / group;
+    int64_t keys = Sk;
+    if (causal) keys = q_pos_offset < 0 ? 0 : (q_pos_offset + 1 < Sk ? q_pos_offset + 1 : Sk);
+    const int64_t chunk = (Sk + splits - 1) / splits, j0 = blockIdx.y * chunk;
+    const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
+    const int64_t kes = k.dtype == DType::F32 ? 4 : 2, ves = v.dtype == DType::F32 ? 4 : 2;  // floating (checked)
+    const int64_t k_lines = (D * kes + 127) / 128 + 1, v_lines = (D * ves + 127) / 128 + 1;
+    const int64_t per_key = k_lines + v_lines;
+    for (int64_t t = threadIdx.x; t < (j1 - j0) * per_key; t += blockDim.x) {
+      const int64_t j = j0 + t / per_key, line = t % per_key;
+      const bool is_k = line < k_lines;
+      const char* row = is_k ? static_cast<const char*>(k.data) + (j * k.s0 + hk * k.s1) * kes
+                             : static_cast<const char*>(v.data) + (j * v.s0 + hk * v.s1) * ves;
+      const int64_t bytes = D * (is_k ? kes : ves), at = 128 * (is_k ? line : line - k_lines);
+      const uintptr_t a = (reinterpret_cast<uintptr_t>(row) & ~static_cast<uintptr_t>(127)) + at;
+      if (a < reinterpret_cast<uintptr_t>(row) + bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+  }
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
+  if (blockIdx.y >= splits) return;
   for (int64_t task = blockIdx.x; task < Sq * Hq; task += gridDim.x) {
     const int64_t i = task / Hq;
     const int64_t h = task - i * Hq;
@@ -469,6 +493,8 @@ bool launch_attention_tiled(const View& q, const View& k, const View& v, const v
 // Merges the key splits' (max, sum, accumulators) records of each (row, head) task.
 __global__ void attention_combine_kernel(const float* partial, int splits, int64_t tasks, int64_t D,
                                          float* out) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
     const float* base = partial + task * splits * (D + 2);
     float gmax = -INFINITY;
@@ -568,10 +594,12 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   const bool rows8 = tuning_.attn_rows8;
   // (The inner condition keeps the 16-row variant from being instantiated for wider heads.)
 #define TL_LAUNCH_ATTENTION(PER_LANE)                                                    \
-  (PER_LANE <= 2 && !rows8 ? attention_kernel<PER_LANE, PER_LANE <= 2 ? 16 : 8>          \
-                           : attention_kernel<PER_LANE, 8>)<<<grid, kAttnWarps * 32, 0, stream_>>>( \
+  launch_kernel(tuning_.pdl, PER_LANE <= 2 && !rows8 ? attention_kernel<PER_LANE, PER_LANE <= 2 ? 16 : 8> \
+                                                     : attention_kernel<PER_LANE, 8>,       \
+      grid, dim3(kAttnWarps * 32), 0, stream_,                                             \
       strided3(q), strided3(k), strided3(v), mp, mask.dtype, ms0, ms1, scale, softcap,    \
-      causal, q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters, dyn.device, min_chunk)
+      causal, q_pos_offset, Sq, Sk, Hq, Hkv, D, op, partial, counters, dyn.device, min_chunk, \
+      tuning_.pdl && tuning_.l2_prefetch)
   if (D <= 32) {
     TL_LAUNCH_ATTENTION(1);
   } else if (D <= 64) {
@@ -586,8 +614,8 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
 #undef TL_LAUNCH_ATTENTION
   check_launch("attention");
   if (partial != nullptr && counters == nullptr) {
-    attention_combine_kernel<<<static_cast<unsigned>(tasks < 65535 ? tasks : 65535), 128, 0,
-                               stream_>>>(partial, static_cast<int>(splits), tasks, D, op);
+    launch_kernel(tuning_.pdl, attention_combine_kernel, dim3(static_cast<unsigned>(tasks < 65535 ? tasks : 65535)),
+                  dim3(128), 0, stream_, partial, static_cast<int>(splits), tasks, D, op);
     check_launch("attention");
   }
 }

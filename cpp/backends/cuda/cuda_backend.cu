@@ -293,7 +293,13 @@ class CudaBackend final : public Backend {
         kernels_(stream_, [this] { return current_error_slot(); }),
         state_(std::make_shared<CompletionState>()) {
     state_->device = device;
-    kernels_.set_tuning(tuning);
+    CudaTuning tuned = tuning;
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9) {
+      (void)cudaGetLastError();
+      tuned.pdl = false;  // programmatic dependent launch needs sm_90
+    }
+    kernels_.set_tuning(tuned);
     int sms = 1;
     (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     // A fixed scratch for attention key splits; without it attention runs unsplit.
@@ -831,6 +837,8 @@ CudaTuning tuning_from_env() {
   t.rope_device_pow = env_cuda_rope_device_pow();
   t.attn_rows8 = env_cuda_attn_rows8();
   t.attn_min_chunk = env_cuda_attn_min_chunk();
+  t.pdl = env_cuda_pdl();
+  t.l2_prefetch = env_cuda_l2_prefetch();
   return t;
 }
 

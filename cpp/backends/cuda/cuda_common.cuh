@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "runtime/kernels.h"
 
@@ -232,6 +233,60 @@ __device__ __forceinline__ double rope_inv_freq(const RopeFreqs& f, const double
 // Device operations (kernel launches and stream copies) issued by the kernels, for the
 // TL_CUDA_LAUNCH_STATS report the backend prints when it is destroyed.
 inline std::atomic<uint64_t> g_device_ops{0};
+
+// Programmatic dependent launch (compute capability 9.0+; CudaTuning::pdl): a kernel launched by
+// launch_kernel with `pdl` may start while the kernel before it in the stream still runs. Such a
+// kernel must call pdl_wait() in every block before it reads or writes anything an earlier kernel
+// could touch (its inputs, outputs, scratch, error slots; only L2 prefetches of data it will read
+// may come first: the L2 is the device's point of coherence, so a prefetch never returns stale
+// data), and then pdl_launch_dependents(), which lets the next kernel be scheduled. The wait returns
+// once the kernel before has completed and its writes are visible; that kernel waited for its own
+// predecessor before it touched anything, so the stream's order holds transitively. Both are
+// no-ops in a kernel launched without the attribute, and below sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks the L2 to fetch [p, p + bytes) (one request per 128-byte line, spread over the block's
+// threads); a hint: nothing is read into the SM.
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~static_cast<uintptr_t>(127);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+  for (uintptr_t a = first + 128 * static_cast<uintptr_t>(threadIdx.x); a < end;
+       a += 128 * static_cast<uintptr_t>(blockDim.x)) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), as a programmatic dependent launch when `pdl`
+// (the kernel then keeps pdl_wait's contract above). Followed by check_launch, as every launch.
+template <typename... Params, typename... Args>
+void launch_kernel(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                   cudaStream_t stream, Args&&... args) {
+  if (!pdl) {
+    kernel<<<grid, block, shared, stream>>>(std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);  // its error: check_launch's
+}
 
 // Throws KernelError naming `what` if the last launch failed.
 inline void check_launch(const char* what) {

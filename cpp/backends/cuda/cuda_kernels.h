@@ -33,6 +33,8 @@ struct CudaTuning {
   bool rope_device_pow = false;  // RoPE frequencies from the device's pow, not the host's
   bool attn_rows8 = false;    // decode attention: 8 value rows per round, not 16
   int64_t attn_min_chunk = 128;  // decode attention: keys per split block in a replay graph
+  bool pdl = true;            // programmatic dependent launches (cuda_common.cuh; sm_90+ only)
+  bool l2_prefetch = true;    // with pdl: weights (and keys, values) prefetched into L2 before the wait
 };
 
 

@@ -116,7 +116,9 @@ __device__ __forceinline__ int64_t int_binary(BinaryOp op, int64_t a, int64_t b)
 template <bool kFloat>
 __global__ void binary_kernel(BinaryOp op, Operand a, Operand b, bool b_is_scalar, float bf,
                               int64_t bi, bool scalar_first, void* out, DType out_dtype,
-                              int64_t n, const int64_t* dyn = nullptr) {
+                              int64_t n, const int64_t* dyn) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   if (dyn != nullptr) {  // a replay graph's scalar: [f32 bits, integer]
     bf = __int_as_float(static_cast<int>(dyn[0]));
     bi = dyn[1];
@@ -184,6 +186,8 @@ __device__ __forceinline__ bool int_unary(UnaryOp op, int64_t x, int64_t* r) {
 
 template <bool kFloat>
 __global__ void unary_kernel(UnaryOp op, Operand a, void* out, DType out_dtype, int64_t n) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ia = offset_of(a, i);
@@ -203,6 +207,8 @@ __global__ void unary_kernel(UnaryOp op, Operand a, void* out, DType out_dtype, 
 
 template <bool kFloat>
 __global__ void copy_kernel(Operand src, Operand dst, int64_t n) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   void* dst_data = const_cast<void*>(dst.data);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -224,6 +230,8 @@ int64_t float_bits(float f) {
 
 template <bool kFloat>
 __global__ void fill_kernel(Operand out, float vf, int64_t vi, int64_t n, const int64_t* dyn) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   if (dyn != nullptr) {  // a replay graph's value: [f32 bits, integer]
     vf = __int_as_float(static_cast<int>(dyn[0]));
     vi = dyn[1];
@@ -291,11 +299,11 @@ void CudaKernels::binary(BinaryOp op, const View& a, const View& b, const View& 
   const bool fl = is_floating(a.dtype) || is_floating(b.dtype) || arithmetic_into_float(op, out.dtype);
   const unsigned grid = grid_for(n, kThreads);
   if (fl) {
-    binary_kernel<true><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), operand_of(b), false,
-                                                         0.0f, 0, false, out.data, out.dtype, n);
+    launch_kernel(tuning_.pdl, binary_kernel<true>, dim3(grid), dim3(kThreads), 0, stream_, op, operand_of(a),
+                  operand_of(b), false, 0.0f, 0, false, out.data, out.dtype, n, nullptr);
   } else {
-    binary_kernel<false><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), operand_of(b), false,
-                                                          0.0f, 0, false, out.data, out.dtype, n);
+    launch_kernel(tuning_.pdl, binary_kernel<false>, dim3(grid), dim3(kThreads), 0, stream_, op, operand_of(a),
+                  operand_of(b), false, 0.0f, 0, false, out.data, out.dtype, n, nullptr);
   }
   check_launch("binary");
 }
@@ -317,10 +325,10 @@ void CudaKernels::binary_scalar(BinaryOp op, const View& a, double s, bool scala
   const DynArgs dyn = dyn_args({float_bits(sf), si}, {}, fl ? 1 : 0);
   if (!dyn.launch) return;
   if (fl) {
-    binary_kernel<true><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), none, true, sf, 0,
+    launch_kernel(tuning_.pdl, binary_kernel<true>, dim3(grid), dim3(kThreads), 0, stream_, op, operand_of(a), none, true, sf, 0,
                                                          scalar_first, out.data, out.dtype, n, dyn.device);
   } else {
-    binary_kernel<false><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), none, true, 0.0f, si,
+    launch_kernel(tuning_.pdl, binary_kernel<false>, dim3(grid), dim3(kThreads), 0, stream_, op, operand_of(a), none, true, 0.0f, si,
                                                           scalar_first, out.data, out.dtype, n, dyn.device);
   }
   check_launch("binary_scalar");
@@ -334,9 +342,9 @@ void CudaKernels::unary(UnaryOp op, const View& a, const View& out) {
   const bool fl = is_floating(a.dtype) || is_floating(out.dtype);
   const unsigned grid = grid_for(n, kThreads);
   if (fl) {
-    unary_kernel<true><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), out.data, out.dtype, n);
+    launch_kernel(tuning_.pdl, unary_kernel<true>, dim3(grid), dim3(kThreads), 0, stream_, op, operand_of(a), out.data, out.dtype, n);
   } else {
-    unary_kernel<false><<<grid, kThreads, 0, stream_>>>(op, operand_of(a), out.data, out.dtype, n);
+    launch_kernel(tuning_.pdl, unary_kernel<false>, dim3(grid), dim3(kThreads), 0, stream_, op, operand_of(a), out.data, out.dtype, n);
   }
   check_launch("unary");
 }
@@ -359,9 +367,9 @@ void CudaKernels::copy(const View& src, const View& dst) {
   const bool fl = is_floating(src.dtype) || is_floating(dst.dtype);
   const unsigned grid = grid_for(n, kThreads);
   if (fl) {
-    copy_kernel<true><<<grid, kThreads, 0, stream_>>>(operand_of(src), operand_of(dst), n);
+    launch_kernel(tuning_.pdl, copy_kernel<true>, dim3(grid), dim3(kThreads), 0, stream_, operand_of(src), operand_of(dst), n);
   } else {
-    copy_kernel<false><<<grid, kThreads, 0, stream_>>>(operand_of(src), operand_of(dst), n);
+    launch_kernel(tuning_.pdl, copy_kernel<false>, dim3(grid), dim3(kThreads), 0, stream_, operand_of(src), operand_of(dst), n);
   }
   check_launch("copy");
 }
@@ -376,9 +384,9 @@ void CudaKernels::fill(const View& out, double value) {
   const DynArgs dyn = dyn_args({float_bits(vf), vi}, {});
   if (!dyn.launch) return;
   if (is_floating(out.dtype)) {
-    fill_kernel<true><<<grid, kThreads, 0, stream_>>>(operand_of(out), vf, 0, n, dyn.device);
+    launch_kernel(tuning_.pdl, fill_kernel<true>, dim3(grid), dim3(kThreads), 0, stream_, operand_of(out), vf, 0, n, dyn.device);
   } else {
-    fill_kernel<false><<<grid, kThreads, 0, stream_>>>(operand_of(out), 0.0f, vi, n, dyn.device);
+    launch_kernel(tuning_.pdl, fill_kernel<false>, dim3(grid), dim3(kThreads), 0, stream_, operand_of(out), 0.0f, vi, n, dyn.device);
   }
   check_launch("fill");
 }

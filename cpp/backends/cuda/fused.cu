@@ -136,6 +136,8 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
     fused_matvec_kernel(const float* x, const uint8_t* w, size_t w_row_bytes,
                         LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
                         Addend add, float* out, int M, int64_t N, int64_t K) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   extern __shared__ float xs[];
   stage_rows(x, M, K, prologue, nw, nw_dtype, eps, xs, false);
   const int lane = threadIdx.x & 31;
@@ -192,10 +194,20 @@ template <DType WT, int LPR, int MAXM, int COLS, bool PREFETCH, bool PAIRS = fal
 __global__ void __launch_bounds__(kMatvec32Threads)
     fused_matvec32_kernel(const float* x, const uint8_t* __restrict__ w, size_t w_row_bytes,
                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps,
-                          Addend add, float* out, int M, int64_t N, int64_t K) {
+                          Addend add, float* out, int M, int64_t N, int64_t K, bool l2) {
   extern __shared__ float4 xs4[];  // float4: the rows are read 16 bytes at a time
   float* xs = reinterpret_cast<float*>(xs4);
   constexpr int kCols = kMatvec32Threads / LPR * COLS;
+  if (l2) {
+    // The block's weight rows (those of each of its passes: kCols consecutive rows each) into the
+    // L2 while the kernel before this one finishes (a programmatic dependent launch).
+    for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+      const int64_t rows = N - n0 < kCols ? N - n0 : kCols;
+      prefetch_l2(w + n0 * w_row_bytes, rows * static_cast<int64_t>(w_row_bytes));
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   const int sub = threadIdx.x % LPR;
   const int64_t groups = K / 32;
   // The lane group's first columns (those of the block's first pass) and their rows (a column
@@ -266,6 +278,8 @@ __global__ void __launch_bounds__(kMatvec32Threads)
 }
 
 __global__ void add_rows_kernel(float* out, int64_t M, int64_t N, Addend add) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   const int64_t total = M * N;
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -277,6 +291,8 @@ __global__ void add_rows_kernel(float* out, int64_t M, int64_t N, Addend add) {
 __global__ void swiglu_kernel(const void* gate, DType g_dtype, int64_t gs0, int64_t gs1,
                               const void* up, DType u_dtype, int64_t us0, int64_t us1,
                               int64_t rows, int64_t n, float* out) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   const int64_t total = rows * n;
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -300,6 +316,8 @@ __global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Hea
                                      Heads v_dst, int64_t S, int64_t Hq, int64_t Hkv, int64_t D,
                                      int64_t pos_offset, double base, bool neox, const int64_t* dyn,
                                      const RopeFreqs freqs) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   __shared__ double s_inv[kMaxRopePairs];
   stage_rope_freqs(freqs, s_inv);
   if (dyn != nullptr) {  // a replay graph's values: [position, k_dst offset, v_dst offset]
@@ -349,11 +367,12 @@ struct FusedMatvecLauncher {
   const View& out;
   size_t shared_bytes;
   cudaStream_t stream;
+  bool pdl;
   template <DType T>
   void operator()() {
     const int64_t M = x.shape[0], K = w.shape[1], N = w.shape[0];
     const unsigned grid = static_cast<unsigned>((N + kFusedWarps - 1) / kFusedWarps);
-    fused_matvec_kernel<T><<<grid, kFusedWarps * 32, shared_bytes, stream>>>(
+    launch_kernel(pdl, fused_matvec_kernel<T>, dim3(grid), dim3(kFusedWarps * 32), shared_bytes, stream,
         static_cast<const float*>(x.data), static_cast<const uint8_t*>(w.data), row_bytes(T, K),
         prologue, nw.data, nw.dtype, eps, add, static_cast<float*>(out.data),
         static_cast<int>(M), N, K);
@@ -461,9 +480,9 @@ struct Matvec32Launcher {
     int64_t blocks = (N + cols - 1) / cols;
     const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
     if (blocks > cap) blocks = cap;
-    kernel<<<static_cast<unsigned>(blocks), kMatvec32Threads, shared, stream>>>(
-        x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype, eps,
-        add, out, M, N, K);
+    launch_kernel(tuning.pdl, kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMatvec32Threads), shared, stream,
+                  x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype, eps,
+                  add, out, M, N, K, tuning.pdl && tuning.l2_prefetch);
   }
 };
 
@@ -505,7 +524,7 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
   const size_t shared_bytes = static_cast<size_t>(M * K) * sizeof(float);
   if (K > 0 && M <= kFusedMaxRows && shared_bytes <= kFusedMaxSharedBytes) {
-    FusedMatvecLauncher launch{x, w, prologue, norm_w, eps, add, out, shared_bytes, stream_};
+    FusedMatvecLauncher launch{x, w, prologue, norm_w, eps, add, out, shared_bytes, stream_, tuning_.pdl};
     switch (w.dtype) {
       case DType::F32: launch.operator()<DType::F32>(); break;
       case DType::F16: launch.operator()<DType::F16>(); break;
@@ -532,8 +551,8 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
   linear(prologue != LinearPrologue::None ? scratch : x, w, out);
   if (add.data != nullptr) {
-    add_rows_kernel<<<grid_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
-        static_cast<float*>(out.data), M, N, add);
+    launch_kernel(tuning_.pdl, add_rows_kernel, dim3(grid_for(M * N, kElementThreads)), dim3(kElementThreads), 0,
+                  stream_, static_cast<float*>(out.data), M, N, add);
     check_launch("fused_linear");
   }
 }
@@ -546,7 +565,7 @@ void CudaKernels::swiglu(const View& gate, const View& up, const View& out) {
   }
   const int64_t rows = gate.shape[0], n = gate.shape[1];
   if (rows * n == 0) return;
-  swiglu_kernel<<<grid_for(rows * n, kElementThreads), kElementThreads, 0, stream_>>>(
+  launch_kernel(tuning_.pdl, swiglu_kernel, dim3(grid_for(rows * n, kElementThreads)), dim3(kElementThreads), 0, stream_,
       gate.data, gate.dtype, gate.strides[0], gate.strides[1], up.data, up.dtype, up.strides[0],
       up.strides[1], rows, n, static_cast<float*>(out.data));
   check_launch("swiglu");
@@ -565,7 +584,7 @@ void CudaKernels::rope_kv_write(const View& q, const View& k, const View& v, int
   if (total == 0) return;
   const DynArgs dyn = dyn_args({pos_offset}, {k_dst.data, v_dst.data});
   if (!dyn.launch) return;
-  rope_kv_write_kernel<<<grid_for(total, kElementThreads), kElementThreads, 0, stream_>>>(
+  launch_kernel(tuning_.pdl, rope_kv_write_kernel, dim3(grid_for(total, kElementThreads)), dim3(kElementThreads), 0, stream_,
       heads_of(q), heads_of(k), heads_of(v), heads_of(q_out), heads_of(k_dst), heads_of(v_dst), S,
       Hq, Hkv, D, pos_offset, static_cast<double>(base), neox, dyn.device,
       rope_freqs(static_cast<double>(base), D, tuning_.rope_device_pow));

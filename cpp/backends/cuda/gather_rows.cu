@@ -23,6 +23,8 @@ template <DType TT>
 __global__ void gather_rows_kernel(const uint8_t* table, size_t table_row_bytes, int64_t V,
                                    int64_t D, const void* ids, DType ids_dtype, int64_t n,
                                    void* out, DType out_dtype, DeviceErrorSlot* slot) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int64_t id = load_int(ids, ids_dtype, i);
     const int64_t out_base = i * D;
@@ -55,10 +57,11 @@ struct GatherLauncher {
   int64_t V, D, n;
   DeviceErrorSlot* slot;
   cudaStream_t stream;
+  bool pdl;
   template <DType T>
   void operator()() {
     const unsigned grid = static_cast<unsigned>(n < 65535 ? n : 65535);
-    gather_rows_kernel<T><<<grid, kThreads, 0, stream>>>(
+    launch_kernel(pdl, gather_rows_kernel<T>, dim3(grid), dim3(kThreads), 0, stream,
         static_cast<const uint8_t*>(table.data), row_bytes(T, D), V, D, ids.data, ids.dtype, n,
         out.data, out.dtype, slot);
   }
@@ -86,7 +89,7 @@ void CudaKernels::gather_rows(const View& table, const View& ids, const View& ou
                       std::to_string(D) + " columns, not a multiple of its block size");
   }
   DeviceErrorSlot* slot = error_slot_ ? error_slot_() : nullptr;
-  GatherLauncher launch{table, ids, out, V, D, n, slot, stream_};
+  GatherLauncher launch{table, ids, out, V, D, n, slot, stream_, tuning_.pdl};
   switch (table.dtype) {
     case DType::F32: launch.operator()<DType::F32>(); break;
     case DType::F16: launch.operator()<DType::F16>(); break;

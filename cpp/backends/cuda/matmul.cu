@@ -183,6 +183,8 @@ template <DType WT>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     linear_matvec_kernel(const float* x, const uint8_t* w, size_t w_row_bytes, float* out,
                          int M, int64_t N, int64_t K) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -374,7 +376,7 @@ __global__ void scale_rows_kernel(float* out, int64_t ldc, int64_t N, const floa
 }
 
 template <DType WT>
-void launch_linear(const View& x, const View& w, const View& out, cudaStream_t stream) {
+void launch_linear(const View& x, const View& w, const View& out, cudaStream_t stream, bool pdl) {
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   const size_t w_row_bytes = row_bytes(WT, K);
   const auto* xp = static_cast<const float*>(x.data);
@@ -382,7 +384,7 @@ void launch_linear(const View& x, const View& w, const View& out, cudaStream_t s
   auto* op = static_cast<float*>(out.data);
   if (M <= kMatvecMaxRows) {
     const unsigned grid = static_cast<unsigned>((N + kMatvecWarps - 1) / kMatvecWarps);
-    linear_matvec_kernel<WT><<<grid, kMatvecWarps * 32, 0, stream>>>(
+    launch_kernel(pdl, linear_matvec_kernel<WT>, dim3(grid), dim3(kMatvecWarps * 32), 0, stream,
         xp, wp, w_row_bytes, op, static_cast<int>(M), N, K);
   } else {
     const dim3 grid(static_cast<unsigned>((N + kTileN - 1) / kTileN),
@@ -397,8 +399,9 @@ struct LinearLauncher {
   const View& w;
   const View& out;
   cudaStream_t stream;
+  bool pdl;
   template <DType T>
-  void operator()() { launch_linear<T>(x, w, out, stream); }
+  void operator()() { launch_linear<T>(x, w, out, stream, pdl); }
 };
 
 // Launches convert_rows_kernel<T, OutT> for the weight dtype chosen at run time.
@@ -568,7 +571,7 @@ void CudaKernels::linear(const View& x, const View& w, const View& out) {
     check_launch("linear");
     return;
   }
-  LinearLauncher launch{x, w, out, stream_};
+  LinearLauncher launch{x, w, out, stream_, tuning_.pdl};
   switch (w.dtype) {
     case DType::F32: launch.operator()<DType::F32>(); break;
     case DType::F16: launch.operator()<DType::F16>(); break;

@@ -15,6 +15,8 @@ constexpr int kRopeThreads = 256;
 
 __global__ void rms_norm_kernel(const void* x, DType x_dtype, const void* w, DType w_dtype,
                                 float eps, int64_t rows, int64_t D, void* out, DType out_dtype) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -61,6 +63,8 @@ __global__ void layer_norm_kernel(const void* x, DType x_dtype, const void* w, D
 __global__ void rope_kernel(const void* x, DType x_dtype, void* out, DType out_dtype,
                             int64_t outer, int64_t S, int64_t H, int64_t D, int64_t pos_offset,
                             double base, bool neox, const int64_t* dyn, const RopeFreqs freqs) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   __shared__ double s_inv[kMaxRopePairs];
   stage_rope_freqs(freqs, s_inv);
   if (dyn != nullptr) pos_offset = dyn[0];  // a replay graph's position
@@ -103,7 +107,7 @@ void CudaKernels::rms_norm(const View& x, const View& w, float eps, const View& 
   const int64_t D = x.shape[x.ndim - 1];
   const int64_t rows = D == 0 ? 0 : x.numel() / D;
   if (rows == 0) return;
-  rms_norm_kernel<<<row_grid(rows), kNormThreads, 0, stream_>>>(
+  launch_kernel(tuning_.pdl, rms_norm_kernel, dim3(row_grid(rows)), dim3(kNormThreads), 0, stream_, 
       x.data, x.dtype, w.data, w.dtype, eps, rows, D, out.data, out.dtype);
   check_launch("rms_norm");
 }
@@ -133,7 +137,7 @@ void CudaKernels::rope(const View& x, int64_t pos_offset, float base, bool neox,
   if (total == 0) return;
   const DynArgs dyn = dyn_args({pos_offset}, {});
   if (!dyn.launch) return;
-  rope_kernel<<<grid_for(total, kRopeThreads), kRopeThreads, 0, stream_>>>(
+  launch_kernel(tuning_.pdl, rope_kernel, dim3(grid_for(total, kRopeThreads)), dim3(kRopeThreads), 0, stream_, 
       x.data, x.dtype, out.data, out.dtype, outer, S, H, D, pos_offset, static_cast<double>(base),
       neox, dyn.device, rope_freqs(static_cast<double>(base), D, tuning_.rope_device_pow));
   check_launch("rope");

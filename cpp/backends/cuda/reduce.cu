@@ -52,6 +52,8 @@ __device__ __forceinline__ float identity_of(ReduceOp op) {
 
 __global__ void reduce_rows_kernel(ReduceOp op, const void* in, DType in_dtype, int64_t outer,
                                    int64_t n, void* out, DType out_dtype) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   __shared__ float s_value[kWideRowThreads];
   __shared__ int64_t s_index[kWideRowThreads];
   __shared__ double s_double[32];
@@ -179,6 +181,8 @@ __global__ void reduce_int_kernel(ReduceOp op, const void* in, DType in_dtype, i
 
 __global__ void softmax_rows_kernel(const void* in, DType in_dtype, int64_t outer, int64_t n,
                                     void* out, DType out_dtype) {
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
   __shared__ float scratch[32];
   __shared__ double scratch_double[32];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
@@ -250,7 +254,7 @@ void CudaKernels::reduce(ReduceOp op, const View& in, int64_t outer, int64_t n, 
         op, in.data, in.dtype, outer, n, inner, out.data, out.dtype);
   } else if (inner == 1) {
     const int threads = (outer < 64 && n >= 8192) ? kWideRowThreads : kRowThreads;
-    reduce_rows_kernel<<<row_grid(outer), threads, 0, stream_>>>(op, in.data, in.dtype, outer,
+    launch_kernel(tuning_.pdl, reduce_rows_kernel, dim3(row_grid(outer)), dim3(threads), 0, stream_, op, in.data, in.dtype, outer,
                                                                       n, out.data, out.dtype);
   } else {
     reduce_columns_kernel<<<grid_for(outer * inner, kColThreads), kColThreads, 0, stream_>>>(
@@ -268,7 +272,7 @@ void CudaKernels::softmax(const View& in, int64_t outer, int64_t n, int64_t inne
   if (outer == 0 || inner == 0 || n == 0) return;
   if (inner == 1) {
     const int threads = (outer < 64 && n >= 8192) ? kWideRowThreads : kRowThreads;
-    softmax_rows_kernel<<<row_grid(outer), threads, 0, stream_>>>(in.data, in.dtype, outer, n,
+    launch_kernel(tuning_.pdl, softmax_rows_kernel, dim3(row_grid(outer)), dim3(threads), 0, stream_, in.data, in.dtype, outer, n,
                                                                        out.data, out.dtype);
   } else {
     softmax_columns_kernel<<<grid_for(outer * inner, kColThreads), kColThreads, 0, stream_>>>(
