@@ -64,6 +64,11 @@
 #                              both models: now, TL_CUDA_PDL=0, TL_CUDA_L2_PREFETCH=0, interleaved
 #   bench/gpu/graphs_ab.sh n   the same three interleaved again, then both models against llama.cpp
 #                              CUDA (after l, on the warm machine)
+#   bench/gpu/graphs_ab.sh o   builds, then both models with decode attention's keys per split
+#                              block at 32, 64 and 128 (TL_CUDA_ATTN_MIN_CHUNK), the 1B shape with
+#                              an f16 KV cache (llama.cpp's default) beside the exact f32 one, and
+#                              the decode kernels (ncu) of the SmolLM2 shape at ~128 keys and of the
+#                              1B shape at ~2,048
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -155,6 +160,19 @@ with LlmSession('$SMOL', backend='cuda', context=256) as s:
 gc.collect()
 _core.shutdown()" 2>&1 | grep "tl-cuda"
   pdl_runs
+  ;;
+o)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  for m in "$SMOL" "$B1"; do
+    tl_runs "$m TL_CUDA_ATTN_MIN_CHUNK=32" "$m TL_CUDA_ATTN_MIN_CHUNK=64" "$m TL_NOTHING=1"
+  done
+  echo "== llama1b_q4k: f32 and f16 KV cache"
+  timeout 200 python3 bench/llm.py --gpu --model "$B1" --peers none --tl-variants default,kv-f16 --repeat 3 2>&1 | tail -3
+  echo "== smollm2_shaped_q4_1 decode kernels (ncu, 128-token prompt, 16 steps)"
+  timeout 240 python3 bench/gpu/profile_prefill.py "$SMOL" --ncu --tokens 128 --decode 16 2>&1 | head -16
+  echo "== llama1b_q4k decode kernels (ncu, 2,040-token prompt, 8 steps)"
+  timeout 240 python3 bench/gpu/profile_prefill.py "$B1" --ncu --tokens 2040 --decode 8 2>&1 | head -16
   ;;
 n)
   cd "$WORK/src" || exit 1
