@@ -225,7 +225,7 @@ def _gpu_worker_tl(args) -> dict:
     from tensorlogic.apps.llm_session import LlmSession
 
     t0 = time.perf_counter()
-    session = LlmSession(args.model, backend=args.tl_backend, context=2048 + 72)
+    session = LlmSession(args.model, backend=args.tl_backend, context=2048 + 72, **TL_VARIANTS[args.tl_variant])
     load_s = time.perf_counter() - t0
     ops = []
 
@@ -408,10 +408,10 @@ def merge_rounds(results: list[dict]) -> dict:
     return row
 
 
-def run_gpu_worker(engine: str, args, ids: list[int], flash_attn: str = "off") -> dict:
+def run_gpu_worker(engine: str, args, ids: list[int], flash_attn: str = "off", variant: str = "default") -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", engine, "--model", args.model,
            "--repeat", str(args.repeat), "--flash-attn", flash_attn, "--tl-backend", args.tl_backend,
-           "--prompt-ids-json", json.dumps(ids)]
+           "--tl-variant", variant, "--prompt-ids-json", json.dumps(ids)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if engine.startswith("llama.cpp") and args.llama_cpp_path:
         env["PYTHONPATH"] = args.llama_cpp_path + os.pathsep + env.get("PYTHONPATH", "")
@@ -438,7 +438,7 @@ def format_gpu_table(rows: list[dict]) -> list[str]:
             f"{sc['prompt512']['prompt_tok_s']:.0f}", f"{r['load_s']:.2f}", f"{r['peak_rss_mib']:.0f}",
             "-" if ops is None else f"{ops:.1f}"]) + " |")
     tl = next((r for r in rows if r["engine"] == "tl-cuda" and "error" not in r), None)
-    peers = [r for r in rows if r["engine"] != "tl-cuda" and "error" not in r]
+    peers = [r for r in rows if not r["engine"].startswith("tl-cuda") and "error" not in r]
     if tl and peers:
         for key, field, label in (("decode", "decode_tok_s", "decode"), ("decode@2048", "decode_tok_s", "decode@2048"),
                                   ("prompt512", "prompt_tok_s", "prompt 512")):
@@ -451,13 +451,19 @@ def format_gpu_table(rows: list[dict]) -> list[str]:
 def main_gpu(args) -> int:
     ids = prompt_ids_for(args.model, 2048)
     rows = []
-    engines = [("tl-cuda", "off")]
+    # TL's rows: --tl-variants (default first; e.g. kv-f16, the f16 KV cache that llama.cpp uses by default)
+    variants = [v.strip() for v in args.tl_variants.split(",") if v.strip()] or ["default"]
+    unknown = [v for v in variants if v not in TL_VARIANTS]
+    if unknown:
+        print(f"bench: unknown --tl-variants {', '.join(unknown)} (known: {', '.join(TL_VARIANTS)})", file=sys.stderr)
+        return 2
+    engines = [("tl-cuda", "off", v) for v in variants]
     if args.peers not in ("", "none"):
-        engines += [("llama.cpp-cuda", "on"), ("llama.cpp-cuda", "off")]
-    for engine, fa in engines:
-        name = engine if engine == "tl-cuda" else f"{engine} fa={fa}"
+        engines += [("llama.cpp-cuda", "on", "default"), ("llama.cpp-cuda", "off", "default")]
+    for engine, fa, variant in engines:
+        name = (engine if variant == "default" else f"{engine} {variant}") if engine == "tl-cuda" else f"{engine} fa={fa}"
         print(f"bench: running {name}...", file=sys.stderr, flush=True)
-        r = run_gpu_worker(engine, args, ids, fa)
+        r = run_gpu_worker(engine, args, ids, fa, variant)
         r["engine"] = name
         rows.append(r)
     print(f"model: {args.model}; GPU mode, median of {args.repeat} after a warm-up; {time.strftime('%Y-%m-%d')}")

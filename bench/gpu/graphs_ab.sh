@@ -69,6 +69,17 @@
 #                              an f16 KV cache (llama.cpp's default) beside the exact f32 one, and
 #                              the decode kernels (ncu) of the SmolLM2 shape at ~128 keys and of the
 #                              1B shape at ~2,048
+#   bench/gpu/graphs_ab.sh f   builds this tree and, beside it, the tree in .carry/base (a `git
+#                              archive` of the commit to compare against), test_cuda_vs_cpu, the
+#                              cross-backend and model tests on CUDA, then bench/llm.py on both
+#                              models, this tree and the base alternated, two rounds
+#   bench/gpu/graphs_ab.sh e   builds (llama.cpp in the background when carried), test_cuda_vs_cpu,
+#                              the graphs of one generation, the RSS breakdown of the SmolLM2
+#                              shape, then both models against llama.cpp CUDA with a row for TL's
+#                              f16 KV cache (llama.cpp's default cache type) beside the exact f32 one
+#   bench/gpu/graphs_ab.sh j   (warm, after e) the matrix-vector variants under programmatic
+#                              dependent launches: now, TL_CUDA_MATVEC_PREFETCH=0 and =1,
+#                              TL_CUDA_MATVEC_FOUR=0, TL_CUDA_MATVEC_PAIRS=0, two rounds
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -160,6 +171,64 @@ with LlmSession('$SMOL', backend='cuda', context=256) as s:
 gc.collect()
 _core.shutdown()" 2>&1 | grep "tl-cuda"
   pdl_runs
+  ;;
+f)
+  BASE=$WORK/base
+  rm -rf "$BASE" && cp -r "$ROOT/.carry/base" "$BASE"
+  (cmake -S "$BASE" -B "$WORK/build_base" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTL_CUDA=ON -DTL_CUDA_ARCHITECTURES=90 \
+     -DTL_BUILD_TESTS=OFF -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v python3)" \
+     && cmake --build "$WORK/build_base" -j 8) > "$WORK/build_base.log" 2>&1 &
+  prepare_and_models
+  wait
+  echo "baseline build: $(tail -1 "$WORK/build_base.log")"
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  echo "== pytest on CUDA"
+  TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py \
+    tests/runtime/test_cross_backend_model.py tests/models/test_architectures.py \
+    tests/models/test_compiled_decode.py tests/models/test_llama_tl.py 2>&1 | tail -2
+  for r in 1 2; do
+    for m in "$SMOL" "$B1"; do
+      for i in $(seq 60); do [ -s "$m" ] && break; sleep 2; done
+      for tree in "$WORK/src" "$BASE"; do
+        echo "== $(basename "$m" .gguf): $tree"
+        (cd "$tree" && PYTHONPATH="$WORK/pydeps:$tree/python" timeout 100 python3 bench/llm.py --gpu --model "$m" \
+           --peers none --repeat 3 2>&1 | grep -E '^\| tl')
+      done
+    done
+  done
+  ;;
+j)
+  cd "$WORK/src" || exit 1
+  for r in 1 2; do
+    for m in "$SMOL" "$B1"; do
+      tl_runs "$m TL_NOTHING=1" "$m TL_CUDA_MATVEC_PREFETCH=0" "$m TL_CUDA_MATVEC_PREFETCH=1" \
+              "$m TL_CUDA_MATVEC_FOUR=0" "$m TL_CUDA_MATVEC_PAIRS=0"
+    done
+  done
+  ;;
+e)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
+  echo "== graphs used by a generation (TL_CUDA_LAUNCH_STATS=1, 40 tokens)"
+  TL_CUDA_LAUNCH_STATS=1 timeout 120 python3 -c "
+import gc
+from tensorlogic import _core
+from tensorlogic.apps.llm_session import LlmSession
+with LlmSession('$SMOL', backend='cuda', context=256) as s:
+    s.generate(list(range(3, 43)), 40, stop_at_eog=False)
+gc.collect()
+_core.shutdown()" 2>&1 | grep "tl-cuda"
+  echo "== RSS breakdown, SmolLM2 shape"
+  timeout 120 python3 bench/gpu/rss_breakdown.py "$SMOL" --top 6 2>&1 | tail -14
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
+  for m in "$SMOL" "$B1"; do
+    timeout 240 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+      --tl-variants default,kv-f16 --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -10
+  done
   ;;
 o)
   prepare_and_models
