@@ -80,6 +80,8 @@
 #   bench/gpu/graphs_ab.sh j   (warm, after e) the matrix-vector variants under programmatic
 #                              dependent launches: now, TL_CUDA_MATVEC_PREFETCH=0 and =1,
 #                              TL_CUDA_MATVEC_FOUR=0, TL_CUDA_MATVEC_PAIRS=0, two rounds
+#   bench/gpu/graphs_ab.sh s   builds, test_cuda_vs_cpu, the backend-op and cross-backend tests on
+#                              CUDA, then both models with the exact f32 KV cache and the f16 one
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
@@ -196,6 +198,18 @@ f)
            --peers none --repeat 3 2>&1 | grep -E '^\| tl')
       done
     done
+  done
+  ;;
+s)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  grep -E "kv F16" "$OUTDIR/cuda_vs_cpu.log" | head -3
+  TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_backend_ops.py \
+    tests/runtime/test_cross_backend_model.py tests/models/test_compiled_decode.py 2>&1 | tail -1
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 60); do [ -s "$m" ] && break; sleep 2; done
+    timeout 120 python3 bench/llm.py --gpu --model "$m" --peers none --tl-variants default,kv-f16 --repeat 3 2>&1 | grep '^| tl'
   done
   ;;
 j)

@@ -41,12 +41,22 @@ __device__ __forceinline__ bool rows_vec4(const Strided3& x, int64_t D) {
          (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
 }
 
+// Whether x's rows can be read 8 halves (16 bytes) at a time: f16, contiguous along D, 16-byte
+// aligned (an f16 KV cache).
+__device__ __forceinline__ bool rows_vec8h(const Strided3& x, int64_t D) {
+  return x.dtype == DType::F16 && x.s2 == 1 && (D & 7) == 0 && ((x.s0 | x.s1) & 7) == 0 &&
+         (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
+}
+
+// How add_values reads value rows: any floating dtype through load_float, or f32 / f16 directly.
+enum class ValueLoad { Any, F32, F16 };
+
 // acc[r] += p_jj * v[c0 + jj][hk][lane + 32 r] over the chunk's n_here keys, p_jj in lane jj.
 // kRows value rows at a time, their loads issued before any use (a load behind a branch on its
 // weight would wait out the memory latency once per key); f32 values are read without the
-// per-element dtype switch. A key of weight 0 (masked, or past the range) adds nothing, even
+// per-element dtype switch (f16 ones likewise, converted exactly). A key of weight 0 (masked, or past the range) adds nothing, even
 // where its row holds a NaN.
-template <int kPerLane, bool kF32, int kRows>
+template <int kPerLane, ValueLoad kLoad, int kRows>
 __device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_here, int64_t hk,
                                            int64_t D, int lane, float p, float (&acc)[kPerLane]) {
   for (int jb = 0; jb < n_here; jb += kRows) {
@@ -61,8 +71,10 @@ __device__ __forceinline__ void add_values(const Strided3& v, int64_t c0, int n_
 #pragma unroll
       for (int r = 0; r < kPerLane; ++r) {
         const int64_t d = lane + 32 * r;
-        if constexpr (kF32) {
+        if constexpr (kLoad == ValueLoad::F32) {
           vv[u][r] = d < D ? __ldg(static_cast<const float*>(v.data) + vbase + d * v.s2) : 0.0f;
+        } else if constexpr (kLoad == ValueLoad::F16) {
+          vv[u][r] = d < D ? __half2float(__ldg(static_cast<const __half*>(v.data) + vbase + d * v.s2)) : 0.0f;
         } else {
           vv[u][r] = d < D ? load_float(v.data, v.dtype, vbase + d * v.s2) : 0.0f;
         }
@@ -102,6 +114,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
   // Keys as float4 when k is contiguous f32 along D with 16-byte aligned rows (a KV cache).
   const bool k_vec4 = rows_vec4(k, D);
+  const bool k_h8 = !k_vec4 && rows_vec8h(k, D);  // an f16 KV cache: 8 halves per load
   int64_t splits = gridDim.y;
   if (min_chunk > 1 && counters != nullptr) {
     // A replay graph's launch has splits for the longest context: only as many as the keys
@@ -174,6 +187,20 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
             part = fmaf(s_q[4 * d4 + 2], kv.z, part);
             part = fmaf(s_q[4 * d4 + 3], kv.w, part);
           }
+        } else if (k_h8) {
+          // The same products in the same order as below, the halves converted exactly.
+          const uint4* kr = reinterpret_cast<const uint4*>(static_cast<const __half*>(k.data) + kbase);
+#pragma unroll 4
+          for (int64_t d8 = 0; d8 < D / 8; ++d8) {
+            const uint4 raw = __ldg(kr + d8);
+            const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+              const float2 f = __half22float2(h2[t]);
+              part = fmaf(s_q[8 * d8 + 2 * t], f.x, part);
+              part = fmaf(s_q[8 * d8 + 2 * t + 1], f.y, part);
+            }
+          }
         } else {
 #pragma unroll 8
           for (int64_t d = 0; d < D; ++d) part = fmaf(s_q[d], load_float(k.data, k.dtype, kbase + d * k.s2), part);
@@ -192,9 +219,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
       const int n_here = static_cast<int>(j1 - c0 < 32 ? j1 - c0 : 32);
       if (v.dtype == DType::F32) {
-        add_values<kPerLane, true, kRows>(v, c0, n_here, hk, D, lane, p, acc);
+        add_values<kPerLane, ValueLoad::F32, kRows>(v, c0, n_here, hk, D, lane, p, acc);
+      } else if (v.dtype == DType::F16) {
+        add_values<kPerLane, ValueLoad::F16, kRows>(v, c0, n_here, hk, D, lane, p, acc);
       } else {
-        add_values<kPerLane, false, kRows>(v, c0, n_here, hk, D, lane, p, acc);
+        add_values<kPerLane, ValueLoad::Any, kRows>(v, c0, n_here, hk, D, lane, p, acc);
       }
       m = m_new;
     }
