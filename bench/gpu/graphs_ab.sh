@@ -145,6 +145,19 @@ write_tiny_llama('$B1.tmp', n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8,
 os.rename('$B1.tmp', '$B1')" > "$WORK/gen.log" 2>&1 < /dev/null &
 }
 
+graph_stats() {  # the CUDA graphs of one 40-token generation on the SmolLM2 shape (TL_CUDA_LAUNCH_STATS=1)
+  for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
+  echo "== graphs used by a generation (TL_CUDA_LAUNCH_STATS=1, 40 tokens)"
+  TL_CUDA_LAUNCH_STATS=1 timeout 120 python3 -c "
+import gc
+from tensorlogic import _core
+from tensorlogic.apps.llm_session import LlmSession
+with LlmSession('$SMOL', backend='cuda', context=256) as s:
+    s.generate(list(range(3, 43)), 40, stop_at_eog=False)
+gc.collect()
+_core.shutdown()" 2>&1 | grep "tl-cuda"
+}
+
 pdl_runs() {  # both models: now, without programmatic dependent launches, without the L2 prefetch
   tl_runs "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_PDL=0" "$SMOL TL_CUDA_L2_PREFETCH=0" \
           "$B1 TL_NOTHING=1" "$B1 TL_CUDA_PDL=0" "$B1 TL_CUDA_L2_PREFETCH=0"
@@ -162,16 +175,7 @@ l)
     tests/runtime/test_cross_backend_model.py tests/runtime/test_fused_ops.py tests/models/test_architectures.py \
     tests/models/test_compiled_decode.py tests/models/test_llama_tl.py tests/models/test_greedy_ahead.py 2>&1 | tail -3
   TL_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -x tests/learning 2>&1 | tail -2
-  for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
-  echo "== graphs used by a generation (TL_CUDA_LAUNCH_STATS=1, 40 tokens)"
-  TL_CUDA_LAUNCH_STATS=1 timeout 120 python3 -c "
-import gc
-from tensorlogic import _core
-from tensorlogic.apps.llm_session import LlmSession
-with LlmSession('$SMOL', backend='cuda', context=256) as s:
-    s.generate(list(range(3, 43)), 40, stop_at_eog=False)
-gc.collect()
-_core.shutdown()" 2>&1 | grep "tl-cuda"
+  graph_stats
   pdl_runs
   ;;
 f)
@@ -225,16 +229,7 @@ e)
   prepare_and_models
   cd "$WORK/src" || exit 1
   cuda_vs_cpu
-  for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
-  echo "== graphs used by a generation (TL_CUDA_LAUNCH_STATS=1, 40 tokens)"
-  TL_CUDA_LAUNCH_STATS=1 timeout 120 python3 -c "
-import gc
-from tensorlogic import _core
-from tensorlogic.apps.llm_session import LlmSession
-with LlmSession('$SMOL', backend='cuda', context=256) as s:
-    s.generate(list(range(3, 43)), 40, stop_at_eog=False)
-gc.collect()
-_core.shutdown()" 2>&1 | grep "tl-cuda"
+  graph_stats
   echo "== RSS breakdown, SmolLM2 shape"
   timeout 120 python3 bench/gpu/rss_breakdown.py "$SMOL" --top 6 2>&1 | tail -14
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
@@ -274,16 +269,7 @@ a)
   TL_BACKEND=cuda timeout 400 python3 -m pytest -q -p no:cacheprovider tests/interp/test_compiled_guards.py \
     -k "not debug_environment" tests/runtime/test_cross_backend_model.py tests/models/test_architectures.py \
     tests/runtime/test_fused_ops.py 2>&1 | tail -4; }
-  for i in $(seq 60); do [ -s "$SMOL" ] && break; sleep 2; done
-  echo "== graphs used by a generation (TL_CUDA_LAUNCH_STATS=1, 40 tokens)"
-  TL_CUDA_LAUNCH_STATS=1 timeout 120 python3 -c "
-import gc, sys
-from tensorlogic import _core
-from tensorlogic.apps.llm_session import LlmSession
-with LlmSession('$SMOL', backend='cuda', context=256) as s:
-    s.generate(list(range(3, 43)), 40, stop_at_eog=False)
-gc.collect()
-_core.shutdown()" 2>&1 | grep "tl-cuda"
+  graph_stats
   ;;
 b)
   cd "$WORK/src" || exit 1
