@@ -7,6 +7,10 @@ Every request is a streamed chat completion at temperature 0 (or --temperature, 
 max_tokens --tokens, its prompt made unique (a request number) so that only the chat template's
 shared opening is reused from the prompt cache; generated tokens are the usage's completion_tokens (stream_options.include_usage).
 The concurrent clients start --stagger seconds apart and then loop, as independent users would.
+Each phase also reports CPU seconds (Linux): the server's (when this script started it), the
+clients' (this process), and other processes' over the phase, so that a run on a shared machine
+shows what else took the cores; the clients share the cores with the server, as the issue's
+measurement has it.
 
     python bench/serve_batch.py [--parallel 8] [--clients 8] [--requests 3] [--tokens 64] [--stagger 0.25]
                                 [--temperature 0] [--fast] [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT]
@@ -18,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,6 +71,40 @@ def _stream(url: str, messages: list, tokens: int, seed: int = 0) -> tuple[float
     return (first if first is not None else total), total, usage.get("completion_tokens", 0), usage
 
 
+def _cpu_seconds(server_pid: int | None) -> dict | None:
+    """CPU seconds so far (Linux /proc; None elsewhere): the server process's (every thread: the
+    kernels', the worker's, the event loop's), this process's (the clients' threads), and the whole
+    machine's busy time, from which _phase reports what other processes took during a phase."""
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        busy = (sum(fields) - fields[3] - fields[4]) / hz  # all but idle and iowait
+        server = None
+        if server_pid is not None:
+            stat = Path(f"/proc/{server_pid}/stat").read_text().rsplit(")", 1)[1].split()
+            server = (int(stat[11]) + int(stat[12])) / hz  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return None
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return {"server": server, "clients": me.ru_utime + me.ru_stime, "busy": busy}
+
+
+def _cpu_report(before: dict | None, after: dict | None, wall: float) -> dict | None:
+    """A phase's CPU seconds: the server's, the clients', other processes' (a shared machine's other
+    jobs: a run where they took much is not comparable), and the cores' capacity over the phase."""
+    if before is None or after is None:
+        return None
+    server = after["server"] - before["server"] if before["server"] is not None else None
+    clients = after["clients"] - before["clients"]
+    other = after["busy"] - before["busy"] - clients - (server or 0.0)
+    return {"server_s": round(server, 2) if server is not None else None, "clients_s": round(clients, 2),
+            "other_processes_s": round(other, 2) if server is not None else None,
+            "capacity_s": round(wall * (os.cpu_count() or 1), 2)}
+
+
+SERVER_PID: int | None = None  # the server this script started (its CPU is reported), else None
+
+
 def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger: float = 0.0) -> dict:
     ttft: list[float] = []
     generated = [0]
@@ -82,6 +121,7 @@ def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger
                 generated[0] += n
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    cpu = _cpu_seconds(SERVER_PID)
     start = time.perf_counter()
     for t in threads:
         t.start()
@@ -91,7 +131,8 @@ def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger
     return {"clients": clients, "requests": clients * requests, "generated_tokens": generated[0],
             "seconds": round(wall, 2), "tokens_per_s": round(generated[0] / wall, 1),
             "ttft_p50_ms": round(1000 * statistics.median(ttft), 1),
-            "ttft_max_ms": round(1000 * max(ttft), 1)}
+            "ttft_max_ms": round(1000 * max(ttft), 1),
+            "cpu": _cpu_report(cpu, _cpu_seconds(SERVER_PID), wall)}
 
 
 def _server_counters(url: str, before: dict | None = None, wall: float = 0.0) -> dict:
@@ -149,7 +190,7 @@ def main() -> int:
     ap.add_argument("--url", default=None, help="a running server (then --parallel, --model, --fast are its own)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    global TEMPERATURE
+    global TEMPERATURE, SERVER_PID
 
     proc = None
     url = args.url
@@ -163,6 +204,7 @@ def main() -> int:
         if args.fast:
             cmd.append("--fast")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        SERVER_PID = proc.pid
         deadline = time.time() + 300
         while True:
             m = re.search(r"on http://127\.0\.0\.1:(\d+)/v1", Path(log.name).read_text())
