@@ -344,9 +344,24 @@ class SlotStore(TLObject):
         symbolic.add_batched_hook(("slots", id(self)), self._replay_checks, check)
 
     def _replay_checks(self, checks: list, scalars: list) -> None:
+        # A batched step has three checks a row and layer, run before each replay is queued: the
+        # usual case (the slot in range, its rows there, the write extending the layer by one, the
+        # view within it) is decided inline; anything else goes through the eager checks, which
+        # raise the same errors as an eager call (or, where they pass, do the same).
         known: dict = {}
+        evaluate_once, caches, n_slots, capacity = symbolic.evaluate_once, self.caches, self.n_slots, self.capacity
         for kind, i, slot, x in checks:
-            s, v = symbolic.evaluate_once(slot, scalars, known), symbolic.evaluate_once(x, scalars, known)
+            s, v = evaluate_once(slot, scalars, known), evaluate_once(x, scalars, known)
+            if 0 <= s < n_slots:
+                c = caches[s]
+                lengths = c.lengths
+                if c.k[i] is not None:
+                    if kind is _WRITE:
+                        if 0 <= v <= lengths[i] and v < capacity:
+                            lengths[i] = v + 1
+                            continue
+                    elif 0 < v <= lengths[i]:
+                        continue
             if kind is _WRITE:
                 self._replayed_write(i, s, v)
             else:
