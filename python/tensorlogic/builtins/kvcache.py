@@ -274,6 +274,32 @@ class KVCache(TLObject):
     __repr__ = tl_repr
 
 
+def _check_plan(checks: list) -> tuple:
+    """(len(checks), constants, expressions, entries) for SlotStore._replay_checks: each check's slot
+    and value as an index into constants + the expressions' values, structurally equal symbolic
+    expressions (the same constant, terms and kind: the same value at every replay) listed once."""
+    consts: list = []
+    exprs: list = []
+    where: dict = {}
+    refs: list = []
+    for kind, i, slot, x in checks:
+        pair = []
+        for v in (slot, x):
+            if v.__class__ is Symbolic:
+                key = (v.constant, v.terms, isinstance(v.value, int))
+                if key not in where:
+                    where[key] = len(exprs)
+                    exprs.append(v)
+                pair.append(("e", where[key]))
+            else:
+                pair.append(("c", len(consts)))
+                consts.append(v)
+        refs.append((kind, i, pair))
+    n = len(consts)
+    entries = [(kind, i, *(j if tag == "c" else n + j for tag, j in pair)) for kind, i, pair in refs]
+    return len(checks), consts, exprs, entries
+
+
 class SlotStore(TLObject):
     """The KV caches of `tl serve --parallel`'s slots as one storage: per layer one K and one V
     buffer [slots * capacity, kv_heads, head_dim], slot s owning rows s*capacity.. . `cache(s)` is
@@ -344,14 +370,22 @@ class SlotStore(TLObject):
         symbolic.add_batched_hook(("slots", id(self)), self._replay_checks, check)
 
     def _replay_checks(self, checks: list, scalars: list) -> None:
-        # A batched step has three checks a row and layer, run before each replay is queued: the
-        # usual case (the slot in range, its rows there, the write extending the layer by one, the
-        # view within it) is decided inline; anything else goes through the eager checks, which
-        # raise the same errors as an eager call (or, where they pass, do the same).
-        known: dict = {}
-        evaluate_once, caches, n_slots, capacity = symbolic.evaluate_once, self.caches, self.n_slots, self.capacity
-        for kind, i, slot, x in checks:
-            s, v = evaluate_once(slot, scalars, known), evaluate_once(x, scalars, known)
+        # A batched step has three checks a row and layer, run before each replay is queued. Their
+        # slots and positions are a few distinct expressions (each row's slot, position and
+        # position + 1, repeated per layer): the plan, made once per recording, evaluates each
+        # once. The usual case (the slot in range, its rows there, the write extending the layer
+        # by one, the view within it) is decided inline; anything else goes through the eager
+        # checks, which raise the same errors as an eager call (or, where they pass, do the same).
+        plan = getattr(checks, "plan", None)
+        if plan is None or plan[0] != len(checks):
+            plan = _check_plan(checks)
+            if isinstance(checks, symbolic.HookBatch):
+                checks.plan = plan
+        _, consts, exprs, entries = plan
+        vals = consts + [symbolic.evaluate(e, scalars) for e in exprs]
+        caches, n_slots, capacity = self.caches, self.n_slots, self.capacity
+        for kind, i, si, xi in entries:
+            s, v = vals[si], vals[xi]
             if 0 <= s < n_slots:
                 c = caches[s]
                 lengths = c.lengths

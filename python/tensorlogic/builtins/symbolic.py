@@ -180,6 +180,18 @@ def add_hook(hook: Callable[[list[float]], None]) -> None:
         t.hooks.append(hook)
 
 
+class HookBatch(list):
+    """The items of one batched hook (add_batched_hook), in registration order. `plan`: whatever the
+    hook derives from them once (e.g. the distinct symbolic values its checks need), kept as long as
+    the items are; None until the hook sets it."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plan = None
+
+
 def add_batched_hook(key: Any, run: Callable[[list, list[float]], None], item: Any) -> None:
     """Like add_hook for an object that registers many replay checks of one kind (a KV cache's
     per-layer writes and views): the first call for `key` in a recording adds one hook that calls
@@ -192,7 +204,7 @@ def add_batched_hook(key: Any, run: Callable[[list, list[float]], None], item: A
         return
     items = t.hook_batches.get(key)
     if items is None:
-        items = t.hook_batches[key] = []
+        items = t.hook_batches[key] = HookBatch()
         t.hooks.append(lambda scalars: run(items, scalars))
     items.append(item)
 
@@ -208,7 +220,10 @@ def evaluate(v: Any, scalars: list[float]) -> Any:
     """The value of `v` (a Symbolic or a plain value) for a replay's scalar inputs."""
     if v.__class__ is not Symbolic:
         return v
-    x = v.constant + sum(c * scalars[s] for s, c in v.terms)
+    total = 0  # the terms summed left to right from 0, then added to the constant (as sum() would)
+    for s, c in v.terms:
+        total = total + c * scalars[s]
+    x = v.constant + total
     return int(round(x)) if isinstance(v.value, int) else float(x)
 
 
