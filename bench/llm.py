@@ -448,15 +448,10 @@ def format_gpu_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def main_gpu(args) -> int:
+def main_gpu(args, variants: list[str]) -> int:
     ids = prompt_ids_for(args.model, 2048)
     rows = []
-    # TL's rows: --tl-variants (default first; e.g. kv-f16, the f16 KV cache that llama.cpp uses by default)
-    variants = [v.strip() for v in args.tl_variants.split(",") if v.strip()] or ["default"]
-    unknown = [v for v in variants if v not in TL_VARIANTS]
-    if unknown:
-        print(f"bench: unknown --tl-variants {', '.join(unknown)} (known: {', '.join(TL_VARIANTS)})", file=sys.stderr)
-        return 2
+    # TL's rows: --tl-variants (e.g. kv-f16, the f16 KV cache that llama.cpp uses by default)
     engines = [("tl-cuda", "off", v) for v in variants]
     if args.peers not in ("", "none"):
         engines += [("llama.cpp-cuda", "on", "default"), ("llama.cpp-cuda", "off", "default")]
@@ -509,17 +504,17 @@ def main(argv=None) -> int:
     args.model = str(resolve_model(args.model))  # a path, a known name (fetched), or the default
     if args.worker:
         return worker_main(args)
+    variants = [v.strip() for v in args.tl_variants.split(",") if v.strip()]
+    for v in variants:
+        if v not in TL_VARIANTS:
+            p.error(f"unknown TL variant {v!r} (known: {', '.join(TL_VARIANTS)})")
     if args.gpu:
-        return main_gpu(args)
+        return main_gpu(args, variants or ["default"])
 
     peers = [] if args.peers in ("", "none") else [x.strip() for x in args.peers.split(",")]
     for peer in peers:
         if peer not in PEER_PACKAGES:
             p.error(f"unknown peer {peer!r} (known: {', '.join(PEER_PACKAGES)})")
-    variants = [v.strip() for v in args.tl_variants.split(",") if v.strip()]
-    for v in variants:
-        if v not in TL_VARIANTS:
-            p.error(f"unknown TL variant {v!r} (known: {', '.join(TL_VARIANTS)})")
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     prompt_ids = prompt_ids_for(args.model, args.prompt_tokens)

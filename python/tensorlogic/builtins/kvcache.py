@@ -275,29 +275,24 @@ class KVCache(TLObject):
 
 
 def _check_plan(checks: list) -> tuple:
-    """(len(checks), constants, expressions, entries) for SlotStore._replay_checks: each check's slot
-    and value as an index into constants + the expressions' values, structurally equal symbolic
-    expressions (the same constant, terms and kind: the same value at every replay) listed once."""
-    consts: list = []
-    exprs: list = []
+    """(len(checks), values, entries) for SlotStore._replay_checks: each check's slot and value as an
+    index into `values`, where structurally equal symbolic expressions (the same constant, terms and
+    kind: the same value at every replay) are listed once; plain numbers are listed as they are."""
+    values: list = []
     where: dict = {}
-    refs: list = []
-    for kind, i, slot, x in checks:
-        pair = []
-        for v in (slot, x):
-            if v.__class__ is Symbolic:
-                key = (v.constant, v.terms, isinstance(v.value, int))
-                if key not in where:
-                    where[key] = len(exprs)
-                    exprs.append(v)
-                pair.append(("e", where[key]))
-            else:
-                pair.append(("c", len(consts)))
-                consts.append(v)
-        refs.append((kind, i, pair))
-    n = len(consts)
-    entries = [(kind, i, *(j if tag == "c" else n + j for tag, j in pair)) for kind, i, pair in refs]
-    return len(checks), consts, exprs, entries
+
+    def index(v: Any) -> int:
+        if v.__class__ is Symbolic:
+            key = (v.constant, v.terms, isinstance(v.value, int))
+            if key not in where:
+                where[key] = len(values)
+                values.append(v)
+            return where[key]
+        values.append(v)
+        return len(values) - 1
+
+    entries = [(kind, i, index(slot), index(x)) for kind, i, slot, x in checks]
+    return len(checks), values, entries
 
 
 class SlotStore(TLObject):
@@ -381,8 +376,8 @@ class SlotStore(TLObject):
             plan = _check_plan(checks)
             if isinstance(checks, symbolic.HookBatch):
                 checks.plan = plan
-        _, consts, exprs, entries = plan
-        vals = consts + [symbolic.evaluate(e, scalars) for e in exprs]
+        _, values, entries = plan
+        vals = [symbolic.evaluate(v, scalars) for v in values]
         caches, n_slots, capacity = self.caches, self.n_slots, self.capacity
         for kind, i, si, xi in entries:
             s, v = vals[si], vals[xi]
