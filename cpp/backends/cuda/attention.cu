@@ -133,16 +133,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const int64_t chunk = (Sk + splits - 1) / splits, j0 = blockIdx.y * chunk;
     const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
     const int64_t kes = k.dtype == DType::F32 ? 4 : 2, ves = v.dtype == DType::F32 ? 4 : 2;  // floating (checked)
-    const int64_t k_lines = (D * kes + 127) / 128 + 1, v_lines = (D * ves + 127) / 128 + 1;
-    const int64_t per_key = k_lines + v_lines;
-    for (int64_t t = threadIdx.x; t < (j1 - j0) * per_key; t += blockDim.x) {
-      const int64_t j = j0 + t / per_key, line = t % per_key;
-      const bool is_k = line < k_lines;
-      const char* row = is_k ? static_cast<const char*>(k.data) + (j * k.s0 + hk * k.s1) * kes
-                             : static_cast<const char*>(v.data) + (j * v.s0 + hk * v.s1) * ves;
-      const int64_t bytes = D * (is_k ? kes : ves), at = 128 * (is_k ? line : line - k_lines);
-      const uintptr_t a = (reinterpret_cast<uintptr_t>(row) & ~static_cast<uintptr_t>(127)) + at;
-      if (a < reinterpret_cast<uintptr_t>(row) + bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {  // a key's rows per thread
+      prefetch_l2_lines(static_cast<const char*>(k.data) + (j * k.s0 + hk * k.s1) * kes, D * kes, 0, 1);
+      prefetch_l2_lines(static_cast<const char*>(v.data) + (j * v.s0 + hk * v.s1) * ves, D * ves, 0, 1);
     }
   }
   pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)

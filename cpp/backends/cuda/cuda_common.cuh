@@ -255,15 +255,19 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Asks the L2 to fetch [p, p + bytes) (one request per 128-byte line, spread over the block's
-// threads); a hint: nothing is read into the SM.
-__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
-  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~static_cast<uintptr_t>(127);
+// Asks the L2 to fetch the 128-byte lines of [p, p + bytes), the calling thread taking lines
+// first, first + stride, ...; a hint: nothing is read into the SM.
+__device__ __forceinline__ void prefetch_l2_lines(const void* p, int64_t bytes, unsigned first, unsigned stride) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~static_cast<uintptr_t>(127);
   const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
-  for (uintptr_t a = first + 128 * static_cast<uintptr_t>(threadIdx.x); a < end;
-       a += 128 * static_cast<uintptr_t>(blockDim.x)) {
+  for (uintptr_t a = start + 128 * static_cast<uintptr_t>(first); a < end; a += 128 * static_cast<uintptr_t>(stride)) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
   }
+}
+
+// prefetch_l2_lines spread over the block's threads.
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
+  prefetch_l2_lines(p, bytes, threadIdx.x, blockDim.x);
 }
 
 // kernel<<<grid, block, shared, stream>>>(args...), as a programmatic dependent launch when `pdl`
