@@ -83,6 +83,11 @@
 #   bench/gpu/graphs_ab.sh s   builds, test_cuda_vs_cpu, the backend-op and cross-backend tests on
 #                              CUDA, then both models with the exact f32 KV cache and the f16 one
 #   (BEFORE_ENV: the "before" variables of b and c; default TL_CUDA_GRAPHS=0)
+#   bench/gpu/graphs_ab.sh G   builds, test_cuda_vs_cpu, the decode attention kernels (--bench)
+#                              with the grouped-query kernel (default), without (TL_CUDA_ATTN_GQA=0)
+#                              and with 32 and 128 keys per split block, the cross-backend, fused-op
+#                              and model tests on CUDA, bench/llm.py on both models with and without
+#                              it, then the RSS stages of the SmolLM2 shape (graphs on and off)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -164,6 +169,23 @@ pdl_runs() {  # both models: now, without programmatic dependent launches, witho
 }
 
 case "${1:-}" in
+G)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  for e in TL_NOTHING=1 TL_CUDA_ATTN_GQA=0 TL_CUDA_ATTN_GQA_CHUNK=32 TL_CUDA_ATTN_GQA_CHUNK=128; do
+    echo "== decode attention kernels (test_cuda_vs_cpu --bench), $e"
+    env "$e" timeout 100 "$T" --bench 2>&1 | grep -E "attention|same, f16" | sort | uniq
+  done
+  echo "== pytest on CUDA"
+  TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_fused_ops.py tests/models/test_architectures.py tests/models/test_compiled_decode.py \
+    tests/models/test_greedy_ahead.py 2>&1 | tail -3
+  tl_runs "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_ATTN_GQA=0" "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_GQA=0"
+  for e in TL_NOTHING=1 TL_CUDA_GRAPHS=0; do
+    echo "== RSS stages, SmolLM2 shape, $e"; env "$e" timeout 60 python3 bench/gpu/rss_breakdown.py "$SMOL" --top 6
+  done
+  ;;
 l)
   prepare_and_models
   cd "$WORK/src" || exit 1

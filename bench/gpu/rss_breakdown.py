@@ -60,8 +60,17 @@ def main() -> None:
     with LlmSession(a.model, backend=a.backend, context=512) as s:
         show("model loaded")
         ids = [3 + (i * 7919) % (s.config.vocab_size - 3) for i in range(128)]
+        s.generate(ids, 1, temperature=0.0, stop_at_eog=False)
+        show("128-token prompt + 1")
+        s.generate(ids + [5, 6], 2, temperature=0.0, stop_at_eog=False)
+        show("+ 2 (the decode step recorded)")
+        s.generate(ids + [7, 8], 4, temperature=0.0, stop_at_eog=False)
+        show("+ 4 (replayed, captured)")
         s.generate(ids, a.tokens, temperature=0.0, stop_at_eog=False)
         show(f"128 + {a.tokens} generated")
+        stats = getattr(_core, "memory_stats", None)
+        if stats is not None:
+            print("runtime memory:", stats(), flush=True)
         top_mappings(a.top)
 
 

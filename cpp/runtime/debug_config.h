@@ -127,6 +127,14 @@ inline bool env_cuda_attn_rows8() { return env_detail::env_flag("TL_CUDA_ATTN_RO
 inline int64_t env_cuda_attn_min_chunk() {
   return env_detail::env_int("TL_CUDA_ATTN_MIN_CHUNK", 128, 32, 65536);
 }
+// Decode attention's kernel for grouped-query heads (default on; 0: attention_kernel, one block
+// per query head), its least keys per split block (default 32, rounded up to a multiple of 32) and
+// its most splits (default 32, at most 64).
+inline bool env_cuda_attn_gqa() { return env_detail::env_flag("TL_CUDA_ATTN_GQA", true); }
+inline int64_t env_cuda_attn_gqa_chunk() {
+  return (env_detail::env_int("TL_CUDA_ATTN_GQA_CHUNK", 32, 32, 65536) + 31) / 32 * 32;
+}
+inline int64_t env_cuda_attn_gqa_splits() { return env_detail::env_int("TL_CUDA_ATTN_GQA_SPLITS", 32, 1, 64); }
 // Programmatic dependent launches of the decode kernels on sm_90+ (default on; 0: every kernel
 // waits for the one before it to finish before it is scheduled) and, with them, the L2 prefetch of a
 // kernel's weights (and attention's keys and values) before it waits (default on).

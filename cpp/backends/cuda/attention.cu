@@ -303,6 +303,271 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
 }
 
+// ------------------------------------------------------------ decode, grouped-query heads
+// One query row (decode) with 2 to 8 query heads per kv head, head dim 64, 128 or 256, keys and
+// values f32 or f16 in contiguous rows (a KV cache): one block per (kv head, key split), one warp
+// per query head of the group. The block copies each tile of 32 keys and their values into shared
+// memory once, coalesced (cp.async, the next tile in flight while this one is used), and every warp
+// reads its key rows (one per lane, for the scores) and value rows (for the accumulators) from
+// there. attention_kernel instead reads the keys and values once per query head, and its one key
+// row per lane makes each load instruction touch 32 rows. Each score is attention_kernel's fmaf
+// chain over d, its online softmax per 32 keys, its (max, sum, accumulators) records and merge,
+// with one counter per kv head. The keys per split depend only on the key count (gqa_chunk: up to
+// 32 splits of at least 32 keys, the best of 16, 32 and 64 splits and of 32, 64 and 128 keys in
+// `test_cuda_vs_cpu --bench` on an H100), so a replay graph's launch (the most splits, the unused
+// ones leaving at once) and an eager launch split the same keys the same way: the same results,
+// bit for bit.
+constexpr int kGqaTile = 32;  // keys per tile: one per lane for the scores
+constexpr int kGqaMaxGroup = 8;
+
+template <int kD, typename KV>
+struct GqaShape {
+  static constexpr int kRowK = kD * static_cast<int>(sizeof(KV)) + 16;  // padded: 16-byte reads of
+                                                                        // 32 rows, no bank conflict
+  static constexpr int kRowV = kD * static_cast<int>(sizeof(KV));
+  static constexpr int kStage = kGqaTile * (kRowK + kRowV);
+  static constexpr size_t kShared = 2 * static_cast<size_t>(kStage) + kGqaMaxGroup * kD * sizeof(float);
+};
+
+// Keys per split block for Sk keys: enough that there are at most `splits` (<= kMaxSplits)
+// splits, a multiple of the tile, at least min_chunk (a multiple of the tile).
+__host__ __device__ __forceinline__ int64_t gqa_chunk(int64_t Sk, int64_t min_chunk, int64_t splits) {
+  int64_t c = (Sk + splits - 1) / splits;
+  c = (c + kGqaTile - 1) / kGqaTile * kGqaTile;
+  return c > min_chunk ? c : min_chunk;
+}
+
+// 16 bytes global -> shared without passing through registers (sm_80+; before, a plain copy).
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
+#endif
+}
+
+__device__ __forceinline__ void async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending of this thread's committed copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Starts copying keys c0 .. c0 + n - 1 of kv head hk (their key and value rows) into `stage`;
+// `vec`: rows 16-byte aligned (else element by element, plain loads and stores).
+template <int kD, typename KV>
+__device__ __forceinline__ void gqa_load_tile(char* stage, const Strided3& k, const Strided3& v,
+                                              int64_t hk, int64_t c0, int n, bool vec) {
+  using S = GqaShape<kD, KV>;
+  constexpr int kPieces = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte pieces of a row
+  constexpr int kPer = 16 / static_cast<int>(sizeof(KV));
+  const KV* kb = static_cast<const KV*>(k.data);
+  const KV* vb = static_cast<const KV*>(v.data);
+  char* vs = stage + kGqaTile * S::kRowK;
+  if (vec) {
+    for (int t = threadIdx.x; t < n * kPieces; t += blockDim.x) {
+      const int row = t / kPieces, piece = t - row * kPieces;
+      const int64_t j = c0 + row;
+      copy16_async(stage + row * S::kRowK + piece * 16, kb + j * k.s0 + hk * k.s1 + piece * kPer);
+      copy16_async(vs + row * S::kRowV + piece * 16, vb + j * v.s0 + hk * v.s1 + piece * kPer);
+    }
+  } else {
+    for (int t = threadIdx.x; t < n * kD; t += blockDim.x) {
+      const int row = t / kD, d = t - row * kD;
+      const int64_t j = c0 + row;
+      reinterpret_cast<KV*>(stage + row * S::kRowK)[d] = kb[j * k.s0 + hk * k.s1 + d];
+      reinterpret_cast<KV*>(vs + row * S::kRowV)[d] = vb[j * v.s0 + hk * v.s1 + d];
+    }
+  }
+  async_commit();
+}
+
+template <int kD, typename KV>
+__global__ void __launch_bounds__(kGqaMaxGroup * 32)
+    attention_decode_gqa_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
+                                int64_t mask_s1, float scale, float softcap, bool causal,
+                                int64_t q_pos_offset, int64_t Sk, int64_t min_chunk,
+                                int64_t max_splits, float* out,
+                                float* partial, unsigned* counters, const int64_t* dyn, bool l2) {
+  using S = GqaShape<kD, KV>;
+  constexpr int kPerLane = kD / 32;
+  extern __shared__ __align__(16) char gqa_shared[];
+  __shared__ float s_weight[kGqaMaxGroup][kMaxSplits];
+  __shared__ bool s_last;
+  const int lane = threadIdx.x & 31;
+  const int g = threadIdx.x >> 5;  // this warp's query head within the group
+  const int group = blockDim.x >> 5;
+  const int64_t hk = blockIdx.x;
+  const int64_t h = hk * group + g;
+  if (dyn != nullptr) {  // a replay graph's values: [Sk, q_pos_offset, k offset, v offset]
+    Sk = dyn[0];
+    q_pos_offset = dyn[1];
+    k.data = static_cast<const char*>(k.data) + dyn[2];
+    v.data = static_cast<const char*>(v.data) + dyn[3];
+  }
+  const int64_t chunk = gqa_chunk(Sk, min_chunk, max_splits);
+  const int64_t splits = Sk > 0 ? (Sk + chunk - 1) / chunk : 1;
+  int64_t keys = Sk;
+  if (causal) keys = q_pos_offset < 0 ? 0 : (q_pos_offset + 1 < Sk ? q_pos_offset + 1 : Sk);
+  const int64_t j0 = blockIdx.y * chunk;
+  const int64_t j1 = j0 + chunk < keys ? j0 + chunk : keys;
+  const int64_t n_keys = j1 > j0 ? j1 - j0 : 0;
+  constexpr int64_t kes = sizeof(KV);
+  if (l2 && blockIdx.y < splits) {
+    // This split's key and value rows into the L2 while the kernel before this one finishes (a
+    // programmatic dependent launch; dyn is written before the graph starts).
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      prefetch_l2_lines(static_cast<const KV*>(k.data) + j * k.s0 + hk * k.s1, kD * kes, 0, 1);
+      prefetch_l2_lines(static_cast<const KV*>(v.data) + j * v.s0 + hk * v.s1, kD * kes, 0, 1);
+    }
+  }
+  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
+  pdl_launch_dependents();
+  if (blockIdx.y >= splits) return;  // a replay graph's split past the keys
+  const bool vec = ((reinterpret_cast<uintptr_t>(k.data) | reinterpret_cast<uintptr_t>(v.data)) & 15) == 0;
+  float* sq = reinterpret_cast<float*>(gqa_shared + 2 * S::kStage) + g * kD;
+  const int tiles = static_cast<int>((n_keys + kGqaTile - 1) / kGqaTile);
+  auto tile_keys = [&](int t) {
+    const int64_t left = n_keys - static_cast<int64_t>(t) * kGqaTile;
+    return static_cast<int>(left < kGqaTile ? left : kGqaTile);
+  };
+  if (tiles > 0) gqa_load_tile<kD, KV>(gqa_shared, k, v, hk, j0, tile_keys(0), vec);
+  if (tiles > 1) gqa_load_tile<kD, KV>(gqa_shared + S::kStage, k, v, hk, j0 + kGqaTile, tile_keys(1), vec);
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) sq[lane + 32 * r] = load_float(q.data, q.dtype, h * q.s1 + (lane + 32 * r) * q.s2);
+  float acc[kPerLane];
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) acc[r] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int t = 0; t < tiles; ++t) {
+    if (t + 1 < tiles) {
+      async_wait<1>();
+    } else {
+      async_wait<0>();
+    }
+    __syncthreads();  // the tile (and, the first time, every warp's q) is in shared memory
+    char* stage = gqa_shared + (t & 1) * S::kStage;
+    const int n_here = tile_keys(t);
+    const int64_t c0 = j0 + static_cast<int64_t>(t) * kGqaTile;
+    float s = -INFINITY;
+    if (lane < n_here) {
+      float part = 0.0f;
+      const char* kr = stage + lane * S::kRowK;
+      if constexpr (sizeof(KV) == 4) {
+        const float4* k4 = reinterpret_cast<const float4*>(kr);
+        const float4* q4 = reinterpret_cast<const float4*>(sq);
+#pragma unroll
+        for (int c = 0; c < kD / 4; ++c) {
+          const float4 kv = k4[c], qv = q4[c];
+          part = fmaf(qv.x, kv.x, part);
+          part = fmaf(qv.y, kv.y, part);
+          part = fmaf(qv.z, kv.z, part);
+          part = fmaf(qv.w, kv.w, part);
+        }
+      } else {
+        const uint4* k8 = reinterpret_cast<const uint4*>(kr);
+#pragma unroll
+        for (int c = 0; c < kD / 8; ++c) {
+          const uint4 raw = k8[c];
+          const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float2 f = __half22float2(h2[u]);
+            part = fmaf(sq[8 * c + 2 * u], f.x, part);
+            part = fmaf(sq[8 * c + 2 * u + 1], f.y, part);
+          }
+        }
+      }
+      s = part * scale;
+      if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+      if (mask != nullptr) s += load_float(mask, mask_dtype, (c0 + lane) * mask_s1);
+    }
+    const float cmax = warp_max(s);
+    if (cmax != -INFINITY) {  // uniform across the warp
+      const float m_new = fmaxf(m, cmax);
+      const float corr = expf(m - m_new);  // 0 while m is still -inf
+      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      l = l * corr + warp_sum(p);
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
+      const KV* vr = reinterpret_cast<const KV*>(stage + kGqaTile * S::kRowK);
+      // Every row of the tile: a key of weight 0 (masked, past the keys: its row not copied) adds
+      // nothing, even where its row holds a NaN.
+#pragma unroll 8
+      for (int jj = 0; jj < kGqaTile; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+        for (int r = 0; r < kPerLane; ++r) {
+          float vv;
+          if constexpr (sizeof(KV) == 4) {
+            vv = vr[jj * kD + lane + 32 * r];
+          } else {
+            vv = __half2float(vr[jj * kD + lane + 32 * r]);
+          }
+          acc[r] = pj != 0.0f ? fmaf(pj, vv, acc[r]) : acc[r];
+        }
+      }
+      m = m_new;
+    }
+    __syncthreads();  // every warp is done with this stage
+    if (t + 2 < tiles) gqa_load_tile<kD, KV>(stage, k, v, hk, c0 + 2 * kGqaTile, tile_keys(t + 2), vec);
+  }
+  if (splits == 1) {
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) out[h * kD + lane + 32 * r] = acc[r] * inv;
+    return;
+  }
+  float* rec = partial + (h * splits + blockIdx.y) * (kD + 2);  // [max, sum, acc[D]]
+  if (lane == 0) {
+    rec[0] = m;
+    rec[1] = l;
+  }
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) rec[2 + lane + 32 * r] = acc[r];
+  __threadfence();  // each thread's part of the records is visible to the merging block
+  __syncthreads();  // ... and every warp's record is written
+  if (threadIdx.x == 0) s_last = atomicAdd(&counters[hk], 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  // The last split block of this kv head merges: each warp its query head's records.
+  const float* base = partial + h * splits * (kD + 2);
+  float m_all = -INFINITY;
+  for (int64_t sp = lane; sp < splits; sp += 32) m_all = fmaxf(m_all, __ldcg(base + sp * (kD + 2)));
+  m_all = warp_max(m_all);
+  float l_part = 0.0f;
+  for (int64_t sp = lane; sp < splits; sp += 32) {
+    const float ms = __ldcg(base + sp * (kD + 2));
+    const float w = ms == -INFINITY ? 0.0f : expf(ms - m_all);
+    s_weight[g][sp] = w;
+    l_part = fmaf(__ldcg(base + sp * (kD + 2) + 1), w, l_part);
+  }
+  const float l_all = warp_sum(l_part);
+  __syncwarp();
+  const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const int d = lane + 32 * r;
+    float o = 0.0f;
+#pragma unroll 8
+    for (int64_t sp = 0; sp < splits; ++sp) {
+      const float w = s_weight[g][sp];
+      if (w != 0.0f) o = fmaf(__ldcg(base + sp * (kD + 2) + 2 + d), w, o);
+    }
+    out[h * kD + d] = o * inv;
+  }
+  if (threadIdx.x == 0) counters[hk] = 0;  // ready for the next call
+}
+
 // Prefill (many query rows): flash attention's tiling in f32. A block takes kTileQ query rows of
 // one head and walks the visible keys kTileK at a time; the tile's queries, keys, values and
 // weights sit in shared memory, so each key and value row is read from memory once per block
@@ -512,6 +777,17 @@ bool launch_attention_tiled(const View& q, const View& k, const View& v, const v
   return true;
 }
 
+// Asks once for attention_decode_gqa_kernel<kD, KV>'s shared memory (above the default 48 KiB for
+// the wider heads); false where the device allows less.
+template <int kD, typename KV>
+bool allow_gqa_shared() {
+  const cudaError_t err = cudaFuncSetAttribute(attention_decode_gqa_kernel<kD, KV>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(GqaShape<kD, KV>::kShared));
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  return err == cudaSuccess;
+}
+
 // Merges the key splits' (max, sum, accumulators) records of each (row, head) task.
 __global__ void attention_combine_kernel(const float* partial, int splits, int64_t tasks, int64_t D,
                                          float* out) {
@@ -579,6 +855,7 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   // GPU wants, each of at least 128 keys, the ones past the keys empty.
   const DynArgs dyn = dyn_args({Sk, q_pos_offset}, {k.data, v.data});
   if (!dyn.launch) return;
+  if (attention_decode_gqa(q, k, v, mask, scale, causal, q_pos_offset, out, softcap, dyn.device)) return;
   const int64_t tasks = Sq * Hq;
   // Split the keys over more blocks when the (row, head) tasks alone can't fill the GPU.
   int64_t splits = 1;
@@ -640,6 +917,65 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
                   dim3(128), 0, stream_, partial, static_cast<int>(splits), tasks, D, op);
     check_launch("attention");
   }
+}
+
+bool CudaKernels::prepare_attention_gqa() {
+  bool ok = true;
+  ok = allow_gqa_shared<64, float>() && ok;
+  ok = allow_gqa_shared<128, float>() && ok;
+  ok = allow_gqa_shared<256, float>() && ok;
+  ok = allow_gqa_shared<64, __half>() && ok;
+  ok = allow_gqa_shared<128, __half>() && ok;
+  ok = allow_gqa_shared<256, __half>() && ok;
+  return ok;
+}
+
+bool CudaKernels::attention_decode_gqa(const View& q, const View& k, const View& v, const View& mask,
+                                       float scale, bool causal, int64_t q_pos_offset, const View& out,
+                                       float softcap, const int64_t* dyn) {
+  const int64_t Sq = q.shape[0], Hq = q.shape[1], D = q.shape[2];
+  const int64_t Sk = k.shape[0], Hkv = k.shape[1];
+  const int64_t group = Hq / Hkv;
+  const bool f32 = k.dtype == DType::F32;
+  const int64_t per16 = f32 ? 4 : 8;  // elements in 16 bytes
+  auto rows_ok = [&](const View& x) {
+    return x.strides[2] == 1 && x.strides[0] % per16 == 0 && x.strides[1] % per16 == 0;
+  };
+  if (!tuning_.attn_gqa || !attention_gqa_ready_ || Sq != 1 || group < 2 || group > kGqaMaxGroup ||
+      (D != 64 && D != 128 && D != 256) || k.dtype != v.dtype ||
+      (k.dtype != DType::F32 && k.dtype != DType::F16) || !rows_ok(k) || !rows_ok(v) ||
+      attention_counters_ == nullptr || Hkv > static_cast<int64_t>(kAttentionCounters) || Hkv > 65535 ||
+      Hq * (D + 2) * kMaxSplits > static_cast<int64_t>(attention_scratch_floats_)) {
+    return false;
+  }
+  const int64_t min_chunk = tuning_.attn_gqa_chunk, max_splits = tuning_.attn_gqa_splits;
+  // A replay graph: as many splits as any key count may use (gqa_chunk's bound); eager: as many as
+  // these keys use.
+  const int64_t chunk = gqa_chunk(Sk, min_chunk, max_splits);
+  const int64_t splits = dyn != nullptr ? max_splits : (Sk > 0 ? (Sk + chunk - 1) / chunk : 1);
+  const dim3 grid(static_cast<unsigned>(Hkv), static_cast<unsigned>(splits));
+  const dim3 block(static_cast<unsigned>(group * 32));
+  const void* mp = mask.data;
+  const int64_t ms1 = mask.data ? mask.strides[1] : 0;
+  auto* op = static_cast<float*>(out.data);
+  const bool l2 = tuning_.pdl && tuning_.l2_prefetch;
+#define TL_LAUNCH_GQA(DIM, KV)                                                                       \
+  launch_kernel(tuning_.pdl, attention_decode_gqa_kernel<DIM, KV>, grid, block,                      \
+                GqaShape<DIM, KV>::kShared, stream_, strided3(q), strided3(k), strided3(v), mp,      \
+                mask.dtype, ms1, scale, softcap, causal, q_pos_offset, Sk, min_chunk, max_splits, op, \
+                attention_scratch_, attention_counters_, dyn, l2)
+  if (f32) {
+    if (D == 64) TL_LAUNCH_GQA(64, float);
+    else if (D == 128) TL_LAUNCH_GQA(128, float);
+    else TL_LAUNCH_GQA(256, float);
+  } else {
+    if (D == 64) TL_LAUNCH_GQA(64, __half);
+    else if (D == 128) TL_LAUNCH_GQA(128, __half);
+    else TL_LAUNCH_GQA(256, __half);
+  }
+#undef TL_LAUNCH_GQA
+  check_launch("attention");
+  return true;
 }
 
 void CudaKernels::causal_mask(int64_t offset, const View& out) {

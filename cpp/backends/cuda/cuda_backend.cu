@@ -837,6 +837,9 @@ CudaTuning tuning_from_env() {
   t.rope_device_pow = env_cuda_rope_device_pow();
   t.attn_rows8 = env_cuda_attn_rows8();
   t.attn_min_chunk = env_cuda_attn_min_chunk();
+  t.attn_gqa = env_cuda_attn_gqa();
+  t.attn_gqa_chunk = env_cuda_attn_gqa_chunk();
+  t.attn_gqa_splits = env_cuda_attn_gqa_splits();
   t.pdl = env_cuda_pdl();
   t.l2_prefetch = env_cuda_l2_prefetch();
   return t;

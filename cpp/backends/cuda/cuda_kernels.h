@@ -33,6 +33,9 @@ struct CudaTuning {
   bool rope_device_pow = false;  // RoPE frequencies from the device's pow, not the host's
   bool attn_rows8 = false;    // decode attention: 8 value rows per round, not 16
   int64_t attn_min_chunk = 128;  // decode attention: keys per split block in a replay graph
+  bool attn_gqa = true;       // decode attention: one block per kv head and split, keys shared
+  int64_t attn_gqa_chunk = 32;  // ... its keys per split block (at least; a multiple of 32)
+  int64_t attn_gqa_splits = 32;  // ... and its splits (at most; up to 64)
   bool pdl = true;            // programmatic dependent launches (cuda_common.cuh; sm_90+ only)
   bool l2_prefetch = true;    // with pdl: weights (and keys, values) prefetched into L2 before the wait
 };
@@ -143,6 +146,7 @@ class CudaKernels final : public Kernels {
       attention_scratch_floats_ = scratch_floats - kAttentionCounters;
     }
     sm_count_ = sm_count > 0 ? sm_count : 1;
+    attention_gqa_ready_ = prepare_attention_gqa();
   }
 
   static constexpr size_t kAttentionCounters = 4096;
@@ -218,6 +222,14 @@ class CudaKernels final : public Kernels {
   DynArgs dyn_args(std::initializer_list<int64_t> values, std::initializer_list<const void*> ptrs,
                    int64_t key = 0);
 
+  // attention's decode kernel for grouped-query heads (attention.cu): false, launching nothing,
+  // where it does not apply (then attention_kernel runs).
+  bool attention_decode_gqa(const View& q, const View& k, const View& v, const View& mask, float scale,
+                            bool causal, int64_t q_pos_offset, const View& out, float softcap,
+                            const int64_t* dyn);
+  // Allows that kernel's shared memory once; false where the device cannot give it.
+  static bool prepare_attention_gqa();
+
   Blas* blas_ = nullptr;
   void* weight_scratch_ = nullptr;
   size_t weight_scratch_bytes_ = 0;
@@ -231,6 +243,7 @@ class CudaKernels final : public Kernels {
   float* attention_scratch_ = nullptr;
   size_t attention_scratch_floats_ = 0;
   unsigned* attention_counters_ = nullptr;
+  bool attention_gqa_ready_ = false;
   int64_t sm_count_ = 1;
 };
 

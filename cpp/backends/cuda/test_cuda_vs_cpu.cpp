@@ -790,6 +790,50 @@ void test_attention() {
         }))
       compare(what, *o, 1e-4, 1e-5);
   }
+  // One query row with grouped-query heads (on CUDA the kernel that shares each kv head's keys and
+  // values among its query heads): head dims 64, 128 and 256, f32 and f16 caches, 2 to 8 query
+  // heads a kv head, key counts around its 32-key tiles and splits, splits of several tiles, a
+  // cache view that starts past row 0 (a sliding window) or one element off 16-byte alignment (the
+  // element-by-element copy), keys hidden by causality, a mask, a softcap.
+  struct Gqa {
+    int64_t Hkv, group, D, Sk, start, hidden;  // start: first cache row (-1: one element in)
+    DType t;
+    bool mask;
+    float softcap;
+  };
+  const Gqa gqa[] = {
+      {3, 3, 64, 1, 0, 0, DType::F32, false, 0.0f},     {3, 3, 64, 31, 0, 0, DType::F32, false, 0.0f},
+      {3, 3, 64, 33, 5, 1, DType::F16, true, 0.0f},     {8, 4, 64, 64, 0, 0, DType::F32, false, 0.0f},
+      {8, 4, 64, 65, 0, 2, DType::F16, false, 0.0f},    {8, 4, 64, 2048, 0, 0, DType::F32, false, 0.0f},
+      {2, 4, 64, 4500, 0, 3, DType::F16, false, 0.0f},  {4, 2, 128, 300, 7, 0, DType::F32, true, 0.0f},
+      {1, 8, 128, 129, 0, 0, DType::F16, false, 0.0f},  {1, 4, 256, 700, 0, 0, DType::F32, false, 30.0f},
+      {2, 2, 256, 100, 3, 5, DType::F16, true, 0.0f},   {3, 3, 64, 200, -1, 0, DType::F32, false, 0.0f},
+      {2, 4, 128, 90, -1, 0, DType::F16, true, 0.0f},   {3, 3, 64, 5, 0, 5, DType::F32, false, 0.0f},
+  };
+  for (const Gqa& c : gqa) {
+    const int64_t Hq = c.Hkv * c.group, D = c.D, Sk = c.Sk;
+    const int64_t row = c.Hkv * D;
+    const int64_t off = c.start < 0 ? 1 : c.start * row;
+    auto cache = [&]() { return make_dual(c.t, {Sk, c.Hkv, D}, {row, D, 1}, off, off + (Sk + 2) * row); };
+    auto k = cache();
+    auto v = cache();
+    auto q = contiguous(DType::F32, {1, Hq, D});
+    auto mask = contiguous(DType::F32, {1, std::max<int64_t>(Sk, 1)});
+    auto o = contiguous(DType::F32, {1, Hq, D});
+    const int64_t qpos = Sk - 1 - c.hidden;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    View none;
+    const std::string what = "attention decode Sk=" + std::to_string(Sk) + " Hq=" + std::to_string(Hq) +
+                             " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(D) + " start " +
+                             std::to_string(c.start) + " hidden " + std::to_string(c.hidden) +
+                             (c.mask ? " mask" : "") + (c.softcap > 0.0f ? " softcap" : "") + " kv " +
+                             dtype_name(c.t);
+    if (run_both(what, [&](Kernels& kk, int s) {
+          kk.attention(q->view(s), k->view(s), v->view(s), c.mask ? mask->view(s) : none, scale, true, qpos,
+                       o->view(s), c.softcap);
+        }))
+      compare(what, *o, 1e-4, 1e-5);
+  }
 }
 
 // Replays of a decode-like compiled step, submitted with a ReplayPlan as Recording::replay does:
@@ -813,8 +857,9 @@ std::string run_cmds(Backend& b, std::vector<Command> cmds,
   return *error;
 }
 
-void test_graph_replay() {
-  const int64_t H = 4, Hkv = 2, Dh = 32, Smax = 40, d = H * Dh, V = d, steps = 12;  // ids < d
+// Head dim 32 (attention_kernel on CUDA) and 64 (the grouped-query decode kernel).
+void test_graph_replay(int64_t Dh) {
+  const int64_t H = 4, Hkv = 2, Smax = 40, d = H * Dh, V = d, steps = 12;  // ids < d
   auto kc = contiguous(DType::F32, {Smax, Hkv, Dh});
   auto vc = contiguous(DType::F32, {Smax, Hkv, Dh});
   auto xin = contiguous(DType::F32, {steps, Hkv * Dh});
@@ -913,7 +958,7 @@ void test_graph_replay() {
     add(K::Outside, [=](Kernels& k) { k.copy(embv, emb_out); });
     return c;
   };
-  uint64_t recording_id = 1u << 30;  // ids no Recording of this process takes
+  static uint64_t recording_id = 1u << 30;  // ids no Recording of this process takes
   for (int variant : {0, 2, 1, 3, 4, 5}) {
     const int kind = variant == 4 || variant == 5 ? 0 : variant;
     embs = contiguous(DType::F32, {steps, 8});
@@ -921,7 +966,8 @@ void test_graph_replay() {
     std::shared_ptr<ReplayPlan> plan[2];
     ++recording_id;
     for (int64_t t = 0; t < steps; ++t) {
-      const std::string what = "graph replay variant " + std::to_string(variant) + " step " + std::to_string(t);
+      const std::string what = "graph replay Dh " + std::to_string(Dh) + " variant " + std::to_string(variant) +
+                               " step " + std::to_string(t);
       std::string err[2];
       for (int s = 0; s < 2; ++s) {
         auto p = std::make_shared<ReplayPlan>();
@@ -1232,6 +1278,18 @@ void bench_decode(Backend& gpu, int ctx) {
                        view(ly.vc, DType::F32, {8192, Hkv, Dh}), View{}, 0.125f, true, 8191,
                        view(att.data, DType::F32, {1, H, Dh}));
          }},
+        // The 1B shape's heads (32 query heads, 8 kv heads) over the same cache memory; q and the
+        // output in the logits buffer.
+        {"(attention 32/8 heads, 2048 keys)", 0, [=](Kernels& k) {
+           k.attention(view(logits.data, DType::F32, {1, 32, Dh}), view(ly.kc, DType::F32, {2048, 8, Dh}),
+                       view(ly.vc, DType::F32, {2048, 8, Dh}), View{}, 0.125f, true, 2047,
+                       view(static_cast<float*>(logits.data) + 4096, DType::F32, {1, 32, Dh}));
+         }},
+        {"(same, f16 cache)", 0, [=](Kernels& k) {
+           k.attention(view(logits.data, DType::F32, {1, 32, Dh}), view(ly.kc, DType::F16, {2048, 8, Dh}),
+                       view(ly.vc, DType::F16, {2048, 8, Dh}), View{}, 0.125f, true, 2047,
+                       view(static_cast<float*>(logits.data) + 4096, DType::F32, {1, 32, Dh}));
+         }},
         {"rms_norm 576", 2 * 30 + 1, [=](Kernels& k) { k.rms_norm(xres, ly.n1, 1e-5f, h); }},
         {"rope 9 heads", 2 * 30, [=](Kernels& k) { k.rope(view(q.data, DType::F32, {1, 1, H, Dh}), pos, 100000.f, false, view(q.data, DType::F32, {1, 1, H, Dh})); }},
         {"binary add 576", 2 * 30, [=](Kernels& k) { k.binary(BinaryOp::Add, xres, h, xres); }},
@@ -1461,7 +1519,8 @@ int main(int argc, char** argv) {
   RUN(test_training());
   RUN(test_norm_rope_mask());
   RUN(test_attention());
-  RUN(test_graph_replay());
+  RUN(test_graph_replay(32));
+  RUN(test_graph_replay(64));
   RUN(test_backend_contract(*gpu));
   RUN(test_destroy_from_completion());
   std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);
