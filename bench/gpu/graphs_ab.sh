@@ -88,6 +88,11 @@
 #                              and with 32 and 128 keys per split block, the cross-backend, fused-op
 #                              and model tests on CUDA, bench/llm.py on both models with and without
 #                              it, then the RSS stages of the SmolLM2 shape (graphs on and off)
+#   bench/gpu/graphs_ab.sh H   builds, test_cuda_vs_cpu, the decode attention kernels (--bench) with
+#                              16, 32 (default) and 64 splits at most and 64 keys per split at least,
+#                              bench/llm.py on both models with the grouped-query kernel and without,
+#                              the RSS stages without cuBLAS (TL_CUDA_BLAS=0), the 1B shape's decode
+#                              kernels at ~2,048 keys (ncu)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -185,6 +190,19 @@ G)
   for e in TL_NOTHING=1 TL_CUDA_GRAPHS=0; do
     echo "== RSS stages, SmolLM2 shape, $e"; env "$e" timeout 60 python3 bench/gpu/rss_breakdown.py "$SMOL" --top 6
   done
+  ;;
+H)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  for e in TL_NOTHING=1 TL_CUDA_ATTN_GQA_SPLITS=16 TL_CUDA_ATTN_GQA_SPLITS=64 TL_CUDA_ATTN_GQA_CHUNK=64; do
+    echo "== decode attention kernels (test_cuda_vs_cpu --bench), $e"
+    env "$e" timeout 100 "$T" --bench 2>&1 | grep -E "attention|same, f16" | sort | uniq
+  done
+  tl_runs "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_ATTN_GQA=0" "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_GQA=0"
+  echo "== RSS stages, SmolLM2 shape, TL_CUDA_BLAS=0"; TL_CUDA_BLAS=0 timeout 60 python3 bench/gpu/rss_breakdown.py "$SMOL" --top 6
+  echo "== llama1b_q4k decode kernels (ncu, 2,040-token prompt, 8 steps)"
+  timeout 150 python3 bench/gpu/profile_prefill.py "$B1" --ncu --tokens 2040 --decode 8 2>&1 | head -16
   ;;
 l)
   prepare_and_models
