@@ -88,6 +88,12 @@
 #                              and with 32 and 128 keys per split block, the cross-backend, fused-op
 #                              and model tests on CUDA, bench/llm.py on both models with and without
 #                              it, then the RSS stages of the SmolLM2 shape (graphs on and off)
+#   bench/gpu/graphs_ab.sh F   builds (llama.cpp in the background when carried), test_cuda_vs_cpu,
+#                              the cross-backend, backend-op, fused-op and model tests on CUDA, the
+#                              prompt-sized product by TL's f16 kernel and by cuBLAS
+#                              (TL_CUDA_OWN_GEMM=0), the RSS stages, both models against llama.cpp
+#                              CUDA (with TL's f16 KV cache beside the f32 one), then, time allowing,
+#                              TL with cuBLAS for the prompt's products
 #   bench/gpu/graphs_ab.sh H   builds, test_cuda_vs_cpu, the decode attention kernels (--bench) with
 #                              16, 32 (default) and 64 splits at most and 64 keys per split at least,
 #                              bench/llm.py on both models with the grouped-query kernel and without,
@@ -190,6 +196,26 @@ G)
   for e in TL_NOTHING=1 TL_CUDA_GRAPHS=0; do
     echo "== RSS stages, SmolLM2 shape, $e"; env "$e" timeout 60 python3 bench/gpu/rss_breakdown.py "$SMOL" --top 6
   done
+  ;;
+F)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  echo "== pytest on CUDA"
+  TL_BACKEND=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_backend_ops.py tests/runtime/test_fused_ops.py tests/models/test_architectures.py 2>&1 | tail -3
+  for e in TL_NOTHING=1 TL_CUDA_OWN_GEMM=0; do
+    echo "== prompt-sized product (test_cuda_vs_cpu --bench), $e"; env "$e" timeout 60 "$T" --bench 2>&1 | grep "M=128"
+  done
+  for i in $(seq 100); do [ -s "$B1" ] && break; sleep 2; done
+  echo "== RSS stages, SmolLM2 shape"; timeout 60 python3 bench/gpu/rss_breakdown.py "$SMOL" --top 6 2>&1 | tail -12
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null) at ${SECONDS}s"
+  for m in "$SMOL" "$B1"; do
+    timeout 200 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+      --tl-variants default,kv-f16 --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -10
+  done
+  if [ "$SECONDS" -lt 470 ]; then tl_runs "$B1 TL_CUDA_OWN_GEMM=0" "$SMOL TL_CUDA_OWN_GEMM=0"; fi
   ;;
 H)
   prepare_and_models

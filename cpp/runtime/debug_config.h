@@ -12,11 +12,14 @@
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 //   TL_CUDA_BLAS, TL_CUDA_TF32, TL_CUBLAS_PATH               CUDA backend: cuBLAS on/off, TF32
 //                                                            products, where libcublas is (blas.cu)
-//   TL_CUDA_LINEAR_F16                                       CUDA backend: quantized/f16-weight
-//                                                            products on f16 tensor cores (matmul.cu)
+//   TL_CUDA_LINEAR_F16, TL_CUDA_OWN_GEMM                     CUDA backend: quantized/f16-weight
+//                                                            products on f16 tensor cores, by TL's
+//                                                            kernel or cuBLAS's (matmul.cu)
 //   TL_CUDA_MATVEC_PREFETCH, TL_CUDA_MATVEC_PAIRS,           CUDA backend: kernel variants, for A/B
 //   TL_CUDA_MATVEC_FOUR, TL_CUDA_ROPE_DEVICE_POW,            measurements (CudaTuning,
-//   TL_CUDA_ATTN_ROWS8, TL_CUDA_ATTN_MIN_CHUNK               cuda_kernels.h)
+//   TL_CUDA_ATTN_ROWS8, TL_CUDA_ATTN_MIN_CHUNK,              cuda_kernels.h)
+//   TL_CUDA_ATTN_GQA, TL_CUDA_ATTN_GQA_CHUNK,
+//   TL_CUDA_ATTN_GQA_SPLITS, TL_CUDA_PDL, TL_CUDA_L2_PREFETCH
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -127,6 +130,9 @@ inline bool env_cuda_attn_rows8() { return env_detail::env_flag("TL_CUDA_ATTN_RO
 inline int64_t env_cuda_attn_min_chunk() {
   return env_detail::env_int("TL_CUDA_ATTN_MIN_CHUNK", 128, 32, 65536);
 }
+// Prompt-sized products with quantized or f16 weights on the tensor cores by TL's own kernel
+// (default on; 0: through cuBLAS, started then).
+inline bool env_cuda_own_gemm() { return env_detail::env_flag("TL_CUDA_OWN_GEMM", true); }
 // Decode attention's kernel for grouped-query heads (default on; 0: attention_kernel, one block
 // per query head), its least keys per split block (default 32, rounded up to a multiple of 32) and
 // its most splits (default 32, at most 64).

@@ -309,17 +309,21 @@ class CudaBackend final : public Backend {
     }
     kernels_.set_device_resources(static_cast<float*>(attention_scratch_),
                                   attention_scratch_ ? kAttentionScratchBytes / sizeof(float) : 0, sms);
+    kernels_.set_own_gemm_ok(major >= 8);
     if (env_cuda_blas()) {
-      blas_ = std::make_unique<Blas>(stream_, env_cuda_tf32());
-      if (blas_->available()) {
-        kernels_.set_blas(blas_.get());
-      } else {
-        static std::once_flag said;  // one line per process, not per backend
-        std::call_once(said, [&] {
-          std::fprintf(stderr, "tl-cuda: %s; matrix products use TL's own kernels (slower)\n",
-                       blas_->description().c_str());
-        });
-      }
+      // Started by the kernels when a product first needs it (on the launch thread).
+      const bool tf32 = env_cuda_tf32();
+      kernels_.set_blas_factory([this, tf32]() -> Blas* {
+        blas_ = std::make_unique<Blas>(stream_, tf32);
+        if (!blas_->available()) {
+          static std::once_flag said;  // one line per process, not per backend
+          std::call_once(said, [&] {
+            std::fprintf(stderr, "tl-cuda: %s; matrix products use TL's own kernels (slower)\n",
+                         blas_->description().c_str());
+          });
+        }
+        return blas_.get();
+      });
     }
     graphs_enabled_ = env_cuda_graphs();
     if (graphs_enabled_ &&
@@ -374,7 +378,7 @@ class CudaBackend final : public Backend {
       completion_thread_.join();
     }
     for (auto& entry : replay_graphs_) drop_graph(entry.second);
-    kernels_.set_blas(nullptr);
+    kernels_.set_blas_factory(nullptr);
     blas_.reset();  // before the stream it is bound to
     if (capture_stream_ != nullptr) (void)cudaStreamDestroy(capture_stream_);
     if (transfer_stream_ != stream_) (void)cudaStreamDestroy(transfer_stream_);
@@ -838,6 +842,7 @@ CudaTuning tuning_from_env() {
   t.attn_rows8 = env_cuda_attn_rows8();
   t.attn_min_chunk = env_cuda_attn_min_chunk();
   t.attn_gqa = env_cuda_attn_gqa();
+  t.own_gemm = env_cuda_own_gemm();
   t.attn_gqa_chunk = env_cuda_attn_gqa_chunk();
   t.attn_gqa_splits = env_cuda_attn_gqa_splits();
   t.pdl = env_cuda_pdl();

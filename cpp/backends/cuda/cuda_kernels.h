@@ -38,6 +38,7 @@ struct CudaTuning {
   int64_t attn_gqa_splits = 32;  // ... and its splits (at most; up to 64)
   bool pdl = true;            // programmatic dependent launches (cuda_common.cuh; sm_90+ only)
   bool l2_prefetch = true;    // with pdl: weights (and keys, values) prefetched into L2 before the wait
+  bool own_gemm = true;       // prompt-sized f16 products by TL's kernel, not cuBLAS (TL_CUDA_OWN_GEMM)
 };
 
 
@@ -153,7 +154,15 @@ class CudaKernels final : public Kernels {
 
   // cuBLAS for matrix products with more than a few rows (nullptr or unavailable: TL's own
   // kernels). Owned by the backend, which outlives these kernels' last launch.
-  void set_blas(Blas* blas) { blas_ = blas; }
+  // cuBLAS is started on first use (the backend's factory; nullptr: none), not with the backend: a
+  // model's decode and prompt never need it (about 200 MiB of host memory), an f32 product does.
+  void set_blas_factory(std::function<Blas*()> factory) {
+    blas_factory_ = std::move(factory);
+    blas_tried_ = false;
+    blas_ = nullptr;
+  }
+  // Whether gemm_f16_kernel's instructions exist on the device (sm_80+).
+  void set_own_gemm_ok(bool ok) { own_gemm_ok_ = ok; }
   void set_tuning(const CudaTuning& tuning) { tuning_ = tuning; }
   ~CudaKernels();
 
@@ -204,7 +213,10 @@ class CudaKernels final : public Kernels {
   // converts its weight rows (and x, for the tensor cores) for cuBLAS; grown (never shrunk) on
   // the launch thread.
   void* weight_scratch(size_t bytes);
-  bool linear_blas(const View& x, const View& w, const View& out);
+  bool linear_large(const View& x, const View& w, const View& out);
+  // The started cuBLAS, or nullptr (unavailable, or TL_CUDA_BLAS=0); starts it on the first call
+  // (not while a graph is captured: CaptureUnsupported).
+  Blas* blas();
   void capture_guard(const char* what) const {
     if (capturing_) throw CaptureUnsupported(what);
   }
@@ -231,6 +243,9 @@ class CudaKernels final : public Kernels {
   static bool prepare_attention_gqa();
 
   Blas* blas_ = nullptr;
+  std::function<Blas*()> blas_factory_;
+  bool blas_tried_ = false;
+  bool own_gemm_ok_ = false;
   void* weight_scratch_ = nullptr;
   size_t weight_scratch_bytes_ = 0;
   CudaTuning tuning_;

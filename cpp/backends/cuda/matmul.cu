@@ -375,6 +375,127 @@ __global__ void scale_rows_kernel(float* out, int64_t ldc, int64_t N, const floa
   for (int64_t n = threadIdx.x; n < N; n += blockDim.x) row[n] *= s;
 }
 
+// ---------------------------------------------------------------- f16 tensor-core product
+// out [M, N] (row stride ldc, f32) = a [M, K] @ b^T, a and b f16, row-major with K contiguous and
+// 16-byte aligned rows (K a multiple of 8): a linear's x rounded to f16 and its weight rows as f16.
+// TL's own kernel for what cuBLAS did here, so that a model's prompt never loads cuBLAS (about
+// 200 MiB of host memory): blocks of 64 x 64 outputs, four warps of 32 x 32, each k-step of 32
+// copied into shared memory by cp.async three stages deep, fragments read with ldmatrix, products
+// by mma.sync m16n8k16 with f32 sums (the order of the sums is the tensor cores', as cuBLAS's is).
+// Rows past M or N and columns past K are copied as zeros.
+constexpr int kGemmBM = 64, kGemmBN = 64, kGemmBK = 32, kGemmStages = 3, kGemmThreads = 128;
+constexpr int kGemmRow = kGemmBK + 8;  // halves per staged row: 80 bytes, ldmatrix without conflicts
+
+__device__ __forceinline__ void gemm_copy16(void* smem, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
+#else
+  *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+__global__ void __launch_bounds__(kGemmThreads)
+    gemm_f16_kernel(const __half* a, const __half* b, float* out, int64_t M, int64_t N, int64_t K, int64_t ldc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  __shared__ __align__(16) __half sa[kGemmStages][kGemmBM][kGemmRow];
+  __shared__ __align__(16) __half sb[kGemmStages][kGemmBN][kGemmRow];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1;  // this warp's 32 x 32 outputs in the block's 64 x 64
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kGemmBM, n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN;
+  const int ktiles = static_cast<int>((K + kGemmBK - 1) / kGemmBK);
+  auto load = [&](int stage, int kt) {
+    // 64 rows x 4 pieces of 16 bytes, for a and for b: two of each per thread
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c = tid + i * kGemmThreads, row = c >> 2, piece = c & 3;
+      const int64_t k = static_cast<int64_t>(kt) * kGemmBK + piece * 8;
+      const bool kin = k < K;
+      const int64_t am = m0 + row, bn = n0 + row;
+      gemm_copy16(&sa[stage][row][piece * 8], am < M && kin ? a + am * K + k : a, am < M && kin);
+      gemm_copy16(&sb[stage][row][piece * 8], bn < N && kin ? b + bn * K + k : b, bn < N && kin);
+    }
+  };
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kGemmStages - 1; ++s) {
+    if (s < ktiles) load(s, s);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kGemmStages - 2) : "memory");
+    __syncthreads();  // step kt is in shared memory, and every warp is done with step kt - 1's stage
+    if (kt + kGemmStages - 1 < ktiles) load((kt + kGemmStages - 1) % kGemmStages, kt + kGemmStages - 1);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    const int st = kt % kGemmStages;
+#pragma unroll
+    for (int kk = 0; kk < kGemmBK; kk += 16) {
+      uint32_t af[2][4], bf[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const __half* p = &sa[st][wm * 32 + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8];
+        const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(af[mi][0]), "=r"(af[mi][1]), "=r"(af[mi][2]), "=r"(af[mi][3])
+                     : "r"(addr));
+      }
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        const __half* p = &sb[st][wn * 32 + nj * 16 + (lane >> 4) * 8 + (lane & 7)][kk + ((lane >> 3) & 1) * 8];
+        const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(bf[2 * nj][0]), "=r"(bf[2 * nj][1]), "=r"(bf[2 * nj + 1][0]), "=r"(bf[2 * nj + 1][1])
+                     : "r"(addr));
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+          asm volatile(
+              "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+              "{%8, %9}, {%0, %1, %2, %3};"
+              : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
+              : "r"(af[mi][0]), "r"(af[mi][1]), "r"(af[mi][2]), "r"(af[mi][3]), "r"(bf[ni][0]), "r"(bf[ni][1]));
+    }
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      const int64_t col = n0 + wn * 32 + ni * 8 + (lane & 3) * 2;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = m0 + wm * 32 + mi * 16 + (lane >> 2) + h * 8;
+        if (row >= M) continue;
+        float* o = out + row * ldc + col;
+        if (col < N) o[0] = acc[mi][ni][2 * h];
+        if (col + 1 < N) o[1] = acc[mi][ni][2 * h + 1];
+      }
+    }
+  }
+#endif
+}
+
+// Whether gemm_f16_kernel can take a [rows, K] f16 operand at p: the device has the instructions
+// it uses (sm_80+, checked by the caller), K a multiple of 8, 16-byte aligned rows.
+bool gemm_f16_operand_ok(const void* p, int64_t K) {
+  return K % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+void launch_gemm_f16(const __half* a, const __half* b, float* out, int64_t M, int64_t N, int64_t K,
+                     int64_t ldc, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((N + kGemmBN - 1) / kGemmBN), static_cast<unsigned>((M + kGemmBM - 1) / kGemmBM));
+  gemm_f16_kernel<<<grid, kGemmThreads, 0, stream>>>(a, b, out, M, N, K, ldc);
+}
+
 template <DType WT>
 void launch_linear(const View& x, const View& w, const View& out, cudaStream_t stream, bool pdl) {
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
@@ -430,6 +551,15 @@ CudaKernels::~CudaKernels() {
   if (weight_scratch_ != nullptr) (void)cudaFree(weight_scratch_);
 }
 
+Blas* CudaKernels::blas() {
+  if (!blas_tried_ && blas_factory_) {
+    capture_guard("starting cuBLAS");
+    blas_tried_ = true;
+    blas_ = blas_factory_();
+  }
+  return blas_ != nullptr && blas_->available() ? blas_ : nullptr;
+}
+
 void* CudaKernels::weight_scratch(size_t bytes) {
   if (weight_scratch_bytes_ >= bytes) return weight_scratch_;
   capture_guard("linear: growing the weight scratch");
@@ -448,21 +578,26 @@ void* CudaKernels::weight_scratch(size_t bytes) {
   return weight_scratch_;
 }
 
-// linear through cuBLAS: out [M, N] = x [M, K] @ w^T. An f32 w is read in place (as w^T: unit
-// row stride). A quantized or f16 w runs on the tensor cores (see the top of this file): x
-// rounded to f16 once, a quantized w dequantized to f16 slices of rows, an f16 w read in place;
-// with TL_CUDA_LINEAR_F16=0, a bf16 w, or an x too large for the scratch, w is converted to f32
-// slices and x read as it is. False: not done.
-bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
-  capture_guard("linear through cuBLAS");
+// linear with more rows than the matrix-vector kernel takes: out [M, N] = x [M, K] @ w^T. A
+// quantized or f16 w runs on the tensor cores (see the top of this file): x rounded to f16 once, a
+// quantized w dequantized to f16 slices of rows, an f16 w read in place; the products by TL's own
+// kernel (gemm_f16_kernel; TL_CUDA_OWN_GEMM=0: cuBLAS's). An f32 w, and with TL_CUDA_LINEAR_F16=0,
+// a bf16 w or an x too large for the scratch (w converted to f32 slices, x read as it is), go
+// through cuBLAS. False: not done (the caller's own kernels then run).
+bool CudaKernels::linear_large(const View& x, const View& w, const View& out) {
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  const bool half = tuning_.linear_f16 && (is_quantized(w.dtype) || w.dtype == DType::F16) &&
+                    static_cast<size_t>(M * K) * sizeof(__half) <= kHalfXScratchBytes;
+  const bool own = half && tuning_.own_gemm && own_gemm_ok_ && K % 8 == 0 &&
+                   (w.dtype != DType::F16 || gemm_f16_operand_ok(w.data, K));
+  capture_guard(own ? "linear on the tensor cores (its scratch)" : "linear through cuBLAS");
+  Blas* blas = own ? nullptr : this->blas();
+  if (!own && blas == nullptr) return false;
   const GemmOperand xa{x.data, DType::F32, 0, K, 1};
   if (w.dtype == DType::F32) {
     const GemmOperand wt{w.data, DType::F32, 0, 1, K};
-    return blas_->gemm(xa, wt, out.data, DType::F32, 1, M, N, K, N);
+    return blas->gemm(xa, wt, out.data, DType::F32, 1, M, N, K, N);
   }
-  const bool half = tuning_.linear_f16 && (is_quantized(w.dtype) || w.dtype == DType::F16) &&
-                    static_cast<size_t>(M * K) * sizeof(__half) <= kHalfXScratchBytes;
   const size_t elem = half ? sizeof(__half) : sizeof(float);
   const int64_t rows_max = static_cast<int64_t>(kWeightScratchBytes / elem) / K;
   if (rows_max < 1) return false;
@@ -474,6 +609,16 @@ bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
   auto* base = static_cast<uint8_t*>(weight_scratch(w_bytes + x_bytes + scale_bytes));
   if (base == nullptr) return false;
   auto* op = static_cast<float*>(out.data);
+  // out's columns [n0, n0 + rows) = xo @ wo^T, wo [rows, K]
+  auto product = [&](const GemmOperand& xo, const GemmOperand& wo, int64_t n0, int64_t rows) {
+    if (own) {
+      launch_gemm_f16(static_cast<const __half*>(xo.data), static_cast<const __half*>(wo.data), op + n0, M,
+                      rows, K, N, stream_);
+      check_launch("linear");
+      return true;
+    }
+    return blas->gemm(xo, wo, op + n0, DType::F32, 1, M, rows, K, N);
+  };
   // w converted into `scratch` (f32 or f16) slice by slice, each slice's product with xo written
   // into its columns of out.
   auto by_slices = [&](const GemmOperand& xo, auto* scratch, DType scratch_dtype) {
@@ -490,8 +635,7 @@ bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
           if (!dispatch_quantized(w.dtype, convert)) return false;
       }
       check_launch("linear");
-      const GemmOperand st{scratch, scratch_dtype, 0, 1, K};
-      if (!blas_->gemm(xo, st, op + n0, DType::F32, 1, M, rows, K, N)) {
+      if (!product(xo, GemmOperand{scratch, scratch_dtype, 0, 1, K}, n0, rows)) {
         return false;  // only before the first slice: the shapes are the same for every slice
       }
     }
@@ -504,9 +648,8 @@ bool CudaKernels::linear_blas(const View& x, const View& w, const View& out) {
       static_cast<const float*>(x.data), K, xh, scale);
   check_launch("linear");
   const GemmOperand xs{xh, DType::F16, 0, K, 1};
-  const bool done = w.dtype == DType::F16
-                        ? blas_->gemm(xs, GemmOperand{w.data, DType::F16, 0, 1, K}, op, DType::F32, 1, M, N, K, N)
-                        : by_slices(xs, reinterpret_cast<__half*>(base), DType::F16);
+  const bool done = w.dtype == DType::F16 ? product(xs, GemmOperand{w.data, DType::F16, 0, 1, K}, 0, N)
+                                          : by_slices(xs, reinterpret_cast<__half*>(base), DType::F16);
   if (!done) return false;
   scale_rows_kernel<<<static_cast<unsigned>(M), kScaleRowsThreads, 0, stream_>>>(op, N, N, scale);
   check_launch("linear");
@@ -528,9 +671,10 @@ void CudaKernels::matmul(const View& a, const View& b, const View& out) {
     fill(out, 0.0);
     return;
   }
-  if (blas_ != nullptr && blas_->available()) capture_guard("matmul through cuBLAS");
-  if (blas_ != nullptr && blas_->available() &&
-      blas_->gemm(GemmOperand{a.data, a.dtype, a.strides[0], a.strides[1], a.strides[2]},
+  Blas* blas = this->blas();
+  if (blas != nullptr) capture_guard("matmul through cuBLAS");
+  if (blas != nullptr &&
+      blas->gemm(GemmOperand{a.data, a.dtype, a.strides[0], a.strides[1], a.strides[2]},
                   GemmOperand{b.data, b.dtype, b.strides[0], b.strides[1], b.strides[2]},
                   out.data, out.dtype, batch, M, N, K, N)) {
     g_device_ops.fetch_add(1, std::memory_order_relaxed);
@@ -560,7 +704,7 @@ void CudaKernels::linear(const View& x, const View& w, const View& out) {
     throw KernelError(std::string("linear: ") + dtype_name(w.dtype) + " weight has " +
                       std::to_string(K) + " columns, not a multiple of its block size");
   }
-  if (M > kMatvecMaxRows && blas_ != nullptr && blas_->available() && linear_blas(x, w, out)) {
+  if (M > kMatvecMaxRows && linear_large(x, w, out)) {
     g_device_ops.fetch_add(1, std::memory_order_relaxed);
     return;
   }

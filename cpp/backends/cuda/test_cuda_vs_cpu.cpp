@@ -466,6 +466,20 @@ void test_linear() {
         compare(what, *o, half ? 1e-3 : 1e-4, 1e-6, half ? 2e-3 : 1e-5);
     }
   }
+  // Prompt-sized products on the tensor cores: many 64 x 64 blocks and 32-wide k-steps (TL's f16
+  // kernel; cuBLAS with TL_CUDA_OWN_GEMM=0), edges in M and N, K = 2048 and an odd multiple of 32.
+  struct Big { DType wt; int64_t M, K, N; };
+  for (const Big& b : {Big{DType::Q4_K, 300, 2048, 700}, Big{DType::F16, 131, 2056, 333},
+                       Big{DType::Q8_0, 512, 576, 1536}, Big{DType::Q4_1, 77, 1568, 65}}) {
+    auto x = contiguous(DType::F32, {b.M, b.K});
+    auto w = is_quantized(b.wt) ? make_dual(b.wt, {b.N, b.K}, {b.K, 1}, 0, static_cast<int64_t>(row_bytes(b.wt, b.K)) * b.N)
+                                : contiguous(b.wt, {b.N, b.K});
+    auto o = contiguous(DType::F32, {b.M, b.N});
+    const std::string what = std::string("linear (prompt-sized) w=") + dtype_name(b.wt) + " M=" + std::to_string(b.M) +
+                             " K=" + std::to_string(b.K) + " N=" + std::to_string(b.N);
+    if (run_both(what, [&](Kernels& k, int s) { k.linear(x->view(s), w->view(s), o->view(s)); }))
+      compare(what, *o, 1e-3, 1e-6, 2e-3);
+  }
 }
 
 // The tensor-core linear (more than 8 rows, a quantized or f16 weight) on rows of x that f16
