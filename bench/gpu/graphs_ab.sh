@@ -88,6 +88,10 @@
 #                              and with 32 and 128 keys per split block, the cross-backend, fused-op
 #                              and model tests on CUDA, bench/llm.py on both models with and without
 #                              it, then the RSS stages of the SmolLM2 shape (graphs on and off)
+#   bench/gpu/graphs_ab.sh P   builds, test_cuda_vs_cpu with TL's f16 product kernel (default) and
+#                              with cuBLAS (TL_CUDA_OWN_GEMM=0), the cross-backend and model tests on
+#                              CUDA, then 512-token prefills of both models with TL_CUDA_OWN_GEMM=0-3,
+#                              two rounds
 #   bench/gpu/graphs_ab.sh F   builds (llama.cpp in the background when carried), test_cuda_vs_cpu,
 #                              the cross-backend, backend-op, fused-op and model tests on CUDA, the
 #                              prompt-sized product by TL's f16 kernel and by cuBLAS
@@ -195,6 +199,25 @@ G)
   tl_runs "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_ATTN_GQA=0" "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_GQA=0"
   for e in TL_NOTHING=1 TL_CUDA_GRAPHS=0; do
     echo "== RSS stages, SmolLM2 shape, $e"; env "$e" timeout 60 python3 bench/gpu/rss_breakdown.py "$SMOL" --top 6
+  done
+  ;;
+P)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  echo "== test_cuda_vs_cpu, TL_CUDA_OWN_GEMM=0 (cuBLAS, started on first use)"
+  TL_CUDA_OWN_GEMM=0 timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu_cublas.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu_cublas.log" | tail -4
+  echo "== pytest on CUDA"
+  TL_BACKEND=cuda timeout 120 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/models/test_architectures.py 2>&1 | tail -2
+  for i in $(seq 100); do [ -s "$B1" ] && break; sleep 2; done
+  for round in 1 2; do
+    for v in 0 1 2 3; do
+      for m in "$SMOL" "$B1"; do
+        echo "== round $round, TL_CUDA_OWN_GEMM=$v, $(basename "$m" .gguf): 512-token prefills"
+        TL_CUDA_OWN_GEMM=$v timeout 60 python3 bench/gpu/profile_prefill.py "$m" --tokens 512 --runs 4 2>&1 | tail -2
+      done
+    done
   done
   ;;
 F)

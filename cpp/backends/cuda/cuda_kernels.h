@@ -38,7 +38,7 @@ struct CudaTuning {
   int64_t attn_gqa_splits = 32;  // ... and its splits (at most; up to 64)
   bool pdl = true;            // programmatic dependent launches (cuda_common.cuh; sm_90+ only)
   bool l2_prefetch = true;    // with pdl: weights (and keys, values) prefetched into L2 before the wait
-  bool own_gemm = true;       // prompt-sized f16 products by TL's kernel, not cuBLAS (TL_CUDA_OWN_GEMM)
+  int own_gemm = 2;           // prompt-sized f16 products: 0 cuBLAS, 1-3 TL's kernel (TL_CUDA_OWN_GEMM; matmul.cu)
 };
 
 
@@ -162,7 +162,7 @@ class CudaKernels final : public Kernels {
     blas_ = nullptr;
   }
   // Whether gemm_f16_kernel's instructions exist on the device (sm_80+).
-  void set_own_gemm_ok(bool ok) { own_gemm_ok_ = ok; }
+  void set_own_gemm_ok(bool ok) { own_gemm_ok_ = ok && prepare_gemm(); }
   void set_tuning(const CudaTuning& tuning) { tuning_ = tuning; }
   ~CudaKernels();
 
@@ -241,6 +241,8 @@ class CudaKernels final : public Kernels {
                             const int64_t* dyn);
   // Allows that kernel's shared memory once; false where the device cannot give it.
   static bool prepare_attention_gqa();
+  // Allows gemm_f16_kernel's shared memory once; false where the device cannot give it.
+  static bool prepare_gemm();
 
   Blas* blas_ = nullptr;
   std::function<Blas*()> blas_factory_;

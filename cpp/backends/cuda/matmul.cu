@@ -378,13 +378,23 @@ __global__ void scale_rows_kernel(float* out, int64_t ldc, int64_t N, const floa
 // ---------------------------------------------------------------- f16 tensor-core product
 // out [M, N] (row stride ldc, f32) = a [M, K] @ b^T, a and b f16, row-major with K contiguous and
 // 16-byte aligned rows (K a multiple of 8): a linear's x rounded to f16 and its weight rows as f16.
-// TL's own kernel for what cuBLAS did here, so that a model's prompt never loads cuBLAS (about
-// 200 MiB of host memory): blocks of 64 x 64 outputs, four warps of 32 x 32, each k-step of 32
-// copied into shared memory by cp.async three stages deep, fragments read with ldmatrix, products
-// by mma.sync m16n8k16 with f32 sums (the order of the sums is the tensor cores', as cuBLAS's is).
-// Rows past M or N and columns past K are copied as zeros.
-constexpr int kGemmBM = 64, kGemmBN = 64, kGemmBK = 32, kGemmStages = 3, kGemmThreads = 128;
+// TL's own kernel for what cuBLAS did here, so that a model's prompt need not load cuBLAS (about
+// 200 MiB of host memory). Blocks of BM x BN outputs, warps of WM x WN, each k-step of 32 copied
+// into shared memory by cp.async kStages deep, fragments read with ldmatrix, products by mma.sync
+// m16n8k16 with f32 sums (the order of the sums is the tensor cores', as cuBLAS's is). Rows past
+// M or N and columns past K are copied as zeros. Two shapes: 64 x 64 blocks of four warps, and
+// 128 x 128 blocks of eight for products that fill the GPU twice over with them; a product whose
+// blocks would not fill it splits K over up to 8 blocks per output tile, each writing its sums to a
+// scratch, added in split order by gemm_split_sum_kernel (deterministic).
+constexpr int kGemmBK = 32, kGemmStages = 3;
 constexpr int kGemmRow = kGemmBK + 8;  // halves per staged row: 80 bytes, ldmatrix without conflicts
+constexpr int kGemmMaxSplits = 8;
+constexpr int64_t kGemmSplitFloats = int64_t(4) << 20;  // the split-K scratch: at most 16 MiB
+
+template <int BM, int BN>
+constexpr size_t gemm_shared_bytes() {
+  return static_cast<size_t>(kGemmStages) * (BM + BN) * kGemmRow * sizeof(__half);
+}
 
 __device__ __forceinline__ void gemm_copy16(void* smem, const void* gmem, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -396,68 +406,84 @@ __device__ __forceinline__ void gemm_copy16(void* smem, const void* gmem, bool v
 #endif
 }
 
-__global__ void __launch_bounds__(kGemmThreads)
-    gemm_f16_kernel(const __half* a, const __half* b, float* out, int64_t M, int64_t N, int64_t K, int64_t ldc) {
+// Split z (blockIdx.z) takes k-steps [z * split_steps, (z + 1) * split_steps) and writes to
+// out + z * split_stride.
+template <int BM, int BN, int WM, int WN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    gemm_f16_kernel(const __half* a, const __half* b, float* out, int64_t M, int64_t N, int64_t K,
+                    int64_t ldc, int split_steps, int64_t split_stride) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  __shared__ __align__(16) __half sa[kGemmStages][kGemmBM][kGemmRow];
-  __shared__ __align__(16) __half sb[kGemmStages][kGemmBN][kGemmRow];
+  constexpr int kWarpsN = BN / WN, kThreads = (BM / WM) * kWarpsN * 32;
+  constexpr int MI = WM / 16, NI = WN / 8;
+  static_assert(NI % 2 == 0, "B fragments are read two n8 tiles at a time");
+  extern __shared__ __align__(16) char gemm_shared[];
+  auto* sa = reinterpret_cast<__half(*)[BM][kGemmRow]>(gemm_shared);
+  auto* sb = reinterpret_cast<__half(*)[BN][kGemmRow]>(gemm_shared + kGemmStages * BM * kGemmRow * sizeof(__half));
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp >> 1, wn = warp & 1;  // this warp's 32 x 32 outputs in the block's 64 x 64
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kGemmBM, n0 = static_cast<int64_t>(blockIdx.x) * kGemmBN;
-  const int ktiles = static_cast<int>((K + kGemmBK - 1) / kGemmBK);
+  const int wm = warp / kWarpsN, wn = warp % kWarpsN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int all_steps = static_cast<int>((K + kGemmBK - 1) / kGemmBK);
+  const int first = blockIdx.z * split_steps;
+  const int steps = all_steps - first < split_steps ? all_steps - first : split_steps;
+  out += blockIdx.z * split_stride;
   auto load = [&](int stage, int kt) {
-    // 64 rows x 4 pieces of 16 bytes, for a and for b: two of each per thread
+    // (BM + BN) rows x 4 pieces of 16 bytes
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int c = tid + i * kGemmThreads, row = c >> 2, piece = c & 3;
+    for (int c = tid; c < (BM + BN) * 4; c += kThreads) {
+      const int row = c >> 2, piece = c & 3;
       const int64_t k = static_cast<int64_t>(kt) * kGemmBK + piece * 8;
-      const bool kin = k < K;
-      const int64_t am = m0 + row, bn = n0 + row;
-      gemm_copy16(&sa[stage][row][piece * 8], am < M && kin ? a + am * K + k : a, am < M && kin);
-      gemm_copy16(&sb[stage][row][piece * 8], bn < N && kin ? b + bn * K + k : b, bn < N && kin);
+      if (row < BM) {
+        const int64_t am = m0 + row;
+        const bool ok = am < M && k < K;
+        gemm_copy16(&sa[stage][row][piece * 8], ok ? a + am * K + k : a, ok);
+      } else {
+        const int64_t bn = n0 + row - BM;
+        const bool ok = bn < N && k < K;
+        gemm_copy16(&sb[stage][row - BM][piece * 8], ok ? b + bn * K + k : b, ok);
+      }
     }
   };
-  float acc[2][4][4];
+  float acc[MI][NI][4];
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < NI; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 #pragma unroll
   for (int s = 0; s < kGemmStages - 1; ++s) {
-    if (s < ktiles) load(s, s);
+    if (s < steps) load(s, first + s);
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
-  for (int kt = 0; kt < ktiles; ++kt) {
+  for (int kt = 0; kt < steps; ++kt) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kGemmStages - 2) : "memory");
     __syncthreads();  // step kt is in shared memory, and every warp is done with step kt - 1's stage
-    if (kt + kGemmStages - 1 < ktiles) load((kt + kGemmStages - 1) % kGemmStages, kt + kGemmStages - 1);
+    if (kt + kGemmStages - 1 < steps) load((kt + kGemmStages - 1) % kGemmStages, first + kt + kGemmStages - 1);
     asm volatile("cp.async.commit_group;" ::: "memory");
     const int st = kt % kGemmStages;
 #pragma unroll
     for (int kk = 0; kk < kGemmBK; kk += 16) {
-      uint32_t af[2][4], bf[4][2];
+      uint32_t af[MI][4], bf[NI][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const __half* p = &sa[st][wm * 32 + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8];
+      for (int mi = 0; mi < MI; ++mi) {
+        const __half* p = &sa[st][wm * WM + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8];
         const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(af[mi][0]), "=r"(af[mi][1]), "=r"(af[mi][2]), "=r"(af[mi][3])
                      : "r"(addr));
       }
 #pragma unroll
-      for (int nj = 0; nj < 2; ++nj) {
-        const __half* p = &sb[st][wn * 32 + nj * 16 + (lane >> 4) * 8 + (lane & 7)][kk + ((lane >> 3) & 1) * 8];
+      for (int nj = 0; nj < NI / 2; ++nj) {
+        const __half* p = &sb[st][wn * WN + nj * 16 + (lane >> 4) * 8 + (lane & 7)][kk + ((lane >> 3) & 1) * 8];
         const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(bf[2 * nj][0]), "=r"(bf[2 * nj][1]), "=r"(bf[2 * nj + 1][0]), "=r"(bf[2 * nj + 1][1])
                      : "r"(addr));
       }
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+      for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < NI; ++ni)
           asm volatile(
               "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
               "{%8, %9}, {%0, %1, %2, %3};"
@@ -467,13 +493,13 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
+  for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      const int64_t col = n0 + wn * 32 + ni * 8 + (lane & 3) * 2;
+    for (int ni = 0; ni < NI; ++ni) {
+      const int64_t col = n0 + wn * WN + ni * 8 + (lane & 3) * 2;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t row = m0 + wm * 32 + mi * 16 + (lane >> 2) + h * 8;
+        const int64_t row = m0 + wm * WM + mi * 16 + (lane >> 2) + h * 8;
         if (row >= M) continue;
         float* o = out + row * ldc + col;
         if (col < N) o[0] = acc[mi][ni][2 * h];
@@ -484,16 +510,70 @@ __global__ void __launch_bounds__(kGemmThreads)
 #endif
 }
 
-// Whether gemm_f16_kernel can take a [rows, K] f16 operand at p: the device has the instructions
-// it uses (sm_80+, checked by the caller), K a multiple of 8, 16-byte aligned rows.
+// out [M, N] (row stride ldc) = the sum over the splits of partial [splits][M][N], in split order.
+__global__ void gemm_split_sum_kernel(const float* partial, int splits, int64_t M, int64_t N, float* out,
+                                      int64_t ldc) {
+  const int64_t total = M * N;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = partial[t];
+    for (int z = 1; z < splits; ++z) s += partial[z * total + t];
+    const int64_t m = t / N;
+    out[m * ldc + (t - m * N)] = s;
+  }
+}
+
+using GemmKernel = void (*)(const __half*, const __half*, float*, int64_t, int64_t, int64_t, int64_t, int, int64_t);
+constexpr GemmKernel kGemmSmall = gemm_f16_kernel<64, 64, 32, 32>;
+constexpr GemmKernel kGemmLarge = gemm_f16_kernel<128, 128, 64, 32>;
+
+// Whether gemm_f16_kernel can take a [rows, K] f16 operand at p: K a multiple of 8, 16-byte
+// aligned rows (the device's support is the caller's: sm_80+).
 bool gemm_f16_operand_ok(const void* p, int64_t K) {
   return K % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-void launch_gemm_f16(const __half* a, const __half* b, float* out, int64_t M, int64_t N, int64_t K,
-                     int64_t ldc, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((N + kGemmBN - 1) / kGemmBN), static_cast<unsigned>((M + kGemmBM - 1) / kGemmBM));
-  gemm_f16_kernel<<<grid, kGemmThreads, 0, stream>>>(a, b, out, M, N, K, ldc);
+// How launch_gemm_f16 runs an M x N x K product: the 128 x 128 blocks, or the 64 x 64 ones with
+// `splits` (>= 1) splits of K. `variant` 1: always 64 x 64, unsplit (TL_CUDA_OWN_GEMM=1).
+struct GemmPlan {
+  bool large;
+  int splits;
+};
+
+GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K, int64_t sms, int variant) {
+  if (variant == 1) return {false, 1};
+  const int64_t large_blocks = ((M + 127) / 128) * ((N + 127) / 128);
+  if (large_blocks >= 2 * sms) return {true, 1};
+  const int64_t blocks = ((M + 63) / 64) * ((N + 63) / 64), steps = (K + kGemmBK - 1) / kGemmBK;
+  int64_t s = (2 * sms + blocks - 1) / blocks;
+  s = std::min<int64_t>({s, steps / 8, kGemmMaxSplits, kGemmSplitFloats / (M * N)});
+  if (s < 2) return {false, 1};
+  const int64_t per = (steps + s - 1) / s;
+  return {false, static_cast<int>((steps + per - 1) / per)};
+}
+
+// Floats of split-K scratch the plan needs.
+int64_t gemm_partial_floats(const GemmPlan& plan, int64_t M, int64_t N) {
+  return plan.splits > 1 ? plan.splits * M * N : 0;
+}
+
+void launch_gemm_f16(const GemmPlan& plan, const __half* a, const __half* b, float* out, int64_t M, int64_t N,
+                     int64_t K, int64_t ldc, float* partial, cudaStream_t stream) {
+  const int steps = static_cast<int>((K + kGemmBK - 1) / kGemmBK);
+  if (plan.large) {
+    const dim3 grid(static_cast<unsigned>((N + 127) / 128), static_cast<unsigned>((M + 127) / 128));
+    kGemmLarge<<<grid, 256, gemm_shared_bytes<128, 128>(), stream>>>(a, b, out, M, N, K, ldc, steps, 0);
+    return;
+  }
+  const int per = (steps + plan.splits - 1) / plan.splits;
+  const dim3 grid(static_cast<unsigned>((N + 63) / 64), static_cast<unsigned>((M + 63) / 64),
+                  static_cast<unsigned>(plan.splits));
+  if (plan.splits == 1) {
+    kGemmSmall<<<grid, 128, gemm_shared_bytes<64, 64>(), stream>>>(a, b, out, M, N, K, ldc, per, 0);
+    return;
+  }
+  kGemmSmall<<<grid, 128, gemm_shared_bytes<64, 64>(), stream>>>(a, b, partial, M, N, K, N, per, M * N);
+  gemm_split_sum_kernel<<<grid_for(M * N, 256), 256, 0, stream>>>(partial, plan.splits, M, N, out, ldc);
 }
 
 template <DType WT>
@@ -551,6 +631,15 @@ CudaKernels::~CudaKernels() {
   if (weight_scratch_ != nullptr) (void)cudaFree(weight_scratch_);
 }
 
+bool CudaKernels::prepare_gemm() {
+  const cudaError_t a = cudaFuncSetAttribute(kGemmSmall, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(gemm_shared_bytes<64, 64>()));
+  const cudaError_t b = cudaFuncSetAttribute(kGemmLarge, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(gemm_shared_bytes<128, 128>()));
+  if (a != cudaSuccess || b != cudaSuccess) (void)cudaGetLastError();
+  return a == cudaSuccess && b == cudaSuccess;
+}
+
 Blas* CudaKernels::blas() {
   if (!blas_tried_ && blas_factory_) {
     capture_guard("starting cuBLAS");
@@ -588,8 +677,12 @@ bool CudaKernels::linear_large(const View& x, const View& w, const View& out) {
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   const bool half = tuning_.linear_f16 && (is_quantized(w.dtype) || w.dtype == DType::F16) &&
                     static_cast<size_t>(M * K) * sizeof(__half) <= kHalfXScratchBytes;
-  const bool own = half && tuning_.own_gemm && own_gemm_ok_ && K % 8 == 0 &&
-                   (w.dtype != DType::F16 || gemm_f16_operand_ok(w.data, K));
+  // TL_CUDA_OWN_GEMM: 0 cuBLAS; 1 the plain 64 x 64 kernel; 2 the planned one (gemm_plan); 3 the
+  // planned one below 2^31 multiply-adds, cuBLAS above.
+  const int variant = tuning_.own_gemm;
+  const bool own = half && variant > 0 && own_gemm_ok_ && K % 8 == 0 &&
+                   (w.dtype != DType::F16 || gemm_f16_operand_ok(w.data, K)) &&
+                   (variant != 3 || static_cast<double>(M) * N * K < 2147483648.0);
   capture_guard(own ? "linear on the tensor cores (its scratch)" : "linear through cuBLAS");
   Blas* blas = own ? nullptr : this->blas();
   if (!own && blas == nullptr) return false;
@@ -605,15 +698,24 @@ bool CudaKernels::linear_large(const View& x, const View& w, const View& out) {
   auto align = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t w_bytes = align(static_cast<size_t>(slice * K) * elem);
   const size_t x_bytes = half ? align(static_cast<size_t>(M * K) * sizeof(__half)) : 0;
-  const size_t scale_bytes = half ? static_cast<size_t>(M) * sizeof(float) : 0;
-  auto* base = static_cast<uint8_t*>(weight_scratch(w_bytes + x_bytes + scale_bytes));
+  const size_t scale_bytes = half ? align(static_cast<size_t>(M) * sizeof(float)) : 0;
+  // Every slice but the last has `slice` rows (an f16 w: one slice of N); the last, fewer.
+  const int64_t slice_rows = slice > 0 ? slice : N;
+  const GemmPlan plan = own ? gemm_plan(M, slice_rows, K, sm_count_, variant) : GemmPlan{false, 1};
+  const GemmPlan last_plan = own ? gemm_plan(M, N % slice_rows == 0 ? slice_rows : N % slice_rows, K, sm_count_, variant)
+                                 : GemmPlan{false, 1};
+  const size_t partial_bytes = static_cast<size_t>(std::max(gemm_partial_floats(plan, M, slice_rows),
+                                                            gemm_partial_floats(last_plan, M, N % slice_rows))) *
+                               sizeof(float);
+  auto* base = static_cast<uint8_t*>(weight_scratch(w_bytes + x_bytes + scale_bytes + partial_bytes));
   if (base == nullptr) return false;
   auto* op = static_cast<float*>(out.data);
   // out's columns [n0, n0 + rows) = xo @ wo^T, wo [rows, K]
+  auto* partial = reinterpret_cast<float*>(base + w_bytes + x_bytes + scale_bytes);
   auto product = [&](const GemmOperand& xo, const GemmOperand& wo, int64_t n0, int64_t rows) {
     if (own) {
-      launch_gemm_f16(static_cast<const __half*>(xo.data), static_cast<const __half*>(wo.data), op + n0, M,
-                      rows, K, N, stream_);
+      launch_gemm_f16(rows == slice_rows ? plan : last_plan, static_cast<const __half*>(xo.data),
+                      static_cast<const __half*>(wo.data), op + n0, M, rows, K, N, partial, stream_);
       check_launch("linear");
       return true;
     }

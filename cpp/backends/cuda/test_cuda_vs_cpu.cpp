@@ -466,11 +466,13 @@ void test_linear() {
         compare(what, *o, half ? 1e-3 : 1e-4, 1e-6, half ? 2e-3 : 1e-5);
     }
   }
-  // Prompt-sized products on the tensor cores: many 64 x 64 blocks and 32-wide k-steps (TL's f16
-  // kernel; cuBLAS with TL_CUDA_OWN_GEMM=0), edges in M and N, K = 2048 and an odd multiple of 32.
+  // Prompt-sized products on the tensor cores (TL's f16 kernel; cuBLAS with TL_CUDA_OWN_GEMM=0):
+  // 64 x 64 blocks with K split over 2 to 8 of them, 128 x 128 blocks (the last case: enough of
+  // them to fill an H100 twice), edges in M and N, K = 2048 and one not a multiple of 32.
   struct Big { DType wt; int64_t M, K, N; };
   for (const Big& b : {Big{DType::Q4_K, 300, 2048, 700}, Big{DType::F16, 131, 2056, 333},
-                       Big{DType::Q8_0, 512, 576, 1536}, Big{DType::Q4_1, 77, 1568, 65}}) {
+                       Big{DType::Q8_0, 512, 576, 1536}, Big{DType::Q4_1, 77, 1568, 65},
+                       Big{DType::Q4_K, 1000, 512, 4400}}) {
     auto x = contiguous(DType::F32, {b.M, b.K});
     auto w = is_quantized(b.wt) ? make_dual(b.wt, {b.N, b.K}, {b.K, 1}, 0, static_cast<int64_t>(row_bytes(b.wt, b.K)) * b.N)
                                 : contiguous(b.wt, {b.N, b.K});
