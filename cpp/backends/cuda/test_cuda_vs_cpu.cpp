@@ -466,7 +466,7 @@ void test_linear() {
         compare(what, *o, half ? 1e-3 : 1e-4, 1e-6, half ? 2e-3 : 1e-5);
     }
   }
-  // Prompt-sized products on the tensor cores (TL's f16 kernel; cuBLAS with TL_CUDA_OWN_GEMM=0):
+  // Prompt-sized products on the tensor cores (cuBLAS; TL's f16 kernel with TL_CUDA_OWN_GEMM=2 or without cuBLAS):
   // 64 x 64 blocks with K split over 2 to 8 of them, 128 x 128 blocks (the last case: enough of
   // them to fill an H100 twice), edges in M and N, K = 2048 and one not a multiple of 32.
   struct Big { DType wt; int64_t M, K, N; };
