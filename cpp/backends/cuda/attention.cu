@@ -51,6 +51,36 @@ __device__ __forceinline__ bool rows_vec8h(const Strided3& x, int64_t D) {
 // How add_values reads value rows: any floating dtype through load_float, or f32 / f16 directly.
 enum class ValueLoad { Any, F32, F16 };
 
+// part + q[0..7] . the 8 halves of `raw`, in order (each half converted exactly): a score's step
+// over 8 key elements of an f16 cache, the same fmaf chain as over f32 keys.
+__device__ __forceinline__ float dot_half8(const uint4& raw, const float* q, float part) {
+  const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const float2 f = __half22float2(h2[t]);
+    part = fmaf(q[2 * t], f.x, part);
+    part = fmaf(q[2 * t + 1], f.y, part);
+  }
+  return part;
+}
+
+// One warp's online softmax over its next 32 scores (s: this lane's, -inf where no key): false
+// when all are -inf (nothing changes); else the running max m and sum l and the accumulators move
+// to the new max, and p is this lane's weight for its value row.
+template <int kPerLane>
+__device__ __forceinline__ bool softmax_step(float s, float& m, float& l, float (&acc)[kPerLane], float& p) {
+  const float cmax = warp_max(s);
+  if (cmax == -INFINITY) return false;  // uniform across the warp
+  const float m_new = fmaxf(m, cmax);
+  const float corr = expf(m - m_new);  // 0 while m is still -inf
+  p = s == -INFINITY ? 0.0f : expf(s - m_new);
+  l = l * corr + warp_sum(p);
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
+  m = m_new;
+  return true;
+}
+
 // acc[r] += p_jj * v[c0 + jj][hk][lane + 32 r] over the chunk's n_here keys, p_jj in lane jj.
 // kRows value rows at a time, their loads issued before any use (a load behind a branch on its
 // weight would wait out the memory latency once per key); f32 values are read without the
@@ -184,16 +214,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
           // The same products in the same order as below, the halves converted exactly.
           const uint4* kr = reinterpret_cast<const uint4*>(static_cast<const __half*>(k.data) + kbase);
 #pragma unroll 4
-          for (int64_t d8 = 0; d8 < D / 8; ++d8) {
-            const uint4 raw = __ldg(kr + d8);
-            const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-            for (int t = 0; t < 4; ++t) {
-              const float2 f = __half22float2(h2[t]);
-              part = fmaf(s_q[8 * d8 + 2 * t], f.x, part);
-              part = fmaf(s_q[8 * d8 + 2 * t + 1], f.y, part);
-            }
-          }
+          for (int64_t d8 = 0; d8 < D / 8; ++d8) part = dot_half8(__ldg(kr + d8), s_q + 8 * d8, part);
         } else {
 #pragma unroll 8
           for (int64_t d = 0; d < D; ++d) part = fmaf(s_q[d], load_float(k.data, k.dtype, kbase + d * k.s2), part);
@@ -202,14 +223,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
         if (mask != nullptr) s += load_float(mask, mask_dtype, i * mask_s0 + j * mask_s1);
       }
-      const float cmax = warp_max(s);
-      if (cmax == -INFINITY) continue;  // nothing visible in these 32 keys (uniform across the warp)
-      const float m_new = fmaxf(m, cmax);
-      const float corr = expf(m - m_new);  // 0 while m is still -inf
-      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-      l = l * corr + warp_sum(p);
-#pragma unroll
-      for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
+      float p;
+      if (!softmax_step<kPerLane>(s, m, l, acc, p)) continue;  // nothing visible in these 32 keys
       const int n_here = static_cast<int>(j1 - c0 < 32 ? j1 - c0 : 32);
       if (v.dtype == DType::F32) {
         add_values<kPerLane, ValueLoad::F32, kRows>(v, c0, n_here, hk, D, lane, p, acc);
@@ -218,7 +233,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       } else {
         add_values<kPerLane, ValueLoad::Any, kRows>(v, c0, n_here, hk, D, lane, p, acc);
       }
-      m = m_new;
     }
     if (lane == 0) {
       s_max[warp] = m;
@@ -475,29 +489,14 @@ __global__ void __launch_bounds__(kGqaMaxGroup * 32)
       } else {
         const uint4* k8 = reinterpret_cast<const uint4*>(kr);
 #pragma unroll
-        for (int c = 0; c < kD / 8; ++c) {
-          const uint4 raw = k8[c];
-          const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const float2 f = __half22float2(h2[u]);
-            part = fmaf(sq[8 * c + 2 * u], f.x, part);
-            part = fmaf(sq[8 * c + 2 * u + 1], f.y, part);
-          }
-        }
+        for (int c = 0; c < kD / 8; ++c) part = dot_half8(k8[c], sq + 8 * c, part);
       }
       s = part * scale;
       if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
       if (mask != nullptr) s += load_float(mask, mask_dtype, (c0 + lane) * mask_s1);
     }
-    const float cmax = warp_max(s);
-    if (cmax != -INFINITY) {  // uniform across the warp
-      const float m_new = fmaxf(m, cmax);
-      const float corr = expf(m - m_new);  // 0 while m is still -inf
-      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-      l = l * corr + warp_sum(p);
-#pragma unroll
-      for (int r = 0; r < kPerLane; ++r) acc[r] *= corr;
+    float p;
+    if (softmax_step<kPerLane>(s, m, l, acc, p)) {
       const KV* vr = reinterpret_cast<const KV*>(stage + kGqaTile * S::kRowK);
       // Every row of the tile: a key of weight 0 (masked, past the keys: its row not copied) adds
       // nothing, even where its row holds a NaN.
@@ -515,7 +514,6 @@ __global__ void __launch_bounds__(kGqaMaxGroup * 32)
           acc[r] = pj != 0.0f ? fmaf(pj, vv, acc[r]) : acc[r];
         }
       }
-      m = m_new;
     }
     __syncthreads();  // every warp is done with this stage
     if (t + 2 < tiles) gqa_load_tile<kD, KV>(stage, k, v, hk, c0 + 2 * kGqaTile, tile_keys(t + 2), vec);
