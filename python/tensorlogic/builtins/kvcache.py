@@ -110,13 +110,22 @@ class KVCache(TLObject):
         symbolic.add_batched_hook(("kvcache", id(self)), self._replay_checks, check)
 
     def _replay_checks(self, checks: list, scalars: list) -> None:
-        known: dict = {}
-        for kind, i, value, s in checks:
-            x = symbolic.evaluate_once(value, scalars, known)
+        # The checks' positions and counts are a few distinct expressions (the step's position and
+        # position + 1, the latter a new Symbolic in every layer): the plan, made once per
+        # recording (kept on the hook's item list), evaluates each once per replay.
+        plan = getattr(checks, "plan", None)
+        if plan is None or plan[0] != len(checks):
+            values, index = _value_table()
+            plan = (len(checks), values, [(kind, i, index(value), s) for kind, i, value, s in checks])
+            if isinstance(checks, symbolic.HookBatch):
+                checks.plan = plan
+        _, values, entries = plan
+        vals = [symbolic.evaluate(v, scalars) for v in values]
+        for kind, i, xi, s in entries:
             if kind is _WRITE:
-                self._replayed_write(i, x, s)
+                self._replayed_write(i, vals[xi], s)
             else:
-                self._check_view(self.k if kind is _VIEW_K else self.v, i, x)
+                self._check_view(self.k if kind is _VIEW_K else self.v, i, vals[xi])
 
     def _replayed_write(self, i: int, p: int, s: int) -> None:
         if p < 0 or p > self.lengths[i]:
@@ -274,10 +283,10 @@ class KVCache(TLObject):
     __repr__ = tl_repr
 
 
-def _check_plan(checks: list) -> tuple:
-    """(len(checks), values, entries) for SlotStore._replay_checks: each check's slot and value as an
-    index into `values`, where structurally equal symbolic expressions (the same constant, terms and
-    kind: the same value at every replay) are listed once; plain numbers are listed as they are."""
+def _value_table() -> tuple:
+    """(values, index) for a replay-check plan: index(v) is v's position in `values`, where
+    structurally equal symbolic expressions (the same constant, terms and kind: the same value at
+    every replay) are listed once; plain numbers are listed as they are."""
     values: list = []
     where: dict = {}
 
@@ -291,6 +300,13 @@ def _check_plan(checks: list) -> tuple:
         values.append(v)
         return len(values) - 1
 
+    return values, index
+
+
+def _check_plan(checks: list) -> tuple:
+    """(len(checks), values, entries) for SlotStore._replay_checks: each check's slot and value as an
+    index into `values` (_value_table)."""
+    values, index = _value_table()
     entries = [(kind, i, index(slot), index(x)) for kind, i, slot, x in checks]
     return len(checks), values, entries
 

@@ -227,18 +227,6 @@ def evaluate(v: Any, scalars: list[float]) -> Any:
     return int(round(x)) if isinstance(v.value, int) else float(x)
 
 
-def evaluate_once(v: Any, scalars: list[float], known: dict) -> Any:
-    """evaluate(v, scalars), remembered in `known` by identity: one replay's batched checks share a
-    few symbolic values (the step's position) across every layer. `v` stays alive meanwhile (the
-    checks hold it), so its id is not reused."""
-    if v.__class__ is not Symbolic:
-        return v
-    x = known.get(id(v))
-    if x is None:
-        x = known[id(v)] = evaluate(v, scalars)
-    return x
-
-
 def _number(o: Any) -> bool:
     return (o.__class__ is int or o.__class__ is float) and o.__class__ is not bool
 
