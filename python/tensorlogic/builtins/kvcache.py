@@ -121,11 +121,20 @@ class KVCache(TLObject):
                 checks.plan = plan
         _, values, entries = plan
         vals = [symbolic.evaluate(v, scalars) for v in values]
+        # The usual case is decided inline (a preallocated layer, the write extending it without a
+        # gap, a view within it); anything else goes through the eager checks and their errors.
+        lengths, cap = self.lengths, self.capacity
         for kind, i, xi, s in entries:
+            x = vals[xi]
             if kind is _WRITE:
-                self._replayed_write(i, vals[xi], s)
+                if cap is not None and self.k[i] is not None and 0 <= x <= lengths[i] and x + s <= cap:
+                    lengths[i] = x + s
+                else:
+                    self._replayed_write(i, x, s)
             else:
-                self._check_view(self.k if kind is _VIEW_K else self.v, i, vals[xi])
+                bufs = self.k if kind is _VIEW_K else self.v
+                if bufs[i] is None or not 0 < x <= lengths[i]:
+                    self._check_view(bufs, i, x)
 
     def _replayed_write(self, i: int, p: int, s: int) -> None:
         if p < 0 or p > self.lengths[i]:
