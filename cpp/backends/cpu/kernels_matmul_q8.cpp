@@ -195,12 +195,20 @@ struct Q8Group {
   const float* lane_dsum = nullptr;    // [nb][8]
   const int32_t* lane_qsum = nullptr;  // [nb][8]
   const int8_t* xi = nullptr;          // [nb][4][8][8]: bytes 8k..8k+7 of block b of each row
+  // for the pair kernel: per block, for each 4 bytes j of it, those 4 bytes of every row twice
+  // side by side; the lane values of each row twice
+  const int8_t* xp = nullptr;           // [nb][8][8][2][4]
+  const float* lane2_d = nullptr;       // [nb][16]
+  const float* lane2_dsum = nullptr;    // [nb][16]
+  const int32_t* lane2_qsum = nullptr;  // [nb][16]
 };
 // Groups of at least this many rows of x take the column kernel for the simple types (AVX-512 VNNI;
 // see row_simple_columns for the measurements that set it).
 constexpr int kColumnRows = 4;
 // out[m * ldo] = the weight row at w times row m of the group, for its mg rows.
 using RowFn = void (*)(const uint8_t* w, const Q8Group& g, float* out, int64_t ldo);
+// out[m * ldo] and out[m * ldo + 1] = the weight rows at w0 and w1 times row m of the group.
+using PairFn = void (*)(const uint8_t* w0, const uint8_t* w1, const Q8Group& g, float* out, int64_t ldo);
 
 // ---------------------------------------------------------------- AVX2 and AVX-512 VNNI
 
@@ -338,12 +346,18 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   // thread_local named inside their lambdas would be their own)
   thread_local std::vector<float> tl_padded_f, tl_lane_f;
   thread_local std::vector<int32_t> tl_padded_i, tl_lane_i;
-  thread_local std::vector<int8_t> tl_interleaved;
+  thread_local std::vector<int8_t> tl_interleaved, tl_pairs;
+  thread_local std::vector<float> tl_lane2_f;
+  thread_local std::vector<int32_t> tl_lane2_i;
   std::vector<float>& padded_f = tl_padded_f;
   std::vector<float>& lane_f = tl_lane_f;
   std::vector<int32_t>& padded_i = tl_padded_i;
   std::vector<int32_t>& lane_i = tl_lane_i;
   std::vector<int8_t>& interleaved = tl_interleaved;
+  std::vector<int8_t>& pairs = tl_pairs;
+  std::vector<float>& lane2_f = tl_lane2_f;
+  std::vector<int32_t>& lane2_i = tl_lane2_i;
+  PairFn pair = nullptr;
   padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
   padded_i.assign(static_cast<size_t>(M * nbp), 0);
   // the layouts below are copies, split among threads by groups of 8 rows where there are several
@@ -376,6 +390,14 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
     lane_f.assign(static_cast<size_t>(groups * nb * 16), 0.0f);
     lane_i.assign(static_cast<size_t>(groups * nb * 8), 0);
     interleaved.assign(static_cast<size_t>(groups * nb * 256), 0);
+#if defined(__x86_64__)
+    pair = vnni_rows::pair_fn(t);
+#endif
+    if (pair) {
+      pairs.resize(static_cast<size_t>(groups * nb * 512));
+      lane2_f.resize(static_cast<size_t>(groups * nb * 32));
+      lane2_i.resize(static_cast<size_t>(groups * nb * 16));
+    }
     by_groups([&](int64_t gi) {
       Q8Group& g = gs[gi];
       float* ld = lane_f.data() + gi * nb * 16;
@@ -393,6 +415,18 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       g.lane_dsum = ls;
       g.lane_qsum = lq;
       g.xi = xi;
+#if defined(__x86_64__)
+      if (pair) {
+        int8_t* xp = pairs.data() + gi * nb * 512;
+        float* ld2 = lane2_f.data() + gi * nb * 32;
+        int32_t* lq2 = lane2_i.data() + gi * nb * 16;
+        vnni_rows::layout_pairs(g, xp, ld2, ld2 + nb * 16, lq2);
+        g.xp = xp;
+        g.lane2_d = ld2;
+        g.lane2_dsum = ld2 + nb * 16;
+        g.lane2_qsum = lq2;
+      }
+#endif
     });
   }
   // Chunks of 8 weight rows, multiplied with every group of x while they are in cache: group by
@@ -415,9 +449,13 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       for (const Q8Group& g : gs) {
         const int64_t m0 = 8 * (&g - gs.data());
         const RowFn row = rows[g.mg - 1];
+        const bool paired = pair && g.mg >= kColumnRows;
         for (int64_t n = n0; n < n1; ++n) {
           const size_t at = static_cast<size_t>(n) * wrow;
-          if (row) {
+          if (paired && n + 1 < n1) {
+            pair(w + at, w + at + wrow, g, out + m0 * N + n, N);
+            ++n;
+          } else if (row) {
             row(w + at, g, out + m0 * N + n, N);
           } else {
             for (int m = 0; m < g.mg; ++m) {
