@@ -200,7 +200,7 @@ struct Q8Group {
   const int8_t* xp = nullptr;           // [nb][8][8][2][4]
   const float* lane2_d = nullptr;       // [nb][16]
   const float* lane2_dsum = nullptr;    // [nb][16]
-  const int32_t* lane2_qsum = nullptr;  // [nb][16]
+  const int32_t* lane2_qsum = nullptr;  // [nb][16]: -(qsum << the type's offset shift)
 };
 // Groups of at least this many rows of x take the column kernel for the simple types (AVX-512 VNNI;
 // see row_simple_columns for the measurements that set it).
@@ -420,7 +420,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
         int8_t* xp = pairs.data() + gi * nb * 512;
         float* ld2 = lane2_f.data() + gi * nb * 32;
         int32_t* lq2 = lane2_i.data() + gi * nb * 16;
-        vnni_rows::layout_pairs(g, xp, ld2, ld2 + nb * 16, lq2);
+        vnni_rows::layout_pairs(g, vnni_rows::pair_offset_shift(t), xp, ld2, ld2 + nb * 16, lq2);
         g.xp = xp;
         g.lane2_d = ld2;
         g.lane2_dsum = ld2 + nb * 16;
