@@ -389,10 +389,11 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   if (M >= kColumnRows && column_kernel_runs()) {
     lane_f.assign(static_cast<size_t>(groups * nb * 16), 0.0f);
     lane_i.assign(static_cast<size_t>(groups * nb * 8), 0);
-    interleaved.assign(static_cast<size_t>(groups * nb * 256), 0);
 #if defined(__x86_64__)
     pair = vnni_rows::pair_fn(t);
 #endif
+    // the single-row column kernel's layout, where the pair kernel does not take every weight row
+    if (!pair) interleaved.assign(static_cast<size_t>(groups * nb * 256), 0);
     if (pair) {
       pairs.resize(static_cast<size_t>(groups * nb * 512));
       lane2_f.resize(static_cast<size_t>(groups * nb * 32));
@@ -403,13 +404,14 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       float* ld = lane_f.data() + gi * nb * 16;
       float* ls = ld + nb * 8;
       int32_t* lq = lane_i.data() + gi * nb * 8;
-      int8_t* xi = interleaved.data() + gi * nb * 256;
+      int8_t* xi = pair ? nullptr : interleaved.data() + gi * nb * 256;
       for (int m = 0; m < g.mg; ++m)
         for (int64_t b = 0; b < nb; ++b) {
           ld[b * 8 + m] = g.d[m][b];
           ls[b * 8 + m] = g.dsum[m][b];
           lq[b * 8 + m] = g.qsum[m][b];
-          for (int k = 0; k < 4; ++k) std::memcpy(xi + b * 256 + k * 64 + m * 8, g.q[m] + b * 32 + 8 * k, 8);
+          if (xi)
+            for (int k = 0; k < 4; ++k) std::memcpy(xi + b * 256 + k * 64 + m * 8, g.q[m] + b * 32 + 8 * k, 8);
         }
       g.lane_d = ld;
       g.lane_dsum = ls;
@@ -455,6 +457,11 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
           if (paired && n + 1 < n1) {
             pair(w + at, w + at + wrow, g, out + m0 * N + n, N);
             ++n;
+          } else if (paired) {
+            // an odd last row: paired with itself (each lane's result depends on its own pair alone)
+            float two[16];
+            pair(w + at, w + at, g, two, 2);
+            for (int m = 0; m < g.mg; ++m) out[(m0 + m) * N + n] = two[2 * m];
           } else if (row) {
             row(w + at, g, out + m0 * N + n, N);
           } else {
