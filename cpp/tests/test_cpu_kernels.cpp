@@ -601,7 +601,7 @@ void test_linear_matvec_formats(Kernels& k) {
 // block of 32 to q = round_half_even(x * 127 / max|x|) with d = max|x| / 127, integer dot products
 // per block, scaled by the weight block's d (and its m for Q4_1 times d * sum(q)). Every row of an
 // M-row product is bitwise the product of that row alone (what lets tl serve --fast batch decode
-// steps): M = 1..8 (the decode sizes the ops layer sends here; 4..8 take the column kernel where
+// steps): M = 1..8 (the decode sizes the ops layer sends here; 3..8 take the pair kernel where
 // the CPU has AVX-512 VNNI) and 13 (two groups of x rows); N not a multiple of the chunks of 8
 // weight rows; K of whole and partial groups of 8 blocks.
 void test_linear_q8_activations(Kernels& k) {

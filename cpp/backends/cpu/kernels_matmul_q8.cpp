@@ -14,8 +14,9 @@
 // The products are summed 8 blocks at a time in one fixed tree (tree8; blocks past the end count
 // 0) and the groups' sums added in order. The vector kernels (kernels_matmul_q8_tile.inc) put the 8
 // blocks of a group in the lanes of one vector (one weight row at a time: the weights stream in
-// order, as from DRAM they must), or, for 4 to 8 rows of x with AVX-512 VNNI, the rows in the lanes
-// and the 8 blocks in 8 vectors added in the same tree; either way each weight block is unpacked
+// order, as from DRAM they must), or, for 3 to 8 rows of x with AVX-512 VNNI, two weight rows at a
+// time with the (x row, weight row) pairs in the lanes and the 8 blocks in 8 vectors added in the
+// same tree; either way each weight block is unpacked
 // once for all the rows of x, and a batched decode step (tl serve --parallel under --fast) gives
 // every row bitwise the one-row product. Longer x (a prompt piece under --fast) goes in groups of 8
 // rows, each group the same kernels, so every row of a prompt is bitwise its one-row product too.
@@ -182,8 +183,8 @@ DotFn dot_fn(DType t) {
 }
 
 // A group of up to 8 rows of x for the vector kernels. Per row, its blocks' values padded with
-// zeros to a whole number of groups of 8 blocks; for the column kernel, per block the values of
-// lane l = x row l (zeros past mg) and the rows' bytes interleaved.
+// zeros to a whole number of groups of 8 blocks; for the pair kernel, per block the values of
+// lane l = x row l (zeros past mg), and those and the rows' bytes laid out twice (xp, lane2_).
 struct Q8Group {
   int64_t nb = 0;
   int mg = 0;
@@ -194,13 +195,21 @@ struct Q8Group {
   const float* lane_d = nullptr;       // [nb][8]
   const float* lane_dsum = nullptr;    // [nb][8]
   const int32_t* lane_qsum = nullptr;  // [nb][8]
-  const int8_t* xi = nullptr;          // [nb][4][8][8]: bytes 8k..8k+7 of block b of each row
+  // for the pair kernel: per block, for each 4 bytes j of it, those 4 bytes of every row twice
+  // side by side; the lane values of each row twice
+  const int8_t* xp = nullptr;           // [nb][8][8][2][4]
+  const float* lane2_d = nullptr;       // [nb][16]
+  const float* lane2_dsum = nullptr;    // [nb][16]
+  const int32_t* lane2_qsum = nullptr;  // [nb][16]: -(qsum << the type's offset shift)
 };
-// Groups of at least this many rows of x take the column kernel for the simple types (AVX-512 VNNI;
-// see row_simple_columns for the measurements that set it).
-constexpr int kColumnRows = 4;
+// Groups of at least this many rows of x take the pair kernel for the simple types (AVX-512 VNNI;
+// kernels_matmul_q8_tile.inc's pair_simple_columns). SmolLM2's step of Q4_1 products, 1 thread: 3
+// rows 11.5 ms through it against 15.9 through row_simple; 2 rows 11.6-12.9 against 11.6.
+constexpr int kColumnRows = 3;
 // out[m * ldo] = the weight row at w times row m of the group, for its mg rows.
 using RowFn = void (*)(const uint8_t* w, const Q8Group& g, float* out, int64_t ldo);
+// out[m * ldo] and out[m * ldo + 1] = the weight rows at w0 and w1 times row m of the group.
+using PairFn = void (*)(const uint8_t* w0, const uint8_t* w1, const Q8Group& g, float* out, int64_t ldo);
 
 // ---------------------------------------------------------------- AVX2 and AVX-512 VNNI
 
@@ -278,7 +287,7 @@ QuantizeBlockFn quantize_block_fn() {
   return &quantize_block_portable;
 }
 
-// Whether groups of kColumnRows or more rows take row_simple_columns (it needs Q8Group's lane values).
+// Whether groups of kColumnRows or more rows take the pair kernel (it needs Q8Group's lane values).
 bool column_kernel_runs() {
 #if defined(__x86_64__)
   return cpu_has_avx512vnni();
@@ -325,6 +334,15 @@ void quantize_activations_q8(const float* x, int64_t m, int64_t k, Q8Activations
   else blocks(0, m * out.nb);
 }
 
+namespace {
+// p rounded up to a multiple of 64 bytes (the buffers above hold 64 bytes more than they use).
+template <typename E>
+E* align64(E* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<E*>((at + 63) & ~static_cast<uintptr_t>(63));
+}
+}  // namespace
+
 void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t N, const Q8Activations& a,
                float* out) {
   const DotFn dot = dot_fn(t);
@@ -333,17 +351,22 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   RowFn rows[8];
   for (int mg = 1; mg <= 8; ++mg) rows[mg - 1] = row_fn(t, mg);
   // x in groups of 8 rows (the last one shorter): per row its values padded to nbp blocks, and
-  // for the column kernel per block by lane
+  // for the pair kernel per block by lane
   // (the caller's thread's buffers, named by references: the pool's threads fill them too, and a
   // thread_local named inside their lambdas would be their own)
   thread_local std::vector<float> tl_padded_f, tl_lane_f;
   thread_local std::vector<int32_t> tl_padded_i, tl_lane_i;
-  thread_local std::vector<int8_t> tl_interleaved;
+  thread_local std::vector<int8_t> tl_pairs;
+  thread_local std::vector<float> tl_lane2_f;
+  thread_local std::vector<int32_t> tl_lane2_i;
   std::vector<float>& padded_f = tl_padded_f;
   std::vector<float>& lane_f = tl_lane_f;
   std::vector<int32_t>& padded_i = tl_padded_i;
   std::vector<int32_t>& lane_i = tl_lane_i;
-  std::vector<int8_t>& interleaved = tl_interleaved;
+  std::vector<int8_t>& pairs = tl_pairs;
+  std::vector<float>& lane2_f = tl_lane2_f;
+  std::vector<int32_t>& lane2_i = tl_lane2_i;
+  PairFn pair = nullptr;
   padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
   padded_i.assign(static_cast<size_t>(M * nbp), 0);
   // the layouts below are copies, split among threads by groups of 8 rows where there are several
@@ -375,24 +398,42 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   if (M >= kColumnRows && column_kernel_runs()) {
     lane_f.assign(static_cast<size_t>(groups * nb * 16), 0.0f);
     lane_i.assign(static_cast<size_t>(groups * nb * 8), 0);
-    interleaved.assign(static_cast<size_t>(groups * nb * 256), 0);
+#if defined(__x86_64__)
+    pair = vnni_rows::pair_fn(t);
+#endif
+    if (pair) {
+      // 64 bytes over, for 64-byte alignment (a 512-bit load across two cache lines costs two:
+      // the pair kernel's 8-row step took 14.1-14.6 ms or 11.5-11.8 as the allocations fell)
+      pairs.resize(static_cast<size_t>(groups * nb * 512 + 64));
+      lane2_f.resize(static_cast<size_t>(groups * nb * 32 + 16));
+      lane2_i.resize(static_cast<size_t>(groups * nb * 16 + 16));
+    }
     by_groups([&](int64_t gi) {
       Q8Group& g = gs[gi];
       float* ld = lane_f.data() + gi * nb * 16;
       float* ls = ld + nb * 8;
       int32_t* lq = lane_i.data() + gi * nb * 8;
-      int8_t* xi = interleaved.data() + gi * nb * 256;
       for (int m = 0; m < g.mg; ++m)
         for (int64_t b = 0; b < nb; ++b) {
           ld[b * 8 + m] = g.d[m][b];
           ls[b * 8 + m] = g.dsum[m][b];
           lq[b * 8 + m] = g.qsum[m][b];
-          for (int k = 0; k < 4; ++k) std::memcpy(xi + b * 256 + k * 64 + m * 8, g.q[m] + b * 32 + 8 * k, 8);
         }
       g.lane_d = ld;
       g.lane_dsum = ls;
       g.lane_qsum = lq;
-      g.xi = xi;
+#if defined(__x86_64__)
+      if (pair) {
+        int8_t* xp = align64(pairs.data()) + gi * nb * 512;
+        float* ld2 = align64(lane2_f.data()) + gi * nb * 32;
+        int32_t* lq2 = align64(lane2_i.data()) + gi * nb * 16;
+        vnni_rows::layout_pairs(g, vnni_rows::pair_offset_shift(t), xp, ld2, ld2 + nb * 16, lq2);
+        g.xp = xp;
+        g.lane2_d = ld2;
+        g.lane2_dsum = ld2 + nb * 16;
+        g.lane2_qsum = lq2;
+      }
+#endif
     });
   }
   // Chunks of 8 weight rows, multiplied with every group of x while they are in cache: group by
@@ -415,9 +456,18 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       for (const Q8Group& g : gs) {
         const int64_t m0 = 8 * (&g - gs.data());
         const RowFn row = rows[g.mg - 1];
+        const bool paired = pair && g.mg >= kColumnRows;
         for (int64_t n = n0; n < n1; ++n) {
           const size_t at = static_cast<size_t>(n) * wrow;
-          if (row) {
+          if (paired && n + 1 < n1) {
+            pair(w + at, w + at + wrow, g, out + m0 * N + n, N);
+            ++n;
+          } else if (paired) {
+            // an odd last row: paired with itself (each lane's result depends on its own pair alone)
+            float two[16];
+            pair(w + at, w + at, g, two, 2);
+            for (int m = 0; m < g.mg; ++m) out[(m0 + m) * N + n] = two[2 * m];
+          } else if (row) {
             row(w + at, g, out + m0 * N + n, N);
           } else {
             for (int m = 0; m < g.mg; ++m) {
