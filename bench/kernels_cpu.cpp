@@ -6,6 +6,8 @@
 // then a kernel-only Llama forward pass (prefill 128 tokens, 128 decode steps) in tokens/s.
 // Build: the bench_kernels_cpu target, or
 //   g++ -O3 -std=c++17 -Icpp bench/kernels_cpu.cpp cpp/backends/cpu/{thread_pool,cpu_kernels,kernels_*}.cpp -lpthread
+// (CMake compiles kernels_training.cpp and kernels_matmul_q8.cpp with -ffp-contract=off
+// -fno-math-errno, which their bitwise guarantees need; a hand build should compile those two so)
 // Run:   bench_kernels_cpu [seconds_per_case [--decode]]   (--decode: only Q4_1/Q8_0 at M = 1)
 //        bench_kernels_cpu --forward                          (only the kernel-only forward pass)
 //        bench_kernels_cpu --attention [seconds_per_case]     (decode attention at 128..4096 keys)
