@@ -351,30 +351,6 @@ __host__ __device__ __forceinline__ int64_t gqa_chunk(int64_t Sk, int64_t min_ch
   return c > min_chunk ? c : min_chunk;
 }
 
-// 16 bytes global -> shared without passing through registers (sm_80+; before, a plain copy).
-__device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-#else
-  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
-#endif
-}
-
-__device__ __forceinline__ void async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-// Waits until at most kPending of this thread's committed copy groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-#endif
-}
-
 // Starts copying keys c0 .. c0 + n - 1 of kv head hk (their key and value rows) into `stage`;
 // `vec`: rows 16-byte aligned (else element by element, plain loads and stores).
 template <int kD, typename KV>
@@ -390,8 +366,8 @@ __device__ __forceinline__ void gqa_load_tile(char* stage, const Strided3& k, co
     for (int t = threadIdx.x; t < n * kPieces; t += blockDim.x) {
       const int row = t / kPieces, piece = t - row * kPieces;
       const int64_t j = c0 + row;
-      copy16_async(stage + row * S::kRowK + piece * 16, kb + j * k.s0 + hk * k.s1 + piece * kPer);
-      copy16_async(vs + row * S::kRowV + piece * 16, vb + j * v.s0 + hk * v.s1 + piece * kPer);
+      cp_async16(stage + row * S::kRowK + piece * 16, kb + j * k.s0 + hk * k.s1 + piece * kPer);
+      cp_async16(vs + row * S::kRowV + piece * 16, vb + j * v.s0 + hk * v.s1 + piece * kPer);
     }
   } else {
     for (int t = threadIdx.x; t < n * kD; t += blockDim.x) {
@@ -401,7 +377,7 @@ __device__ __forceinline__ void gqa_load_tile(char* stage, const Strided3& k, co
       reinterpret_cast<KV*>(vs + row * S::kRowV)[d] = vb[j * v.s0 + hk * v.s1 + d];
     }
   }
-  async_commit();
+  cp_async_commit();
 }
 
 template <int kD, typename KV>
@@ -463,9 +439,9 @@ __global__ void __launch_bounds__(kGqaMaxGroup * 32)
   float m = -INFINITY, l = 0.0f;
   for (int t = 0; t < tiles; ++t) {
     if (t + 1 < tiles) {
-      async_wait<1>();
+      cp_async_wait<1>();
     } else {
-      async_wait<0>();
+      cp_async_wait<0>();
     }
     __syncthreads();  // the tile (and, the first time, every warp's q) is in shared memory
     char* stage = gqa_shared + (t & 1) * S::kStage;
@@ -760,30 +736,14 @@ bool launch_attention_tiled(const View& q, const View& k, const View& v, const v
                             int64_t ms0, int64_t ms1, float scale, float softcap, bool causal,
                             int64_t q_pos_offset, float* op, cudaStream_t stream) {
   constexpr size_t shared = TileShape<DT, BK>::kSharedBytes;
-  static const bool allowed =
-      cudaFuncSetAttribute(attention_tiled_kernel<DT, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(shared)) == cudaSuccess;
-  if (!allowed) {
-    (void)cudaGetLastError();
-    return false;
-  }
+  static const bool allowed = allow_dynamic_shared(attention_tiled_kernel<DT, BK>, shared);
+  if (!allowed) return false;
   const int64_t Sq = q.shape[0], Hq = q.shape[1], D = q.shape[2];
   const dim3 grid(static_cast<unsigned>((Sq + kTileQ - 1) / kTileQ), static_cast<unsigned>(Hq));
   attention_tiled_kernel<DT, BK><<<grid, kTileThreads, shared, stream>>>(
       strided3(q), strided3(k), strided3(v), mp, mdt, ms0, ms1, scale, softcap, causal, q_pos_offset,
       Sq, k.shape[0], Hq, k.shape[1], D, op);
   return true;
-}
-
-// Asks once for attention_decode_gqa_kernel<kD, KV>'s shared memory (above the default 48 KiB for
-// the wider heads); false where the device allows less.
-template <int kD, typename KV>
-bool allow_gqa_shared() {
-  const cudaError_t err = cudaFuncSetAttribute(attention_decode_gqa_kernel<kD, KV>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(GqaShape<kD, KV>::kShared));
-  if (err != cudaSuccess) (void)cudaGetLastError();
-  return err == cudaSuccess;
 }
 
 // Merges the key splits' (max, sum, accumulators) records of each (row, head) task.
@@ -919,12 +879,12 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
 
 bool CudaKernels::prepare_attention_gqa() {
   bool ok = true;
-  ok = allow_gqa_shared<64, float>() && ok;
-  ok = allow_gqa_shared<128, float>() && ok;
-  ok = allow_gqa_shared<256, float>() && ok;
-  ok = allow_gqa_shared<64, __half>() && ok;
-  ok = allow_gqa_shared<128, __half>() && ok;
-  ok = allow_gqa_shared<256, __half>() && ok;
+  ok = allow_dynamic_shared(attention_decode_gqa_kernel<64, float>, GqaShape<64, float>::kShared) && ok;
+  ok = allow_dynamic_shared(attention_decode_gqa_kernel<128, float>, GqaShape<128, float>::kShared) && ok;
+  ok = allow_dynamic_shared(attention_decode_gqa_kernel<256, float>, GqaShape<256, float>::kShared) && ok;
+  ok = allow_dynamic_shared(attention_decode_gqa_kernel<64, __half>, GqaShape<64, __half>::kShared) && ok;
+  ok = allow_dynamic_shared(attention_decode_gqa_kernel<128, __half>, GqaShape<128, __half>::kShared) && ok;
+  ok = allow_dynamic_shared(attention_decode_gqa_kernel<256, __half>, GqaShape<256, __half>::kShared) && ok;
   return ok;
 }
 

@@ -270,6 +270,44 @@ __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
   prefetch_l2_lines(p, bytes, threadIdx.x, blockDim.x);
 }
 
+// 16 bytes global -> shared without passing through registers (cp.async, sm_80+; before, a plain
+// copy); `valid` false: the 16 bytes are zero-filled (gmem must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid = true) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
+#else
+  *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+// Closes this thread's group of cp_async16 copies.
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending of this thread's committed copy groups are still in flight (their
+// data is then visible to other threads after a barrier).
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (above the default 48 KiB); false, the error
+// cleared, where the device allows less.
+template <typename Kernel>
+bool allow_dynamic_shared(Kernel kernel, size_t bytes) {
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  return err == cudaSuccess;
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...), as a programmatic dependent launch when `pdl`
 // (the kernel then keeps pdl_wait's contract above). Followed by check_launch, as every launch.
 template <typename... Params, typename... Args>

@@ -398,16 +398,6 @@ constexpr size_t gemm_shared_bytes() {
   return static_cast<size_t>(kGemmStages) * (BM + BN) * kGemmRow * sizeof(__half);
 }
 
-__device__ __forceinline__ void gemm_copy16(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
-#else
-  *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
-#endif
-}
-
 // Split z (blockIdx.z) takes k-steps [z * split_steps, (z + 1) * split_steps) and writes to
 // out + z * split_stride.
 template <int BM, int BN, int WM, int WN>
@@ -437,11 +427,11 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
       if (row < BM) {
         const int64_t am = m0 + row;
         const bool ok = am < M && k < K;
-        gemm_copy16(&sa[stage][row][piece * 8], ok ? a + am * K + k : a, ok);
+        cp_async16(&sa[stage][row][piece * 8], ok ? a + am * K + k : a, ok);
       } else {
         const int64_t bn = n0 + row - BM;
         const bool ok = bn < N && k < K;
-        gemm_copy16(&sb[stage][row - BM][piece * 8], ok ? b + bn * K + k : b, ok);
+        cp_async16(&sb[stage][row - BM][piece * 8], ok ? b + bn * K + k : b, ok);
       }
     }
   };
@@ -455,13 +445,13 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 #pragma unroll
   for (int s = 0; s < kGemmStages - 1; ++s) {
     if (s < steps) load(s, first + s);
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
   }
   for (int kt = 0; kt < steps; ++kt) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(kGemmStages - 2) : "memory");
+    cp_async_wait<kGemmStages - 2>();
     __syncthreads();  // step kt is in shared memory, and every warp is done with step kt - 1's stage
     if (kt + kGemmStages - 1 < steps) load((kt + kGemmStages - 1) % kGemmStages, first + kt + kGemmStages - 1);
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
     const int st = kt % kGemmStages;
 #pragma unroll
     for (int kk = 0; kk < kGemmBK; kk += 16) {
@@ -493,7 +483,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
               : "r"(af[mi][0]), "r"(af[mi][1]), "r"(af[mi][2]), "r"(af[mi][3]), "r"(bf[ni][0]), "r"(bf[ni][1]));
     }
   }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  cp_async_wait<0>();
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
@@ -634,12 +624,9 @@ CudaKernels::~CudaKernels() {
 }
 
 bool CudaKernels::prepare_gemm() {
-  const cudaError_t a = cudaFuncSetAttribute(kGemmSmall, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(gemm_shared_bytes<64, 64>()));
-  const cudaError_t b = cudaFuncSetAttribute(kGemmLarge, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(gemm_shared_bytes<128, 128>()));
-  if (a != cudaSuccess || b != cudaSuccess) (void)cudaGetLastError();
-  return a == cudaSuccess && b == cudaSuccess;
+  const bool small = allow_dynamic_shared(kGemmSmall, gemm_shared_bytes<64, 64>());
+  const bool large = allow_dynamic_shared(kGemmLarge, gemm_shared_bytes<128, 128>());
+  return small && large;
 }
 
 Blas* CudaKernels::blas() {
