@@ -76,7 +76,7 @@ def test_no_grad_records_nothing_and_eval_turns_dropout_off_then_back_on():
         epochs: 1
         for epoch in range(epochs) {
             eval { println(dropout(ones([4]), 0.5)) }
-            println(sum(dropout(ones([400]), 0.5)) != 400.0)
+            println(min(dropout(ones([400]), 0.5)) == 0.0)  // some dropped (all 400 kept: 2^-400)
             backward(sum(w * w))
         }
     }
