@@ -103,6 +103,12 @@
 #                              bench/llm.py on both models with the grouped-query kernel and without,
 #                              the RSS stages without cuBLAS (TL_CUDA_BLAS=0), the 1B shape's decode
 #                              kernels at ~2,048 keys (ncu)
+#   bench/gpu/graphs_ab.sh Q   builds (llama.cpp in the background when carried), test_cuda_vs_cpu,
+#                              the one-row products by ncu with exact and 8-bit activations
+#                              (TL_BENCH_MATVEC_Q8=1), bench/llm.py on both models with the exact
+#                              path and --fast (8-bit activations), the cross-backend, fused-op and
+#                              batching tests on CUDA
+#   bench/gpu/graphs_ab.sh R   (warm, after Q) both models against llama.cpp CUDA, TL exact and --fast
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -218,6 +224,30 @@ P)
         TL_CUDA_OWN_GEMM=$v timeout 60 python3 bench/gpu/profile_prefill.py "$m" --tokens 512 --runs 4 2>&1 | tail -2
       done
     done
+  done
+  ;;
+Q)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  echo "== one-row products (ncu): exact, 8-bit activations"
+  timeout 240 python3 bench/gpu/ncu_matvec.py "$T" 3350 TL_BENCH_MATVEC_Q8=1 2>&1 | tail -42
+  for m in "$SMOL" "$B1"; do
+    for i in $(seq 100); do [ -s "$m" ] && break; sleep 2; done
+    echo "== $(basename "$m" .gguf): exact and --fast"
+    timeout 120 python3 bench/llm.py --gpu --model "$m" --peers none --tl-variants default,fast --repeat 3 2>&1 | tail -3
+  done
+  echo "== pytest on CUDA at ${SECONDS}s"
+  TL_BACKEND=cuda timeout $((560 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -4
+  ;;
+R)
+  cd "$WORK/src" || exit 1
+  for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
+  echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null) at ${SECONDS}s"
+  for m in "$SMOL" "$B1"; do
+    timeout 250 python3 bench/llm.py --gpu --model "$m" --llama-cpp-path "$WORK/llama" --peers llama.cpp \
+      --tl-variants default,fast --repeat 3 --json "$OUTDIR/$(basename "$m" .gguf)_llm.json" 2>&1 | tail -10
   done
   ;;
 F)

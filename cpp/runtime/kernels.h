@@ -232,6 +232,18 @@ class Kernels {
   virtual void fused_linear(const View& x, const View& w, LinearPrologue prologue,
                             const View& norm_w, float eps, const View& addend,
                             const View& scratch, const View& out) = 0;
+  // fused_linear with 8-bit activations: the prologue's rows quantized as linear_q8_activations
+  // quantizes x. The ops layer calls it only where fuses_q8_activations(w.dtype) (a backend with
+  // one kernel for it: CUDA); elsewhere it runs the three ops on its own (rms_norm / swiglu, linear
+  // with 8-bit activations, add). This default is that same sequence, at the kernel level, with
+  // `scratch` for the prepared rows (as fused_linear's contract gives it).
+  virtual bool fuses_q8_activations(DType w) const {
+    (void)w;
+    return false;
+  }
+  virtual void fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue,
+                                           const View& norm_w, float eps, const View& addend,
+                                           const View& scratch, const View& out);
   // out = silu(gate) * up (SwiGLU). gate and up [rows, n], any strides (typically the two column
   // halves of one fused gate/up projection), plain float; out contiguous [rows, n] f32.
   virtual void swiglu(const View& gate, const View& up, const View& out) = 0;

@@ -212,6 +212,7 @@ inline const char* op_kind_name(OpKind k) {
   X(causal_mask, "attention")                                                                     \
   X(attention, "attention")                                                                       \
   X(fused_linear, "fused")                                                                        \
+  X(fused_linear_q8_activations, "fused")                                                         \
   X(swiglu, "fused")                                                                              \
   X(rope_kv_write, "fused")                                                                       \
   X(delay, "delay")

@@ -95,9 +95,10 @@ Tensor fused_linear(const Tensor& x0, const Tensor& w0, LinearPrologue prologue,
     return x0;
   };
   if (K == 0 || M == 0 || N == 0) return linear(unfused_input(), w0, addend0);  // nothing to multiply
-  if (is_quantized(w0.dtype) && dev->debug().q8_takes(M)) {
-    // 8-bit activations (--fast) apply to every product they cover, fused or not: the prologue and
-    // the addend run as their own ops around linear's 8-bit path
+  const bool q8 = is_quantized(w0.dtype) && dev->debug().q8_takes(M);
+  if (q8 && !dev->kernels().fuses_q8_activations(w0.dtype)) {
+    // 8-bit activations (--fast) apply to every product they cover, fused or not: without a fused
+    // kernel for them the prologue and the addend run as their own ops around linear's 8-bit path
     Tensor y = linear(unfused_input(), w0, std::nullopt);
     if (addend0) y = binary(BinaryOp::Add, y, *addend0);
     if ((x0.dtype == DType::F16 || x0.dtype == DType::BF16) && y.dtype != x0.dtype) y = astype(y, x0.dtype);
@@ -132,8 +133,11 @@ Tensor fused_linear(const Tensor& x0, const Tensor& w0, LinearPrologue prologue,
   View sv = scratch ? scratch->view() : View{};
   float e = static_cast<float>(eps);
   encode(*dev,
-         [xv, wv, prologue, nv, e, av, sv, ov](Kernels& k) {
-           k.fused_linear(xv, wv, prologue, nv, e, av, sv, ov);
+         [xv, wv, prologue, nv, e, av, sv, ov, q8](Kernels& k) {
+           if (q8)
+             k.fused_linear_q8_activations(xv, wv, prologue, nv, e, av, sv, ov);
+           else
+             k.fused_linear(xv, wv, prologue, nv, e, av, sv, ov);
          },
          {&x, &w, nw ? &*nw : nullptr, addend ? &*addend : nullptr},
          {&out, scratch ? &*scratch : nullptr});
@@ -241,6 +245,26 @@ Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const
       },
       {&q, &k, &v}, {&out, &k_dst, &v_dst});
   return out;
+}
+
+void Kernels::fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue,
+                                          const View& norm_w, float eps, const View& addend,
+                                          const View& scratch, const View& out) {
+  View in = x;
+  if (prologue == LinearPrologue::RmsNorm) {
+    rms_norm(x, norm_w, eps, scratch);
+    in = scratch;
+  } else if (prologue == LinearPrologue::SwiGLU) {
+    // x [M, 2K] contiguous f32: the gate half, then the up half of each row
+    const int64_t K = scratch.shape[1];
+    View gate = x, up = x;
+    gate.shape[1] = up.shape[1] = K;
+    up.data = static_cast<float*>(x.data) + K;
+    swiglu(gate, up, scratch);
+    in = scratch;
+  }
+  linear_q8_activations(in, w, out);
+  if (addend.data != nullptr) binary(BinaryOp::Add, out, addend, out);
 }
 
 }  // namespace tl

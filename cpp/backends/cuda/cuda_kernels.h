@@ -124,6 +124,11 @@ class CudaKernels final : public Kernels {
 
   void fused_linear(const View& x, const View& w, LinearPrologue prologue, const View& norm_w,
                     float eps, const View& addend, const View& scratch, const View& out) override;
+  bool fuses_q8_activations(DType w) const override;
+  void fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue, const View& norm_w,
+                                   float eps, const View& addend, const View& scratch,
+                                   const View& out) override;
+  void linear_q8_activations(const View& x, const View& w, const View& out) override;
   void swiglu(const View& gate, const View& up, const View& out) override;
   void rope_kv_write(const View& q, const View& k, const View& v, int64_t pos_offset, float base,
                      bool neox, const View& q_out, const View& k_dst, const View& v_dst) override;

@@ -9,6 +9,9 @@
 // rms_norm (swiglu) + linear + add on this backend. Larger M runs rms_norm (swiglu) into the
 // caller's scratch, the tiled linear and an add kernel. RoPE angles are computed in double as in the rope kernel.
 
+#include <algorithm>
+#include <cstdint>
+
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "matvec.cuh"
@@ -277,6 +280,131 @@ __global__ void __launch_bounds__(kMatvec32Threads)
   }
 }
 
+// 8-bit activations (matvec.cuh): each block prepares its rows of x (the prologue applied, as
+// stage_rows does it) a group of 32 per thread, straight from global memory into registers, and
+// quantizes them into shared memory; then LPR lanes per column as in the exact kernel, COLS
+// columns at once for one row. blockIdx.y picks a chunk of `chunk` (<= MAXM) rows (a prompt
+// piece under --fast): each row's result is its one-row product, whatever the chunk.
+template <DType WT, int LPR, int MAXM, int COLS>
+__global__ void __launch_bounds__(kMatvec32Threads)
+    fused_matvec_q8_kernel(const float* x, int64_t x_row, const uint8_t* __restrict__ w, size_t w_row_bytes,
+                           LinearPrologue prologue, const void* nw, DType nw_dtype, float eps, Addend add,
+                           float* out, int M_total, int chunk, int64_t N, int64_t K) {
+  extern __shared__ float4 xq4[];
+  __shared__ double scratch[32];
+  Q8Group* xq = reinterpret_cast<Q8Group*>(xq4);
+  constexpr int kCols = kMatvec32Threads / LPR * COLS;
+  const int64_t groups = K / 32;
+  const int m0 = static_cast<int>(blockIdx.y) * chunk;
+  const int M = min(chunk, M_total - m0);
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int m = 0; m < M; ++m) {
+    const float* row = x + static_cast<int64_t>(m0 + m) * x_row;
+    float inv = 1.0f;
+    if (prologue == LinearPrologue::RmsNorm) {
+      const float4* r4 = reinterpret_cast<const float4*>(row);
+      double ss = 0.0;
+#pragma unroll 4
+      for (int64_t d4 = threadIdx.x; d4 < K / 4; d4 += blockDim.x) {
+        const float4 v = r4[d4];
+        ss += static_cast<double>(v.x * v.x);
+        ss += static_cast<double>(v.y * v.y);
+        ss += static_cast<double>(v.z * v.z);
+        ss += static_cast<double>(v.w * v.w);
+      }
+      const double total = block_sum_double(ss, scratch);
+      inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(K) + eps));
+    }
+    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+      float v[32];
+      const float4* src = reinterpret_cast<const float4*>(row + g * 32);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float4 t = src[i];
+        v[4 * i] = t.x;
+        v[4 * i + 1] = t.y;
+        v[4 * i + 2] = t.z;
+        v[4 * i + 3] = t.w;
+      }
+      if (prologue == LinearPrologue::SwiGLU) {
+        const float4* up = reinterpret_cast<const float4*>(row + K + g * 32);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float4 u = up[i];
+          v[4 * i] = swiglu_value(v[4 * i], u.x);
+          v[4 * i + 1] = swiglu_value(v[4 * i + 1], u.y);
+          v[4 * i + 2] = swiglu_value(v[4 * i + 2], u.z);
+          v[4 * i + 3] = swiglu_value(v[4 * i + 3], u.w);
+        }
+      } else if (prologue == LinearPrologue::RmsNorm) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) v[j] = rms_normed(v[j], inv, nw, nw_dtype, g * 32 + j);
+      }
+      quantize_q8_group(v, xq[m * groups + g]);
+    }
+  }
+  __syncthreads();
+  const int sub = threadIdx.x % LPR;
+  if constexpr (COLS > 1) {
+    static_assert(MAXM == 1, "several columns at once only for one row of x");
+    for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+      const int64_t nb = n0 + static_cast<int64_t>(threadIdx.x / LPR) * COLS;
+      const uint8_t* rows[COLS];
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) rows[c] = w + (nb + c < N ? nb + c : N - 1) * w_row_bytes;
+      float acc[COLS] = {};
+      if (nb < N) {
+        for (int64_t g = sub; g < groups; g += LPR) {
+          Quant32 d[COLS];
+#pragma unroll
+          for (int c = 0; c < COLS; ++c) load_quant32<WT>(rows[c], g, d[c]);
+#pragma unroll
+          for (int c = 0; c < COLS; ++c) acc[c] = __fadd_rn(acc[c], dot_q8<WT>(d[c], xq[g]));
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        float s = group_sum<LPR>(acc[c]);
+        const int64_t n = nb + c;
+        if (n < N && sub == 0) {
+          if (add.data != nullptr) s = s + load_float(add.data, add.dtype, m0 * add.s0 + n * add.s1);
+          out[m0 * N + n] = s;
+        }
+      }
+    }
+  } else {
+    // The loop bound is the same for the whole block: every lane reaches group_sum's shuffles.
+    for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols; n0 < N; n0 += static_cast<int64_t>(gridDim.x) * kCols) {
+      const int64_t n = n0 + threadIdx.x / LPR;
+      float acc[MAXM] = {};
+      if (n < N) {
+        const uint8_t* row = w + n * w_row_bytes;
+#pragma unroll 2
+        for (int64_t g = sub; g < groups; g += LPR) {
+          Quant32 d;
+          load_quant32<WT>(row, g, d);
+#pragma unroll
+          for (int m = 0; m < MAXM; ++m) {
+            if (m < M) acc[m] = __fadd_rn(acc[m], dot_q8<WT>(d, xq[m * groups + g]));
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < MAXM; ++m) {
+        if (m < M) {
+          float s = group_sum<LPR>(acc[m]);
+          if (n < N && sub == 0) {
+            const int64_t r = m0 + m;
+            if (add.data != nullptr) s = s + load_float(add.data, add.dtype, r * add.s0 + n * add.s1);
+            out[r * N + n] = s;
+          }
+        }
+      }
+    }
+  }
+}
+
 __global__ void add_rows_kernel(float* out, int64_t M, int64_t N, Addend add) {
   pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
   pdl_launch_dependents();
@@ -386,6 +514,27 @@ void require_float_view(const View& v, const char* op, const char* what) {
   }
 }
 
+// Blocks of kMatvec32Threads threads a multiprocessor holds at once for `kernel` with `shared`
+// dynamic bytes. The occupancy query costs host time on every launch (about a microsecond, ~120
+// launches a decode step) for a handful of distinct shared sizes: the answers are remembered, per
+// launch thread, keyed by kernel and shared size (kernels of one shared size differ in registers).
+int blocks_per_sm(const void* kernel, size_t shared) {
+  struct Known { const void* kernel; size_t shared; int per_sm; };
+  thread_local Known known[32];
+  thread_local int n_known = 0;
+  for (int i = 0; i < n_known; ++i) {
+    if (known[i].shared == shared && known[i].kernel == kernel) return known[i].per_sm;
+  }
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMatvec32Threads, shared) != cudaSuccess ||
+      per_sm < 1) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  known[n_known < 32 ? n_known++ : 31] = Known{kernel, shared, per_sm};
+  return per_sm;
+}
+
 struct Matvec32Launcher {
   static constexpr int64_t kPrefetchMaxBytes = 2 << 20;  // early weight loads up to this size (go())
   const float* x;
@@ -458,24 +607,7 @@ struct Matvec32Launcher {
     const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH, PAIRS>;
     // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
     // more would only stage x again.
-    // The occupancy query costs host time on every launch (about a microsecond, ~120 launches a
-    // decode step) for a handful of distinct shared sizes: remember the answers, per launch thread.
-    // Keyed by kernel and shared size: kernels of one shared size differ in registers.
-    struct Known { const void* kernel; size_t shared; int per_sm; };
-    thread_local Known known[16];
-    thread_local int n_known = 0;
-    int per_sm = 0;
-    for (int i = 0; i < n_known; ++i) {
-      if (known[i].shared == shared && known[i].kernel == reinterpret_cast<const void*>(kernel)) per_sm = known[i].per_sm;
-    }
-    if (per_sm == 0) {
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMatvec32Threads, shared) !=
-              cudaSuccess || per_sm < 1) {
-        (void)cudaGetLastError();
-        per_sm = 1;
-      }
-      known[n_known < 16 ? n_known++ : 15] = Known{reinterpret_cast<const void*>(kernel), shared, per_sm};
-    }
+    const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), shared);
     const int64_t cols = kMatvec32Threads / LPR * COLS;
     int64_t blocks = (N + cols - 1) / cols;
     const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
@@ -486,7 +618,69 @@ struct Matvec32Launcher {
   }
 };
 
+// fused_matvec_q8_kernel's launch: false (nothing launched) where it does not apply: K not a
+// multiple of 32, x or w not aligned for its wide loads, or a row's quantized groups past the
+// shared memory a launch may use without opting in.
+struct MatvecQ8Launcher {
+  const float* x;
+  int64_t x_row;
+  const View& w;
+  LinearPrologue prologue;
+  const View& nw;
+  float eps;
+  Addend add;
+  float* out;
+  int M;
+  int sm_count;
+  const CudaTuning& tuning;
+  cudaStream_t stream;
+  bool launched = false;
+  template <DType T>
+  void operator()() {
+    const int64_t K = w.shape[1], N = w.shape[0];
+    const size_t row_shared = static_cast<size_t>(K / 32) * sizeof(Q8Group);
+    if (K % 32 != 0 || row_shared > kMatvec32MaxSharedBytes || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(w.data) % (kDequant32Align16<T> ? 16 : 2) != 0) {
+      return;
+    }
+    const int chunk = static_cast<int>(std::min<int64_t>({M, kMatvecRows, static_cast<int64_t>(kMatvec32MaxSharedBytes / row_shared)}));
+    const int lpr = matvec_lanes_per_row(K);
+    const bool four = M == 1 && N / (kMatvec32Threads / lpr * 4) >= static_cast<int64_t>(sm_count);
+    if (four) {
+      lpr == 32 ? go<T, 32, 1, 4>(N, K, chunk) : lpr == 16 ? go<T, 16, 1, 4>(N, K, chunk) : go<T, 8, 1, 4>(N, K, chunk);
+    } else if (M == 1) {
+      lpr == 32 ? go<T, 32, 1, 1>(N, K, chunk) : lpr == 16 ? go<T, 16, 1, 1>(N, K, chunk) : go<T, 8, 1, 1>(N, K, chunk);
+    } else {
+      lpr == 32 ? go<T, 32, kMatvecRows, 1>(N, K, chunk)
+                : lpr == 16 ? go<T, 16, kMatvecRows, 1>(N, K, chunk) : go<T, 8, kMatvecRows, 1>(N, K, chunk);
+    }
+    launched = true;
+  }
+  template <DType T, int LPR, int MAXM, int COLS>
+  void go(int64_t N, int64_t K, int chunk) {
+    const auto kernel = fused_matvec_q8_kernel<T, LPR, MAXM, COLS>;
+    const size_t shared = static_cast<size_t>(chunk) * static_cast<size_t>(K / 32) * sizeof(Q8Group);
+    const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), shared);
+    const int64_t cols = kMatvec32Threads / LPR * COLS;
+    int64_t blocks = (N + cols - 1) / cols;
+    const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
+    if (blocks > cap) blocks = cap;
+    const unsigned chunks = static_cast<unsigned>((M + chunk - 1) / chunk);
+    launch_kernel(tuning.pdl, kernel, dim3(static_cast<unsigned>(blocks), chunks), dim3(kMatvec32Threads), shared,
+                  stream, x, x_row, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data,
+                  nw.dtype, eps, add, out, M, chunk, N, K);
+  }
+};
+
 }  // namespace
+
+bool launch_quant_matvec_q8(const float* x, int64_t x_row, const View& w, LinearPrologue prologue,
+                            const View& norm_w, float eps, Addend add, float* out, int M, int sm_count,
+                            const CudaTuning& tuning, cudaStream_t stream) {
+  if (M < 1) return false;
+  MatvecQ8Launcher launch{x, x_row, w, prologue, norm_w, eps, add, out, M, sm_count, tuning, stream};
+  return dispatch_quantized(w.dtype, launch) && launch.launched;
+}
 
 bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue, const View& norm_w,
                          float eps, Addend add, float* out, int M, int sm_count,
@@ -555,6 +749,33 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
                   stream_, static_cast<float*>(out.data), M, N, add);
     check_launch("fused_linear");
   }
+}
+
+bool CudaKernels::fuses_q8_activations(DType w) const { return is_quantized(w); }
+
+void CudaKernels::fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue,
+                                              const View& norm_w, float eps, const View& addend,
+                                              const View& scratch, const View& out) {
+  if (x.dtype != DType::F32 || out.dtype != DType::F32 || x.ndim != 2 || out.ndim != 2) {
+    throw KernelError("fused_linear: cuda kernel expects 2-D f32 x and out");
+  }
+  require_float_view(norm_w, "fused_linear", "the norm weight");
+  require_float_view(addend, "fused_linear", "the addend");
+  const int64_t M = x.shape[0], K = w.shape[1], N = w.shape[0];
+  if (M == 0 || N == 0) return;
+  if (prologue == LinearPrologue::SwiGLU && x.shape[1] != 2 * K) {
+    throw KernelError("fused_linear: the SwiGLU prologue needs x [M, 2K]");
+  }
+  const Addend add{addend.data, addend.dtype, addend.data ? addend.strides[0] : 0,
+                   addend.data ? addend.strides[1] : 0};
+  if (K > 0 && M <= INT32_MAX && is_quantized(w.dtype) && K % block_elems(w.dtype) == 0 &&
+      launch_quant_matvec_q8(static_cast<const float*>(x.data), x.shape[1], w, prologue, norm_w, eps, add,
+                             static_cast<float*>(out.data), static_cast<int>(M), static_cast<int>(sm_count_),
+                             tuning_, stream_)) {
+    check_launch("fused_linear");
+    return;
+  }
+  Kernels::fused_linear_q8_activations(x, w, prologue, norm_w, eps, addend, scratch, out);
 }
 
 void CudaKernels::swiglu(const View& gate, const View& up, const View& out) {

@@ -15,6 +15,7 @@
 // that row once for all M rows of x. Every sum is f32. expert_linear (a mixture-of-experts layer's
 // expert products) gives each (token, slot) pair's output row to one warp, which reads the pair's
 // expert id on the device, so a replayed step follows new routing without the host.
+#include <cstdint>
 #include <type_traits>
 
 #include "blas.h"
@@ -822,6 +823,21 @@ void CudaKernels::linear(const View& x, const View& w, const View& out) {
       }
   }
   check_launch("linear");
+}
+
+// 8-bit activations (--fast): fused.cu's kernel (matvec.cuh) for every row count, each row its
+// one-row product; the exact linear where that kernel does not apply.
+void CudaKernels::linear_q8_activations(const View& x, const View& w, const View& out) {
+  const int64_t M = x.ndim == 2 ? x.shape[0] : 0, K = w.ndim == 2 ? w.shape[1] : 0, N = w.shape[0];
+  if (x.dtype == DType::F32 && out.dtype == DType::F32 && x.ndim == 2 && out.ndim == 2 && is_quantized(w.dtype) &&
+      M > 0 && M <= INT32_MAX && N > 0 && K > 0 && x.shape[1] == K && K % block_elems(w.dtype) == 0 &&
+      launch_quant_matvec_q8(static_cast<const float*>(x.data), K, w, LinearPrologue::None, View{}, 0.0f,
+                             Addend{nullptr, DType::F32, 0, 0}, static_cast<float*>(out.data), static_cast<int>(M),
+                             static_cast<int>(sm_count_), tuning_, stream_)) {
+    check_launch("linear");
+    return;
+  }
+  linear(x, w, out);
 }
 
 void CudaKernels::expert_linear(const View& x, const View& w, const View& ids, int64_t experts,

@@ -45,6 +45,15 @@ bool launch_quant_matvec(const float* x, const View& w, LinearPrologue prologue,
                          float eps, Addend add, float* out, int M, int sm_count,
                          const CudaTuning& tuning, cudaStream_t stream);
 
+// The same product with x's rows quantized to 8 bits (linear_q8_activations and
+// fused_linear_q8_activations; the kernel below this file's dot_q8): any number of rows, x rows
+// x_row floats apart ([gate | up] halves for SwiGLU), each row's result its one-row product.
+// false, launching nothing, where it does not apply (as launch_quant_matvec, and a row's quantized
+// groups past the shared memory of a launch).
+bool launch_quant_matvec_q8(const float* x, int64_t x_row, const View& w, LinearPrologue prologue,
+                            const View& norm_w, float eps, Addend add, float* out, int M, int sm_count,
+                            const CudaTuning& tuning, cudaStream_t stream);
+
 // One 32-element group of a quantized weight row as quant32 reads it: the integers and the affine
 // map of each 16-element half.
 struct Quant32 {
@@ -201,6 +210,94 @@ __device__ __forceinline__ void matvec32_cols(const uint8_t* const (&rows)[COLS]
 #pragma unroll
     for (int c = 0; c < COLS; ++c) load_quant32<WT>(rows[c], g, d[c]);
     dot32_cols<COLS>(d, xs + g * kGroupStride, acc);
+  }
+}
+
+// ---- 8-bit activations (linear_q8_activations, fused_linear_q8_activations; --fast): each staged
+// 32-element group of x is quantized as the CPU's kernels_matmul_q8.cpp does it (d = max|x| / 127,
+// q = x * (127 / max|x|) rounded to nearest even, clamped to +-127), so both backends multiply the
+// same integers, and the dot with a weight group is two integer dot products of 16 (dp4a: four
+// byte products a step) scaled in f32. Every float operation below is written out (__fmul_rn,
+// __fadd_rn, fmaf): no contraction choice of the compiler can make one kernel variant round a
+// (row, column) pair differently from another, so a row's result does not depend on the other
+// rows or on the kernel variant that computed it.
+
+// One quantized group of x in shared memory: the 32 int8 (element j in byte j & 3 of word j >> 2,
+// as Quant32's q), the scale d and the integer sums of the two 16-element halves.
+struct alignas(16) Q8Group {
+  uint32_t q[8];
+  float d;
+  int sum[2];
+  int pad;
+};
+static_assert(sizeof(Q8Group) == 48, "three 16-byte words: conflict-free for 8 consecutive groups");
+
+// Quantizes the 32 floats v of one group into g.
+__device__ __forceinline__ void quantize_q8_group(const float (&v)[32], Q8Group& g) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  const float id = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+  int sum[2] = {0, 0};
+  Q8Group r;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int q = max(-127, min(127, __float2int_rn(__fmul_rn(v[4 * i + k], id))));
+      sum[i >> 2] += q;
+      word |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * k);
+    }
+    r.q[i] = word;
+  }
+  r.d = __fdiv_rn(amax, 127.0f);
+  r.sum[0] = sum[0];
+  r.sum[1] = sum[1];
+  r.pad = 0;
+  g = r;
+}
+
+// Sum over 4 bytes of unsigned a times signed b, plus c.
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// The integer a weight type's q carries on top of its signed value where its offset b is a whole
+// multiple of its scale a (b = -Z a): the dot then subtracts Z * sum(qx) in integers, exactly.
+// 0: an affine type (Q4_1, Q5_1, Q4_K, Q5_K), whose offset multiplies d * sum(qx) in f32.
+template <DType WT>
+constexpr int kQuantZero = WT == DType::Q4_0 ? 8 : WT == DType::Q5_0 ? 16 : WT == DType::Q8_0 ? 128
+                           : WT == DType::Q6_K ? 32 : 0;
+
+// Group d of a weight row dotted with the quantized group xg of x.
+template <DType WT>
+__device__ __forceinline__ float dot_q8(const Quant32& d, const Q8Group& xg) {
+  const uint4 x0 = *reinterpret_cast<const uint4*>(&xg.q[0]);
+  const uint4 x1 = *reinterpret_cast<const uint4*>(&xg.q[4]);
+  const float4 meta = *reinterpret_cast<const float4*>(&xg.d);
+  int i0 = dp4a_us(d.q[0], x0.x, 0);
+  i0 = dp4a_us(d.q[1], x0.y, i0);
+  i0 = dp4a_us(d.q[2], x0.z, i0);
+  i0 = dp4a_us(d.q[3], x0.w, i0);
+  int i1 = dp4a_us(d.q[4], x1.x, 0);
+  i1 = dp4a_us(d.q[5], x1.y, i1);
+  i1 = dp4a_us(d.q[6], x1.z, i1);
+  i1 = dp4a_us(d.q[7], x1.w, i1);
+  const float dx = meta.x;
+  const int s0 = __float_as_int(meta.y), s1 = __float_as_int(meta.z);
+  if constexpr (kQuantZero<WT> != 0) {
+    const float p0 = __fmul_rn(__fmul_rn(d.a[0], dx), static_cast<float>(i0 - kQuantZero<WT> * s0));
+    const float p1 = __fmul_rn(__fmul_rn(d.a[1], dx), static_cast<float>(i1 - kQuantZero<WT> * s1));
+    return __fadd_rn(p0, p1);
+  } else {
+    const float p0 = fmaf(d.b[0], __fmul_rn(dx, static_cast<float>(s0)),
+                          __fmul_rn(__fmul_rn(d.a[0], dx), static_cast<float>(i0)));
+    const float p1 = fmaf(d.b[1], __fmul_rn(dx, static_cast<float>(s1)),
+                          __fmul_rn(__fmul_rn(d.a[1], dx), static_cast<float>(i1)));
+    return __fadd_rn(p0, p1);
   }
 }
 

@@ -580,6 +580,70 @@ void test_fused_linear() {
   }
 }
 
+// linear_q8_activations and fused_linear_q8_activations (8-bit activations, --fast): the CPU runs
+// its 8-bit kernel (the fused form as its three kernels, Kernels' default), CUDA its one kernel
+// (fused.cu). Both quantize x alike, so without a prologue they differ only in the order of the
+// f32 sums; after one, the two prepared rows may differ in a last bit and an element then round to
+// the next integer (a few 1e-3 of the row's largest result at most). Shapes: the real models'
+// widths; N large enough for four columns per lane group on one row; 11 rows in chunks (K = 8192:
+// three rows a block). Then on CUDA alone every row of a many-row product must equal its one-row
+// product bit for bit (what a batched decode step and a prompt piece rely on).
+void test_q8_activations() {
+  const LinearPrologue pros[] = {LinearPrologue::None, LinearPrologue::RmsNorm, LinearPrologue::SwiGLU};
+  for (DType wt : kQuant) {
+    for (int64_t K : {576, 2048, 8192}) {
+      if (K % block_elems(wt) != 0) continue;
+      for (LinearPrologue pro : pros) {
+        for (int64_t M : {1, 3, 11}) {
+          const bool with_add = coin();
+          const int64_t N = K == 8192 ? rand_int(100, 700) : M == 1 && coin() ? rand_int(5000, 9000) : rand_int(50, 1500);
+          const int64_t in_cols = pro == LinearPrologue::SwiGLU ? 2 * K : K;
+          auto x = contiguous(DType::F32, {M, in_cols});
+          auto w = make_dual(wt, {N, K}, {K, 1}, 0, static_cast<int64_t>(row_bytes(wt, K)) * N);
+          auto nw = contiguous(DType::F32, {K});
+          auto add = contiguous(DType::F32, {M, N});
+          auto scratch = contiguous(DType::F32, {M, K});
+          auto o = contiguous(DType::F32, {M, N});
+          const std::string what = std::string("fused_linear_q8_activations w=") + dtype_name(wt) + " prologue=" +
+                                   std::to_string(static_cast<int>(pro)) + (with_add ? " +addend" : "") +
+                                   " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+          auto call = [&](Kernels& k, int s, const View& xv, const View& av, const View& ov) {
+            if (pro == LinearPrologue::None && !with_add) {
+              k.linear_q8_activations(xv, w->view(s), ov);
+            } else {
+              k.fused_linear_q8_activations(xv, w->view(s), pro, pro == LinearPrologue::RmsNorm ? nw->view(s) : View{},
+                                            1e-5f, with_add ? av : View{},
+                                            pro == LinearPrologue::None ? View{} : scratch->view(s), ov);
+            }
+          };
+          if (!run_both(what, [&](Kernels& k, int s) { call(k, s, x->view(s), add->view(s), o->view(s)); })) continue;
+          compare(what, *o, 1e-4, 1e-5, pro == LinearPrologue::None ? 1e-5 : 3e-3);
+          if (M == 1) continue;
+          ++checks;
+          const auto whole = o->download(1);
+          auto one = contiguous(DType::F32, {1, N});
+          int64_t bad_rows = 0;
+          for (int64_t m = 0; m < M; ++m) {
+            View xv = x->view(1), av = add->view(1), ov = one->view(1);
+            xv.data = static_cast<float*>(xv.data) + m * in_cols;
+            xv.shape[0] = 1;
+            av.data = static_cast<float*>(av.data) + m * N;
+            av.shape[0] = 1;
+            const std::string err = run_on(*g_backends[1], [&](Kernels& k) { call(k, 1, xv, av, ov); });
+            const auto row = one->download(1);
+            if (!err.empty() || std::memcmp(row.data(), whole.data() + m * N * 4, static_cast<size_t>(N) * 4) != 0) ++bad_rows;
+          }
+          if (bad_rows) {
+            ++failures;
+            std::printf("FAIL %s: %lld rows differ from their one-row product\n", what.c_str(),
+                        static_cast<long long>(bad_rows));
+          }
+        }
+      }
+    }
+  }
+}
+
 // expert_linear: every weight type, decode (T = 1) and prompt shapes, x shared by a token's
 // experts (X = 1) or one row per expert (X = k); ids read on the device; a bad id is an error.
 void test_expert_linear() {
@@ -1446,7 +1510,10 @@ void bench_kernels(Backend& gpu) {
 // --bench-matvec: eight one-row products per weight type and shape (eight copies of the weight in
 // turn, so each comes from memory), printed in launch order as "MATVEC <type> <N> <K> <bytes>", for
 // a profiler (ncu) to time the kernels themselves: a launch-bound loop on the host measures the host.
+// TL_BENCH_MATVEC_Q8=1: the products with 8-bit activations (linear_q8_activations) instead.
 void bench_matvec(Backend& gpu) {
+  const char* q8_env = std::getenv("TL_BENCH_MATVEC_Q8");
+  const bool q8 = q8_env != nullptr && std::string(q8_env) == "1";
   const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K};
   const int64_t shapes[][2] = {{8192, 2048}, {2048, 8192}, {16384, 2048}, {3072, 2048}, {2048, 2048},
                                {960, 576}, {3072, 576}, {576, 576}, {576, 1536}, {49152, 576}};
@@ -1461,7 +1528,12 @@ void bench_matvec(Backend& gpu) {
       std::vector<Command> cmds;
       for (int i = 0; i < 8; ++i) {
         const View wv = bench_view(buffers.alloc(wbytes, t), t, {N, K});
-        cmds.push_back([=](Kernels& k) { k.linear(xv, wv, ov); });
+        cmds.push_back([=](Kernels& k) {
+          if (q8)
+            k.linear_q8_activations(xv, wv, ov);
+          else
+            k.linear(xv, wv, ov);
+        });
       }
       gpu.submit(cmds, [](const std::string&) {});
       gpu.synchronize();
@@ -1530,6 +1602,7 @@ int main(int argc, char** argv) {
   RUN(test_linear_tall());
   RUN(test_linear_half_range());
   RUN(test_fused_linear());
+  RUN(test_q8_activations());
   RUN(test_expert_linear());
   RUN(test_gather());
   RUN(test_training());
