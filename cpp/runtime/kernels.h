@@ -232,15 +232,20 @@ class Kernels {
   virtual void fused_linear(const View& x, const View& w, LinearPrologue prologue,
                             const View& norm_w, float eps, const View& addend,
                             const View& scratch, const View& out) = 0;
-  // fused_linear with 8-bit activations: the prologue's rows quantized as linear_q8_activations
-  // quantizes x. The ops layer calls it only where fuses_q8_activations(w.dtype) (a backend with
-  // one kernel for it: CUDA); elsewhere it runs the three ops on its own (rms_norm / swiglu, linear
-  // with 8-bit activations, add). This default is that same sequence, at the kernel level, with
-  // `scratch` for the prepared rows (as fused_linear's contract gives it).
-  virtual bool fuses_q8_activations(DType w) const {
-    (void)w;
-    return false;
+  // How a product with 8-bit activations (while --fast / TL_Q8_ACTIVATIONS covers it: DebugConfig's
+  // q8_takes) of M rows of x with a quantized weight [N, K] of dtype w runs on this backend:
+  //  - Unfused: linear_q8_activations, with the prologue and the addend of a fused op as their own
+  //    ops around it (the default; the CPU's, every product);
+  //  - Fused: fused_linear_q8_activations, one kernel with the prologue and addend;
+  //  - Exact: the exact linear / fused_linear, where the backend's 8-bit kernel is not faster.
+  enum class Q8Plan : uint8_t { Unfused, Fused, Exact };
+  virtual Q8Plan q8_plan(DType w, int64_t M, int64_t N, int64_t K) const {
+    (void)w, (void)M, (void)N, (void)K;
+    return Q8Plan::Unfused;
   }
+  // fused_linear with 8-bit activations: the prologue's rows quantized as linear_q8_activations
+  // quantizes x. The ops layer calls it where q8_plan says Fused. This default is the Unfused
+  // sequence at the kernel level (rms_norm / swiglu into `scratch`, linear_q8_activations, add).
   virtual void fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue,
                                            const View& norm_w, float eps, const View& addend,
                                            const View& scratch, const View& out);

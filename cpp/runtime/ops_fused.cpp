@@ -95,8 +95,11 @@ Tensor fused_linear(const Tensor& x0, const Tensor& w0, LinearPrologue prologue,
     return x0;
   };
   if (K == 0 || M == 0 || N == 0) return linear(unfused_input(), w0, addend0);  // nothing to multiply
-  const bool q8 = is_quantized(w0.dtype) && dev->debug().q8_takes(M);
-  if (q8 && !dev->kernels().fuses_q8_activations(w0.dtype)) {
+  const Kernels::Q8Plan plan = is_quantized(w0.dtype) && dev->debug().q8_takes(M)
+                                   ? dev->kernels().q8_plan(w0.dtype, M, N, K)
+                                   : Kernels::Q8Plan::Exact;
+  const bool q8 = plan == Kernels::Q8Plan::Fused;
+  if (plan == Kernels::Q8Plan::Unfused) {
     // 8-bit activations (--fast) apply to every product they cover, fused or not: without a fused
     // kernel for them the prologue and the addend run as their own ops around linear's 8-bit path
     Tensor y = linear(unfused_input(), w0, std::nullopt);

@@ -137,7 +137,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const std::optional<Tensor>& b
     View xv = x.view(), wv = w.view(), ov = out.view();
     if (K == 0)
       encode(*dev, [ov](Kernels& k) { k.fill(ov, 0.0); }, {}, {&out});
-    else if (is_quantized(w.dtype) && dev->debug().q8_takes(M))
+    else if (is_quantized(w.dtype) && dev->debug().q8_takes(M) &&
+             dev->kernels().q8_plan(w.dtype, M, N, K) != Kernels::Q8Plan::Exact)
       // --fast: every product (q8_rows 0), prompt pieces included, as llama.cpp's CPU products;
       // q8_rows 1 (TL_Q8_ACTIVATIONS alone) keeps longer products exact
       encode(*dev, [xv, wv, ov](Kernels& k) { k.linear_q8_activations(xv, wv, ov); }, {&x, &w}, {&out});

@@ -124,7 +124,7 @@ class CudaKernels final : public Kernels {
 
   void fused_linear(const View& x, const View& w, LinearPrologue prologue, const View& norm_w,
                     float eps, const View& addend, const View& scratch, const View& out) override;
-  bool fuses_q8_activations(DType w) const override;
+  Q8Plan q8_plan(DType w, int64_t M, int64_t N, int64_t K) const override;
   void fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue, const View& norm_w,
                                    float eps, const View& addend, const View& scratch,
                                    const View& out) override;

@@ -637,6 +637,9 @@ struct MatvecQ8Launcher {
   bool launched = false;
   template <DType T>
   void operator()() {
+    // Q5_1: the CPU backend has no 8-bit path for it (linear_q8_activations is its exact linear),
+    // so neither has this one
+    if constexpr (T == DType::Q5_1) return;
     const int64_t K = w.shape[1], N = w.shape[0];
     const size_t row_shared = static_cast<size_t>(K / 32) * sizeof(Q8Group);
     if (K % 32 != 0 || row_shared > kMatvec32MaxSharedBytes || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
@@ -751,7 +754,18 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
 }
 
-bool CudaKernels::fuses_q8_activations(DType w) const { return is_quantized(w); }
+// --fast takes the 8-bit kernel where it measured faster than the exact one: one row of x and a
+// Q4_1, Q8_0 or Q4_K weight of at least 8 MiB (ncu on an H100, bench/gpu/ncu_matvec.py with
+// TL_BENCH_MATVEC_Q8=1: 1.05-1.40x on the 9-34 MiB products; 0.74-0.94x on the 0.2-4 MiB ones, where
+// each block's quantizing of x is not hidden; Q6_K slower on two of three large shapes). Every other
+// product stays exact; batched rows and prompt pieces were not measured.
+Kernels::Q8Plan CudaKernels::q8_plan(DType w, int64_t M, int64_t N, int64_t K) const {
+  constexpr size_t kMinBytes = size_t{8} << 20;
+  const bool measured = w == DType::Q4_1 || w == DType::Q8_0 || w == DType::Q4_K;
+  return measured && M == 1 && K % block_elems(w) == 0 && row_bytes(w, K) * static_cast<size_t>(N) >= kMinBytes
+             ? Q8Plan::Fused
+             : Q8Plan::Exact;
+}
 
 void CudaKernels::fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue,
                                               const View& norm_w, float eps, const View& addend,

@@ -587,7 +587,8 @@ void test_fused_linear() {
 // the next integer (a few 1e-3 of the row's largest result at most). Shapes: the real models'
 // widths; N large enough for four columns per lane group on one row; 11 rows in chunks (K = 8192:
 // three rows a block). Then on CUDA alone every row of a many-row product must equal its one-row
-// product bit for bit (what a batched decode step and a prompt piece rely on).
+// product bit for bit (what a batched decode step and a prompt piece rely on). Q5_1 has no 8-bit
+// path on either backend (the exact linear).
 void test_q8_activations() {
   const LinearPrologue pros[] = {LinearPrologue::None, LinearPrologue::RmsNorm, LinearPrologue::SwiGLU};
   for (DType wt : kQuant) {
@@ -617,8 +618,9 @@ void test_q8_activations() {
             }
           };
           if (!run_both(what, [&](Kernels& k, int s) { call(k, s, x->view(s), add->view(s), o->view(s)); })) continue;
-          compare(what, *o, 1e-4, 1e-5, pro == LinearPrologue::None ? 1e-5 : 3e-3);
-          if (M == 1) continue;
+          // (Q5_1 with more than 8 rows: the exact product on the tensor cores, x rounded to f16)
+          compare(what, *o, 1e-4, 1e-5, pro == LinearPrologue::None && !(wt == DType::Q5_1 && M > 8) ? 1e-5 : 3e-3);
+          if (M == 1 || wt == DType::Q5_1) continue;  // Q5_1: no 8-bit path (exact on both backends)
           ++checks;
           const auto whole = o->download(1);
           auto one = contiguous(DType::F32, {1, N});
