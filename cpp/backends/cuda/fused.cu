@@ -639,7 +639,10 @@ struct MatvecQ8Launcher {
   void operator()() {
     // Q5_1: the CPU backend has no 8-bit path for it (linear_q8_activations is its exact linear),
     // so neither has this one
-    if constexpr (T == DType::Q5_1) return;
+    if constexpr (T != DType::Q5_1) launch<T>();
+  }
+  template <DType T>
+  void launch() {
     const int64_t K = w.shape[1], N = w.shape[0];
     const size_t row_shared = static_cast<size_t>(K / 32) * sizeof(Q8Group);
     if (K % 32 != 0 || row_shared > kMatvec32MaxSharedBytes || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
@@ -647,6 +650,7 @@ struct MatvecQ8Launcher {
       return;
     }
     const int chunk = static_cast<int>(std::min<int64_t>({M, kMatvecRows, static_cast<int64_t>(kMatvec32MaxSharedBytes / row_shared)}));
+    if ((static_cast<int64_t>(M) + chunk - 1) / chunk > 65535) return;  // gridDim.y's limit
     const int lpr = matvec_lanes_per_row(K);
     const bool four = M == 1 && N / (kMatvec32Threads / lpr * 4) >= static_cast<int64_t>(sm_count);
     if (four) {
