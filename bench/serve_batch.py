@@ -6,7 +6,10 @@ second-turn TTFT of a chat whose first turn is in the prompt cache against the f
 Every request is a streamed chat completion at temperature 0 (or --temperature, seeded) with
 max_tokens --tokens, its prompt made unique (a request number) so that only the chat template's
 shared opening is reused from the prompt cache; generated tokens are the usage's completion_tokens (stream_options.include_usage).
-The concurrent clients start --stagger seconds apart and then loop, as independent users would.
+The concurrent clients start --stagger seconds apart and then loop, as independent users would;
+besides the whole phase's tokens/s the many-client phase reports them over the window in which all
+clients are active (from the last client's first request to the first client's last answer), and
+its ratio to one client's.
 Each phase also reports CPU seconds (Linux): the server's (when this script started it), the
 clients' (this process), and other processes' over the phase, so that a run on a shared machine
 shows what else took the cores; the clients share the cores with the server, as the issue's
@@ -42,8 +45,10 @@ TOPICS = ["a dragon who learns to cook", "the history of the bicycle", "a robot 
 TEMPERATURE = 0.0  # --temperature: 0 is greedy; above it every request samples (seeded by its number)
 
 
-def _stream(url: str, messages: list, tokens: int, seed: int = 0) -> tuple[float, float, int, dict]:
-    """(time to first token, total time, completion tokens, usage) of one streamed chat request."""
+def _stream(url: str, messages: list, tokens: int, seed: int = 0,
+            events: list | None = None) -> tuple[float, float, int, dict]:
+    """(time to first token, total time, completion tokens, usage) of one streamed chat request;
+    `events`, when given, gets the time (perf_counter) of each chunk of text that arrived."""
     body = {"messages": messages, "max_tokens": tokens, "temperature": TEMPERATURE, "stream": True,
             "stream_options": {"include_usage": True}}
     if TEMPERATURE > 0:
@@ -64,6 +69,8 @@ def _stream(url: str, messages: list, tokens: int, seed: int = 0) -> tuple[float
                 piece = choice.get("delta", {}).get("content")
                 if piece:
                     text.append(piece)
+                    if events is not None:
+                        events.append(time.perf_counter())
                     if first is None:
                         first = time.perf_counter() - start
     total = time.perf_counter() - start
@@ -110,15 +117,23 @@ def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger
     generated = [0]
     lock = threading.Lock()
 
+    spans: list[tuple[int, list[float]]] = []  # per request: its completion tokens, its chunks' times
+    began = [0.0] * clients  # when each client sent its first request
+    ended = [0.0] * clients  # when each client's last request finished
+
     def client(c: int) -> None:
         time.sleep(c * stagger)  # clients arrive one after the other, not all in the same instant
+        began[c] = time.perf_counter()
         for i in range(requests):
             topic = TOPICS[(c + i) % len(TOPICS)]
             msg = [{"role": "user", "content": f"Request {tag}-{c}-{i}. Write a long story about {topic}."}]
-            t, _, n, _ = _stream(url, msg, tokens, seed=1000 * c + i)
+            events: list[float] = []
+            t, _, n, _ = _stream(url, msg, tokens, seed=1000 * c + i, events=events)
             with lock:
                 ttft.append(t)
                 generated[0] += n
+                spans.append((n, events))
+        ended[c] = time.perf_counter()
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     cpu = _cpu_seconds(SERVER_PID)
@@ -128,8 +143,14 @@ def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
+    # While every client is in its request loop (from the last one's first request to the first
+    # one's last answer): the staggered arrivals and the uneven finish left out. A request's tokens
+    # count in proportion to its chunks of text that arrived inside that window.
+    lo, hi = max(began), min(ended)
+    inside = sum(n * sum(lo <= e <= hi for e in ev) / len(ev) for n, ev in spans if ev)
+    steady = {"window_s": round(hi - lo, 2), "tokens_per_s": round(inside / (hi - lo), 1)} if hi > lo else None
     return {"clients": clients, "requests": clients * requests, "generated_tokens": generated[0],
-            "seconds": round(wall, 2), "tokens_per_s": round(generated[0] / wall, 1),
+            "seconds": round(wall, 2), "tokens_per_s": round(generated[0] / wall, 1), "all_clients_active": steady,
             "ttft_p50_ms": round(1000 * statistics.median(ttft), 1),
             "ttft_max_ms": round(1000 * max(ttft), 1),
             "cpu": _cpu_report(cpu, _cpu_seconds(SERVER_PID), wall)}
@@ -232,6 +253,9 @@ def main() -> int:
             proc.wait(30)
     out = {"parallel": args.parallel, "fast": args.fast, "temperature": args.temperature, "one_client": one, "many_clients": many,
            "tokens_per_s_ratio": round(many["tokens_per_s"] / one["tokens_per_s"], 2),
+           # the 8 clients' rate while all of them are active, against one client's whole phase
+           "all_active_tokens_per_s_ratio": round(many["all_clients_active"]["tokens_per_s"] / one["tokens_per_s"], 2)
+           if many["all_clients_active"] else None,
            "ttft_p50_ratio": round(many["ttft_p50_ms"] / one["ttft_p50_ms"], 2),
            "chat_turns": turns, "slots": {k: v for k, v in health.get("slots", {}).items() if k != "slots"}}
     print(json.dumps(out, indent=2))
