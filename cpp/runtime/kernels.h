@@ -246,9 +246,27 @@ class Kernels {
   // fused_linear with 8-bit activations: the prologue's rows quantized as linear_q8_activations
   // quantizes x. The ops layer calls it where q8_plan says Fused. This default is the Unfused
   // sequence at the kernel level (rms_norm / swiglu into `scratch`, linear_q8_activations, add).
+  // (Defined here, inline: a virtual defined in one .cpp would make that file the only one with
+  // the class's vtable, which builds of a subset of the files, as the fake-Metal test's, lack.)
   virtual void fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue,
                                            const View& norm_w, float eps, const View& addend,
-                                           const View& scratch, const View& out);
+                                           const View& scratch, const View& out) {
+    View in = x;
+    if (prologue == LinearPrologue::RmsNorm) {
+      rms_norm(x, norm_w, eps, scratch);
+      in = scratch;
+    } else if (prologue == LinearPrologue::SwiGLU) {
+      // x [M, 2K] contiguous f32: the gate half, then the up half of each row
+      const int64_t K = scratch.shape[1];
+      View gate = x, up = x;
+      gate.shape[1] = up.shape[1] = K;
+      up.data = static_cast<float*>(x.data) + K;
+      swiglu(gate, up, scratch);
+      in = scratch;
+    }
+    linear_q8_activations(in, w, out);
+    if (addend.data != nullptr) binary(BinaryOp::Add, out, addend, out);
+  }
   // out = silu(gate) * up (SwiGLU). gate and up [rows, n], any strides (typically the two column
   // halves of one fused gate/up projection), plain float; out contiguous [rows, n] f32.
   virtual void swiglu(const View& gate, const View& up, const View& out) = 0;

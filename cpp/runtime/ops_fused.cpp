@@ -250,24 +250,4 @@ Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const
   return out;
 }
 
-void Kernels::fused_linear_q8_activations(const View& x, const View& w, LinearPrologue prologue,
-                                          const View& norm_w, float eps, const View& addend,
-                                          const View& scratch, const View& out) {
-  View in = x;
-  if (prologue == LinearPrologue::RmsNorm) {
-    rms_norm(x, norm_w, eps, scratch);
-    in = scratch;
-  } else if (prologue == LinearPrologue::SwiGLU) {
-    // x [M, 2K] contiguous f32: the gate half, then the up half of each row
-    const int64_t K = scratch.shape[1];
-    View gate = x, up = x;
-    gate.shape[1] = up.shape[1] = K;
-    up.data = static_cast<float*>(x.data) + K;
-    swiglu(gate, up, scratch);
-    in = scratch;
-  }
-  linear_q8_activations(in, w, out);
-  if (addend.data != nullptr) binary(BinaryOp::Add, out, addend, out);
-}
-
 }  // namespace tl
