@@ -299,12 +299,13 @@ void bind_ops(py::module_& m) {
         }, py::arg("gate"), py::arg("up") = py::none(),
         "silu(gate) * up in f32 as one kernel; with one argument its last dim holds [gate | up].");
   m.def("rope_kv_write", [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                            const Tensor& v_cache, py::handle pos, double base, bool neox) {
-          return rope_kv_write(q, k, v, k_cache, v_cache, parse_dyn_int(pos, "rope_kv_write pos"), base, neox);
+                            const Tensor& v_cache, py::handle pos, double base, bool neox, py::handle row) {
+          return rope_kv_write(q, k, v, k_cache, v_cache, parse_dyn_int(pos, "rope_kv_write pos"), base, neox,
+                               parse_dyn_int(row, "rope_kv_write row"));
         }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_cache"), py::arg("v_cache"), py::arg("pos"),
-        py::arg("base") = 10000.0, py::arg("neox") = false,
-        "rope(q) returned; rope(k) and v written to rows pos.. of the K and V caches, as one kernel. "
-        "q, k, v: [S, H, D] or [S, H * D].");
+        py::arg("base") = 10000.0, py::arg("neox") = false, py::arg("row") = 0,
+        "rope(q) returned; rope(k) and v written to rows row + pos.. of the K and V caches (RoPE at "
+        "positions pos..), as one kernel. q, k, v: [S, H, D] or [S, H * D].");
 
   // ---- shape ------------------------------------------------------------------------------------
   m.def("reshape", [](py::handle x, py::handle shape) { return reshape(as_tensor(x, "reshape"), parse_shape(shape, "reshape")); },

@@ -86,9 +86,11 @@ Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const std::optional
 Tensor swiglu(const Tensor& gate, const std::optional<Tensor>& up);
 // rope(q) returned (f32 [S, Hq, D]); rope(k) and v written to rows pos..pos+S-1 of the caches
 // ([capacity, Hkv, D], written in place). q, k, v are [S, H, D] or [S, H * D] (any strides).
-// pos may be dynamic (a compiled decode step): each replay writes at its own position.
+// pos may be dynamic (a compiled decode step): each replay writes at its own position. `row`: the
+// rows are row + pos.. of the caches (a slot of a slot store; RoPE's position stays pos), also
+// possibly dynamic.
 Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                     const Tensor& v_cache, DynInt pos, double base, bool neox);
+                     const Tensor& v_cache, DynInt pos, double base, bool neox, DynInt row = DynInt(0));
 
 // Training (ops_training.cpp).
 // [rows, D] f32 zeros plus, for each i in order, src[i, :] added into row ids[i] (np.add.at):

@@ -189,9 +189,9 @@ Tensor swiglu(const Tensor& gate0, const std::optional<Tensor>& up0) {
 }
 
 Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& k_cache,
-                     const Tensor& v_cache, DynInt dyn_pos, double base, bool neox) {
+                     const Tensor& v_cache, DynInt dyn_pos, double base, bool neox, DynInt dyn_row) {
   const char* op = "rope_kv_write";
-  const int64_t pos = dyn_pos.value;
+  const int64_t pos = dyn_pos.value, row = dyn_row.value;
   auto dev = op_device({&q0, &k0, &v0, &k_cache, &v_cache}, op);
   for (const Tensor* t : {&q0, &k0, &v0, &k_cache, &v_cache}) {
     require_plain(*t, op);
@@ -211,10 +211,11 @@ Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const
   if (Hkv == 0 || q.shape[1] % Hkv != 0)
     throw ShapeError(std::string(op) + ": query heads (" + std::to_string(q.shape[1]) +
                      ") must be a multiple of kv heads (" + std::to_string(Hkv) + ")");
-  if (pos < 0 || pos + S > cap)
+  if (pos < 0 || row < 0 || row + pos + S > cap)
     throw ShapeError(std::string(op) + ": positions " + std::to_string(pos) + ".." + std::to_string(pos + S) +
-                     " do not fit a cache of " + std::to_string(cap) + " positions");
-  Tensor k_dst = slice(k_cache, 0, pos, pos + S, 1), v_dst = slice(v_cache, 0, pos, pos + S, 1);
+                     (row ? " from row " + std::to_string(row) : std::string()) + " do not fit a cache of " +
+                     std::to_string(cap) + " positions");
+  Tensor k_dst = slice(k_cache, 0, row + pos, row + pos + S, 1), v_dst = slice(v_cache, 0, row + pos, row + pos + S, 1);
   Tensor out = new_tensor(*dev, q.shape, DType::F32, op);
   if (out.numel() == 0) return out;
   View qv = q.view(), kv = k.view(), vv = v.view(), ov = out.view();
@@ -223,25 +224,28 @@ Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const
   Command cmd = [qv, kv, vv, pos, b, neox, ov, kd, vd](Kernels& kn) {
     kn.rope_kv_write(qv, kv, vv, pos, b, neox, ov, kd, vd);
   };
-  if (!detail::recording_dynamic(*dev, dyn_pos)) {
+  if (!detail::recording_dynamic(*dev, dyn_pos) && !detail::recording_dynamic(*dev, dyn_row)) {
     encode(*dev, std::move(cmd), {&q, &k, &v}, {&out, &k_dst, &v_dst});
     return out;
   }
-  // Inside a compiled function with a position that depends on its scalar inputs (a decode step):
-  // each replay moves the cache rows to the replayed position, checked against the capacity first.
+  // Inside a compiled function with a position (or a first row: a slot of a slot store) that depends
+  // on its scalar inputs (a decode step): each replay moves the cache rows to the replayed row and
+  // position, checked against the capacity first.
   const int64_t row_k = k_cache.strides[0] * static_cast<int64_t>(block_bytes(k_cache.dtype));
   const int64_t row_v = v_cache.strides[0] * static_cast<int64_t>(block_bytes(v_cache.dtype));
   detail::encode_dynamic(
       *dev, std::move(cmd),
-      [qv, kv, vv, pos, dyn_pos, cap, S, row_k, row_v, b, neox, ov, kd, vd](const ReplayContext& ctx) -> Command {
+      [qv, kv, vv, pos, row, dyn_pos, dyn_row, cap, S, row_k, row_v, b, neox, ov, kd, vd](
+          const ReplayContext& ctx) -> Command {
         const int64_t p = dyn_pos.at(ctx.scalars, "rope_kv_write");
-        if (p < 0 || p + S > cap)
+        const int64_t r = dyn_row.at(ctx.scalars, "rope_kv_write");
+        if (p < 0 || r < 0 || r + p + S > cap)
           throw ShapeError("rope_kv_write: replayed positions " + std::to_string(p) + ".." +
-                           std::to_string(p + S) + " do not fit a cache of " + std::to_string(cap) +
-                           " positions");
+                           std::to_string(p + S) + (r ? " from row " + std::to_string(r) : std::string()) +
+                           " do not fit a cache of " + std::to_string(cap) + " positions");
         View k2 = kd, v2 = vd;
-        k2.data = static_cast<char*>(kd.data) + (p - pos) * row_k;
-        v2.data = static_cast<char*>(vd.data) + (p - pos) * row_v;
+        k2.data = static_cast<char*>(kd.data) + ((r + p) - (row + pos)) * row_k;
+        v2.data = static_cast<char*>(vd.data) + ((r + p) - (row + pos)) * row_v;
         return [qv, kv, vv, p, b, neox, ov, k2, v2](Kernels& kn) {
           kn.rope_kv_write(qv, kv, vv, p, b, neox, ov, k2, v2);
         };

@@ -162,6 +162,25 @@ def test_rope_kv_write_rotates_q_and_k_and_writes_only_its_cache_rows(neox):
                                                                   neox).numpy())
 
 
+def test_rope_kv_write_from_a_row_writes_there_and_rotates_at_the_position():
+    # a slot store's slot: rows row + pos.. of the caches, RoPE at positions pos..
+    S, Hq, Hkv, D, pos, row, cap = 2, 4, 2, 8, 3, 7, 16
+    q, k, v = randn(S, Hq, D), randn(S, Hkv, D), randn(S, Hkv, D)
+    ck0, cv0 = randn(cap, Hkv, D), randn(cap, Hkv, D)
+    kc, vc = T(ck0), T(cv0)
+    q_out = _core.rope_kv_write(T(q), T(k), T(v), kc, vc, pos, 10000.0, False, row)
+    np.testing.assert_allclose(q_out.numpy(), np_rope(q, pos, 10000.0, False), rtol=1e-5, atol=1e-5)
+    ck, cv = kc.numpy(), vc.numpy()
+    at = row + pos
+    np.testing.assert_allclose(ck[at:at + S], np_rope(k, pos, 10000.0, False), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(cv[at:at + S], v)
+    for got, before in ((ck, ck0), (cv, cv0)):
+        np.testing.assert_array_equal(got[:at], before[:at])
+        np.testing.assert_array_equal(got[at + S:], before[at + S:])
+    with pytest.raises(_core.ShapeError, match="from row 12 do not fit a cache of 16"):
+        _core.rope_kv_write(T(q), T(k), T(v), kc, vc, 3, 10000.0, False, 12)
+
+
 def test_rope_kv_write_refuses_positions_past_the_cache_and_mismatched_heads():
     kc, vc = T(randn(4, 2, 8)), T(randn(4, 2, 8))
     with pytest.raises(_core.ShapeError, match="do not fit a cache of 4"):

@@ -333,7 +333,7 @@ class SlotStore(TLObject):
     by replay hooks as KVCache.write keeps its own."""
 
     tl_type_name = "KV slot store"
-    tl_recordable_methods = frozenset({"write", "keys", "values"})
+    tl_recordable_methods = frozenset({"write", "write_rope", "keys", "values"})
 
     def __init__(self, slots: int, n_layers: int, capacity: int, n_kv_heads: int, head_dim: int,
                  dtype: str = "f32"):
@@ -382,6 +382,28 @@ class SlotStore(TLObject):
         core.copy_(core.slice(self.v[i], 0, row, row + 1, 1), v)
         if dynamic:
             self._on_replay((_WRITE, i, slot, pos))
+
+    def write_rope(self, layer: Any, slot: Any, pos: Any, q: Any, k: Any, v: Any, base: Any = 10000.0,
+                   neox: Any = False) -> Any:
+        """RoPE of q and k at position pos and the write of rope(k) and v into the slot, as one
+        kernel (rope_kv_write, KVCache.write_rope's); returns rope(q) [1, heads, head_dim]. q
+        [1, heads, head_dim], k and v [1, kv_heads, head_dim]: a decode step's token."""
+        s = self._slot(slot)
+        cache = self.caches[s]
+        i = cache._layer(layer)
+        q, k, v = to_tensor(q, "Q"), to_tensor(k, "K"), to_tensor(v, "V")
+        if k.ndim != 3 or k.shape[0] != 1 or tuple(k.shape) != tuple(v.shape) or q.ndim != 3 or q.shape[0] != 1:
+            raise BuiltinArgError(f"a slot store takes one position's Q [1, heads, head_dim] and K and V "
+                                  f"[1, kv_heads, head_dim], got {type_name(q)}, {type_name(k)} and {type_name(v)}")
+        p = pos.value if pos.__class__ is Symbolic else to_int(pos, "position")
+        cache._replayed_write(i, p, 1)  # the eager checks (gap, capacity) and the length
+        dynamic = any(x.__class__ is Symbolic and x.live for x in (slot, pos))
+        # the slot's rows of the layer's buffers: row slot * capacity + pos (RoPE at pos)
+        q_out = core.rope_kv_write(q, k, v, self.k[i], self.v[i], pos if dynamic else p, to_float(base, "base"),
+                                   to_bool(neox, "neox"), slot * self.capacity if dynamic else s * self.capacity)
+        if dynamic:
+            self._on_replay((_WRITE, i, slot, pos))
+        return q_out
 
     def _on_replay(self, check: tuple) -> None:
         """One replay check of the recording in progress, (_WRITE, layer, slot, position) or
@@ -459,6 +481,8 @@ class SlotStore(TLObject):
     def tl_call_method(self, name: str, args: list[Any]) -> Any:
         if name == "write" and len(args) == 5:
             return self.write(*args)
+        if name == "write_rope" and 6 <= len(args) <= 8:
+            return self.write_rope(*args)
         if name in ("keys", "values") and len(args) == 3:
             return getattr(self, name)(*args)
         if name == "cache" and len(args) == 1:
