@@ -535,6 +535,14 @@ int blocks_per_sm(const void* kernel, size_t shared) {
   return per_sm;
 }
 
+// Blocks of a matrix-vector launch over N columns, `cols` a block at a time: all resident at once
+// (one wave, no tail), as many as fit on every multiprocessor; more would only stage x again.
+int64_t one_wave_blocks(const void* kernel, size_t shared, int64_t N, int64_t cols, int sm_count) {
+  const int64_t blocks = (N + cols - 1) / cols;
+  const int64_t cap = static_cast<int64_t>(sm_count) * blocks_per_sm(kernel, shared);
+  return blocks < cap ? blocks : cap;
+}
+
 struct Matvec32Launcher {
   static constexpr int64_t kPrefetchMaxBytes = 2 << 20;  // early weight loads up to this size (go())
   const float* x;
@@ -605,13 +613,8 @@ struct Matvec32Launcher {
   template <DType T, int LPR, int MAXM, int COLS, bool PREFETCH, bool PAIRS = false>
   void go_with(int64_t N, int64_t K, size_t shared) {
     const auto kernel = fused_matvec32_kernel<T, LPR, MAXM, COLS, PREFETCH, PAIRS>;
-    // All blocks resident at once (one wave, no tail): as many as fit on every multiprocessor;
-    // more would only stage x again.
-    const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), shared);
-    const int64_t cols = kMatvec32Threads / LPR * COLS;
-    int64_t blocks = (N + cols - 1) / cols;
-    const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
-    if (blocks > cap) blocks = cap;
+    const int64_t blocks = one_wave_blocks(reinterpret_cast<const void*>(kernel), shared, N,
+                                           kMatvec32Threads / LPR * COLS, sm_count);
     launch_kernel(tuning.pdl, kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMatvec32Threads), shared, stream,
                   x, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data, nw.dtype, eps,
                   add, out, M, N, K, tuning.pdl && tuning.l2_prefetch);
@@ -667,11 +670,8 @@ struct MatvecQ8Launcher {
   void go(int64_t N, int64_t K, int chunk) {
     const auto kernel = fused_matvec_q8_kernel<T, LPR, MAXM, COLS>;
     const size_t shared = static_cast<size_t>(chunk) * static_cast<size_t>(K / 32) * sizeof(Q8Group);
-    const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), shared);
-    const int64_t cols = kMatvec32Threads / LPR * COLS;
-    int64_t blocks = (N + cols - 1) / cols;
-    const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
-    if (blocks > cap) blocks = cap;
+    const int64_t blocks = one_wave_blocks(reinterpret_cast<const void*>(kernel), shared, N,
+                                           kMatvec32Threads / LPR * COLS, sm_count);
     const unsigned chunks = static_cast<unsigned>((M + chunk - 1) / chunk);
     launch_kernel(tuning.pdl, kernel, dim3(static_cast<unsigned>(blocks), chunks), dim3(kMatvec32Threads), shared,
                   stream, x, x_row, static_cast<const uint8_t*>(w.data), row_bytes(T, K), prologue, nw.data,
