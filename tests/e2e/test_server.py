@@ -103,6 +103,23 @@ def server(smollm2_path, tmp_path_factory):
     assert "Traceback" not in s.log.read_text(), s.log.read_text()
 
 
+LONG_MAX = 1200  # tokens a leaving client asks for: >= 4 s of decoding even at 300 tokens/s
+
+
+@pytest.fixture(scope="module")
+def long_server(smollm2_path, tmp_path_factory):
+    """As `server`, with a context that holds LONG_MAX generated tokens: the tests of clients that leave
+    need the generation they leave to be still running a second or two later on any machine (within
+    `server`'s 256 positions, ~220 tokens took ~1.8 s on CI's 2 cores, and a faster machine finishes them
+    before the client leaves). Greedy "Write a very long story about a dragon." runs past 1,500 tokens
+    without an end-of-generation token."""
+    s = Server(smollm2_path, tmp_path_factory.mktemp("serve_long"), "--api-key", KEY, "--context",
+               str(LONG_MAX + 128), "--max-queue", "16")
+    yield s
+    s.close()
+    assert "Traceback" not in s.log.read_text(), s.log.read_text()
+
+
 def _tl_generate_json(model: Path, *args: str) -> dict:
     r = subprocess.run([sys.executable, "-m", "tensorlogic", "generate", "--model", str(model), "--json",
                         "--max-tokens", str(MAX), *args], capture_output=True, text=True, env=_env(), cwd=ROOT,
@@ -199,10 +216,11 @@ def test_eight_concurrent_clients_all_get_the_greedy_reply(server, expected_chat
     assert replies == [expected_chat["text"]] * 8
 
 
-def test_client_disconnecting_mid_stream_stops_its_generation(server, expected_chat):
+def test_client_disconnecting_mid_stream_stops_its_generation(long_server, expected_chat):
+    server = long_server  # the generation it leaves would run for seconds, so it must be cancelled to end
     before = server.health()["requests"]["cancelled"]
     body = {"messages": [{"role": "user", "content": "Write a very long story about a dragon who learns to cook."}],
-            "max_tokens": 200, "stream": True}
+            "max_tokens": LONG_MAX, "stream": True}
     with httpx.Client(timeout=60) as c:
         with c.stream("POST", server.url + "/v1/chat/completions", json=body,
                       headers={"Authorization": f"Bearer {KEY}"}) as r:
@@ -223,10 +241,11 @@ def test_client_disconnecting_mid_stream_stops_its_generation(server, expected_c
     assert _chat(server.client()).choices[0].message.content == expected_chat["text"]  # still serving
 
 
-def test_a_waiting_request_whose_client_left_is_dropped(server):
+def test_a_waiting_request_whose_client_left_is_dropped(long_server):
+    server = long_server
     before = server.health()["requests"]
     long = {"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
-            "max_tokens": 230, "stream": True}
+            "max_tokens": LONG_MAX, "stream": True}
     with httpx.Client(timeout=60) as c:
         with c.stream("POST", server.url + "/v1/chat/completions", json=long,
                       headers={"Authorization": f"Bearer {KEY}"}) as running:
@@ -237,7 +256,8 @@ def test_a_waiting_request_whose_client_left_is_dropped(server):
                             timeout=0.5)
             time.sleep(0.6)  # the server notices within DISCONNECT_POLL_S
         # then the running one's client leaves, ~1.1 s after its first token: it must still be
-        # generating (230 tokens take ~1.8 s on 2 cores; 200 with a 1 s wait left too little margin)
+        # generating (LONG_MAX tokens take >= 4 s; within a 256-token context, 230 tokens took ~1.8 s on
+        # CI's 2 cores, too little margin on a faster or less loaded machine, and 200 failed once in CI)
     deadline = time.time() + 30
     while time.time() < deadline:
         h = server.health()
@@ -249,10 +269,11 @@ def test_a_waiting_request_whose_client_left_is_dropped(server):
     assert after["served"] == before["served"]
 
 
-def test_a_departed_waiting_client_frees_its_queue_slot_at_once(server):
+def test_a_departed_waiting_client_frees_its_queue_slot_at_once(long_server):
     # issue 22.4: the slot stayed taken until the running generation ended (new clients got 503)
+    server = long_server  # the running generation must outlast the 1 s wait and the poll below
     long = {"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
-            "max_tokens": 200, "stream": True}
+            "max_tokens": LONG_MAX, "stream": True}
     with httpx.Client(timeout=60) as c:
         with c.stream("POST", server.url + "/v1/chat/completions", json=long,
                       headers={"Authorization": f"Bearer {KEY}"}) as running:
