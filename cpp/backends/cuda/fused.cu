@@ -758,15 +758,17 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
 }
 
-// --fast takes the 8-bit kernel where it measured faster than the exact one: one row of x and a
-// Q4_1, Q8_0 or Q4_K weight of at least 8 MiB (ncu on an H100, bench/gpu/ncu_matvec.py with
+// --fast takes the 8-bit kernel where it measured faster than the exact one: a Q4_1, Q8_0 or Q4_K
+// weight of at least 8 MiB (one row of x; ncu on an H100, bench/gpu/ncu_matvec.py with
 // TL_BENCH_MATVEC_Q8=1: 1.05-1.40x on the 9-34 MiB products; 0.74-0.94x on the 0.2-4 MiB ones, where
-// each block's quantizing of x is not hidden; Q6_K slower on two of three large shapes). Every other
-// product stays exact; batched rows and prompt pieces were not measured.
+// each block's quantizing of x is not hidden; Q6_K slower on two of three large shapes), for up to
+// kMatvecRows rows: a batched decode step's rows then get bitwise what each gets alone (the same
+// weight takes the same path at 1 and at 8 rows; the speed of 2-8 rows was not measured). Longer
+// products (prompts) stay on the tensor cores, as exact products do, and so does everything else.
 Kernels::Q8Plan CudaKernels::q8_plan(DType w, int64_t M, int64_t N, int64_t K) const {
   constexpr size_t kMinBytes = size_t{8} << 20;
   const bool measured = w == DType::Q4_1 || w == DType::Q8_0 || w == DType::Q4_K;
-  return measured && M == 1 && K % block_elems(w) == 0 && row_bytes(w, K) * static_cast<size_t>(N) >= kMinBytes
+  return measured && M <= kMatvecRows && K % block_elems(w) == 0 && row_bytes(w, K) * static_cast<size_t>(N) >= kMinBytes
              ? Q8Plan::Fused
              : Q8Plan::Exact;
 }
