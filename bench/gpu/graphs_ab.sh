@@ -109,6 +109,11 @@
 #                              path and --fast (8-bit activations), the cross-backend, fused-op and
 #                              batching tests on CUDA
 #   bench/gpu/graphs_ab.sh R   (warm, after Q) both models against llama.cpp CUDA, TL exact and --fast
+#   bench/gpu/graphs_ab.sh S   where the time goes: the 1B decode kernels at ~128 and ~2,040 keys,
+#                              the SmolLM2 prefill's kernels with TL's products and cuBLAS (ncu),
+#                              both models exact and --fast
+#   bench/gpu/graphs_ab.sh T   builds, test_cuda_vs_cpu, CUDA pytest, both models against llama.cpp
+#                              CUDA, the learning tests on CUDA
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -402,6 +407,43 @@ c)
   echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
   for i in $(seq 60); do [ -s "$B1" ] && break; sleep 5; done
   bench_model "$B1"
+  ;;
+T)
+  # the closing call (2026-11-28 session 2): builds (llama.cpp in the background when carried),
+  # test_cuda_vs_cpu, the cross-backend, fused-op, backend-op and batching tests on CUDA, both
+  # models against llama.cpp CUDA, then the learning tests on CUDA in the time left
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  echo "== pytest on CUDA"
+  TL_BACKEND=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -3
+  against_llama
+  echo "== TL_BACKEND=cuda pytest tests/learning at ${SECONDS}s"
+  TL_BACKEND=cuda timeout $((585 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
+  ;;
+S)
+  # where the time goes (2026-11-28 session 2): builds (llama.cpp in the background when carried),
+  # test_cuda_vs_cpu, the 1B shape's decode kernels at ~128 and ~2,040 keys (ncu), the SmolLM2
+  # shape's 512-token prefill kernels with TL's products (TL_CUDA_OWN_GEMM=3) and with cuBLAS, then
+  # both models exact and --fast
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  for i in $(seq 100); do [ -s "$B1" ] && break; sleep 2; done
+  for n in 120 2040; do
+    echo "== 1B shape: $n-token prefill and 8 decode steps (ncu)"
+    timeout 150 python3 bench/gpu/profile_prefill.py "$B1" --ncu --tokens $n --decode 8 2>&1 | head -22
+  done
+  for v in 3 0; do
+    echo "== SmolLM2 shape: 512-token prefill, TL_CUDA_OWN_GEMM=$v (ncu, then wall)"
+    TL_CUDA_OWN_GEMM=$v timeout 120 python3 bench/gpu/profile_prefill.py "$SMOL" --ncu --tokens 512 2>&1 | head -18
+    TL_CUDA_OWN_GEMM=$v timeout 60 python3 bench/gpu/profile_prefill.py "$SMOL" --tokens 512 --runs 4 2>&1 | tail -2
+  done
+  for m in "$SMOL" "$B1"; do
+    echo "== $(basename "$m" .gguf): exact and --fast"
+    timeout 120 python3 bench/llm.py --gpu --model "$m" --peers none --tl-variants default,fast --repeat 3 2>&1 | tail -3
+  done
   ;;
 d)
   # TL alone with TF32 tensor cores for f32 products (TL_CUDA_TF32=1: quantized weights in

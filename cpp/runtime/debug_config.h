@@ -127,6 +127,9 @@ inline bool env_cuda_matvec_pairs() { return env_detail::env_flag("TL_CUDA_MATVE
 inline bool env_cuda_matvec_four() { return env_detail::env_flag("TL_CUDA_MATVEC_FOUR", true); }
 inline bool env_cuda_rope_device_pow() { return env_detail::env_flag("TL_CUDA_ROPE_DEVICE_POW"); }
 inline bool env_cuda_attn_rows8() { return env_detail::env_flag("TL_CUDA_ATTN_ROWS8"); }
+// --fast on CUDA: the 8-bit activation matrix-vector kernel (off by default: end to end it measured
+// slower than the exact kernels on an H200, see cpp/backends/cuda/README.md)
+inline bool env_cuda_q8_matvec() { return env_detail::env_flag("TL_CUDA_Q8_MATVEC"); }
 inline int64_t env_cuda_attn_min_chunk() {
   return env_detail::env_int("TL_CUDA_ATTN_MIN_CHUNK", 128, 32, 65536);
 }

@@ -840,6 +840,7 @@ CudaTuning tuning_from_env() {
   t.matvec_four = env_cuda_matvec_four();
   t.rope_device_pow = env_cuda_rope_device_pow();
   t.attn_rows8 = env_cuda_attn_rows8();
+  t.q8_matvec = env_cuda_q8_matvec();
   t.attn_min_chunk = env_cuda_attn_min_chunk();
   t.attn_gqa = env_cuda_attn_gqa();
   t.own_gemm = env_cuda_own_gemm();

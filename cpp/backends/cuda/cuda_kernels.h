@@ -31,6 +31,7 @@ struct CudaTuning {
   bool matvec_pairs = true;   // Q4_K weight groups in pairs
   bool matvec_four = true;    // four columns per lane group on tall weights (one row of x)
   bool rope_device_pow = false;  // RoPE frequencies from the device's pow, not the host's
+  bool q8_matvec = false;     // --fast: the 8-bit matrix-vector kernel (TL_CUDA_Q8_MATVEC=1)
   bool attn_rows8 = false;    // decode attention: 8 value rows per round, not 16
   int64_t attn_min_chunk = 128;  // decode attention: keys per split block in a replay graph
   bool attn_gqa = true;       // decode attention: one block per kv head and split, keys shared

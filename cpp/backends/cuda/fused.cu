@@ -758,15 +758,17 @@ void CudaKernels::fused_linear(const View& x, const View& w, LinearPrologue prol
   }
 }
 
-// --fast takes the 8-bit kernel where it measured faster than the exact one: a Q4_1, Q8_0 or Q4_K
-// weight of at least 8 MiB (one row of x; ncu on an H100, bench/gpu/ncu_matvec.py with
-// TL_BENCH_MATVEC_Q8=1: 1.05-1.40x on the 9-34 MiB products; 0.74-0.94x on the 0.2-4 MiB ones, where
-// each block's quantizing of x is not hidden; Q6_K slower on two of three large shapes), for up to
-// kMatvecRows rows: a batched decode step's rows then get bitwise what each gets alone (the same
-// weight takes the same path at 1 and at 8 rows; the speed of 2-8 rows was not measured). Longer
-// products (prompts) stay on the tensor cores, as exact products do, and so does everything else.
+// --fast computes exactly on CUDA unless TL_CUDA_Q8_MATVEC=1. The 8-bit kernel measured faster than
+// the exact one alone, on large weights (ncu on an H100, bench/gpu/ncu_matvec.py with
+// TL_BENCH_MATVEC_Q8=1: 1.05-1.40x on 9-34 MiB Q4_1 / Q8_0 / Q4_K products; 0.74-0.94x on 0.2-4 MiB
+// ones, Q6_K slower), but end to end slower: on an H200 (2026-11-28, bench/llm.py --gpu
+// --tl-variants default,fast) the 1B shape decoded at 912 tok/s with it against 1,063 exact (813
+// against 932 at 2,048 tokens), the SmolLM2 shape the same. With the flag it takes a Q4_1, Q8_0 or
+// Q4_K weight of at least 8 MiB for up to kMatvecRows rows (a batched step's rows then get bitwise
+// what each gets alone); prompts stay on the tensor cores.
 Kernels::Q8Plan CudaKernels::q8_plan(DType w, int64_t M, int64_t N, int64_t K) const {
   constexpr size_t kMinBytes = size_t{8} << 20;
+  if (!tuning_.q8_matvec) return Q8Plan::Exact;
   const bool measured = w == DType::Q4_1 || w == DType::Q8_0 || w == DType::Q4_K;
   return measured && M <= kMatvecRows && K % block_elems(w) == 0 && row_bytes(w, K) * static_cast<size_t>(N) >= kMinBytes
              ? Q8Plan::Fused
