@@ -114,6 +114,11 @@
 #                              both models exact and --fast
 #   bench/gpu/graphs_ab.sh T   builds, test_cuda_vs_cpu, CUDA pytest, both models against llama.cpp
 #                              CUDA, the learning tests on CUDA
+#   bench/gpu/graphs_ab.sh V   builds, test_cuda_vs_cpu (then its attention group with 32- and
+#                              64-row prefill tiles, its linear group with TL's f16 products), the
+#                              512-token prefill of both models by prefill tile height and product
+#                              kernel, bench/llm.py on the 1B shape with 16, 32 and 64 decode
+#                              attention splits, the 1B decode kernels at ~2,040 keys (ncu)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -444,6 +449,32 @@ S)
     echo "== $(basename "$m" .gguf): exact and --fast"
     timeout 120 python3 bench/llm.py --gpu --model "$m" --peers none --tl-variants default,fast --repeat 3 2>&1 | tail -3
   done
+  ;;
+V)
+  # prefill attention's tile height and TL's f16 products with the row scale in their epilogue,
+  # decode attention's split merge (2026-11-28, session 3)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  for e in TL_CUDA_ATTN_TILE_ROWS=64:attention TL_CUDA_ATTN_TILE_ROWS=32:attention TL_CUDA_OWN_GEMM=2:linear; do
+    echo "== test_cuda_vs_cpu --only ${e#*:}, ${e%%:*}"
+    env "${e%%:*}" timeout 120 "$T" --only "${e#*:}" 2>&1 | grep -E "FAIL|checks" | tail -4
+  done
+  echo "== decode attention (test_cuda_vs_cpu --bench)"
+  timeout 60 "$T" --bench 2>&1 | grep -E "attention" | sort | uniq
+  for i in $(seq 100); do [ -s "$B1" ] && break; sleep 2; done
+  for run in "$SMOL 3 0" "$SMOL 3 16" "$SMOL 3 32" "$SMOL 3 64" "$SMOL 0 0" "$B1 0 0" "$B1 0 32" "$B1 0 64" "$SMOL 3 0"; do
+    set -- $run
+    echo "== $(basename "$1" .gguf): 512-token prefill, TL_CUDA_OWN_GEMM=$2 TL_CUDA_ATTN_TILE_ROWS=$3"
+    TL_CUDA_OWN_GEMM=$2 TL_CUDA_ATTN_TILE_ROWS=$3 timeout 60 python3 bench/gpu/profile_prefill.py "$1" --tokens 512 --runs 4 2>&1 | tail -2
+  done
+  echo "== at ${SECONDS}s"
+  tl_runs "$B1 TL_NOTHING=1" "$B1 TL_CUDA_ATTN_GQA_SPLITS=16" "$B1 TL_CUDA_ATTN_GQA_SPLITS=64"
+  echo "== at ${SECONDS}s"
+  if [ "$SECONDS" -lt 480 ]; then
+    echo "== 1B shape: 2040-token prefill and 8 decode steps (ncu)"
+    timeout $((590 - SECONDS)) python3 bench/gpu/profile_prefill.py "$B1" --ncu --tokens 2040 --decode 8 2>&1 | head -22
+  fi
   ;;
 d)
   # TL alone with TF32 tensor cores for f32 products (TL_CUDA_TF32=1: quantized weights in

@@ -19,7 +19,8 @@
 //   TL_CUDA_MATVEC_FOUR, TL_CUDA_ROPE_DEVICE_POW,            measurements (CudaTuning,
 //   TL_CUDA_ATTN_ROWS8, TL_CUDA_ATTN_MIN_CHUNK,              cuda_kernels.h)
 //   TL_CUDA_ATTN_GQA, TL_CUDA_ATTN_GQA_CHUNK,
-//   TL_CUDA_ATTN_GQA_SPLITS, TL_CUDA_PDL, TL_CUDA_L2_PREFETCH
+//   TL_CUDA_ATTN_GQA_SPLITS, TL_CUDA_ATTN_TILE_ROWS,
+//   TL_CUDA_PDL, TL_CUDA_L2_PREFETCH
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -146,6 +147,12 @@ inline int64_t env_cuda_attn_gqa_chunk() {
   return (env_detail::env_int("TL_CUDA_ATTN_GQA_CHUNK", 32, 32, 65536) + 31) / 32 * 32;
 }
 inline int64_t env_cuda_attn_gqa_splits() { return env_detail::env_int("TL_CUDA_ATTN_GQA_SPLITS", 32, 1, 64); }
+// Prefill attention's query rows per block (attention.cu): 0 (default) chosen per prompt from its
+// rows and heads; 1..64 rounded down to 16, 32 or 64 (at least 16).
+inline int env_cuda_attn_tile_rows() {
+  const int64_t v = env_detail::env_int("TL_CUDA_ATTN_TILE_ROWS", 0, 0, 64);
+  return v == 0 ? 0 : v >= 64 ? 64 : v >= 32 ? 32 : 16;
+}
 // Programmatic dependent launches of the decode kernels on sm_90+ (default on; 0: every kernel
 // waits for the one before it to finish before it is scheduled) and, with them, the L2 prefetch of a
 // kernel's weights (and attention's keys and values) before it waits (default on).

@@ -513,49 +513,79 @@ __global__ void __launch_bounds__(kGqaMaxGroup * 32)
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  // The last split block of this kv head merges: each warp its query head's records.
+  // The last split block of this kv head merges: each warp its query head's records. The loads
+  // are issued together (the (max, sum) pairs of splits lane and lane + 32 at once, then 16 splits'
+  // accumulators at a time) so that the merge waits for the L2 a few times, not once per split; the
+  // sums run in split order as before.
+  static_assert(kMaxSplits <= 64, "a lane holds the (max, sum) of two splits");
   const float* base = partial + h * splits * (kD + 2);
-  float m_all = -INFINITY;
-  for (int64_t sp = lane; sp < splits; sp += 32) m_all = fmaxf(m_all, __ldcg(base + sp * (kD + 2)));
-  m_all = warp_max(m_all);
+  float ms[2], ls[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int64_t sp = lane + 32 * u;
+    ms[u] = sp < splits ? __ldcg(base + sp * (kD + 2)) : -INFINITY;
+    ls[u] = sp < splits ? __ldcg(base + sp * (kD + 2) + 1) : 0.0f;
+  }
+  const float m_all = warp_max(fmaxf(ms[0], ms[1]));
   float l_part = 0.0f;
-  for (int64_t sp = lane; sp < splits; sp += 32) {
-    const float ms = __ldcg(base + sp * (kD + 2));
-    const float w = ms == -INFINITY ? 0.0f : expf(ms - m_all);
-    s_weight[g][sp] = w;
-    l_part = fmaf(__ldcg(base + sp * (kD + 2) + 1), w, l_part);
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int64_t sp = lane + 32 * u;
+    if (sp < splits) {
+      const float w = ms[u] == -INFINITY ? 0.0f : expf(ms[u] - m_all);
+      s_weight[g][sp] = w;
+      l_part = fmaf(ls[u], w, l_part);
+    }
   }
   const float l_all = warp_sum(l_part);
   __syncwarp();
   const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+  // splits whose accumulators are loaded before they are summed (32 values a lane)
+  constexpr int kBatch = 32 / kPerLane;
+  float o[kPerLane];
 #pragma unroll
-  for (int r = 0; r < kPerLane; ++r) {
-    const int d = lane + 32 * r;
-    float o = 0.0f;
-#pragma unroll 8
-    for (int64_t sp = 0; sp < splits; ++sp) {
-      const float w = s_weight[g][sp];
-      if (w != 0.0f) o = fmaf(__ldcg(base + sp * (kD + 2) + 2 + d), w, o);
+  for (int r = 0; r < kPerLane; ++r) o[r] = 0.0f;
+  for (int64_t s0 = 0; s0 < splits; s0 += kBatch) {
+    float a[kBatch][kPerLane];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        a[u][r] = s0 + u < splits ? __ldcg(base + (s0 + u) * (kD + 2) + 2 + lane + 32 * r) : 0.0f;
+      }
     }
-    out[h * kD + d] = o * inv;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (s0 + u < splits) {
+        const float w = s_weight[g][s0 + u];
+#pragma unroll
+        for (int r = 0; r < kPerLane; ++r) o[r] = w != 0.0f ? fmaf(a[u][r], w, o[r]) : o[r];
+      }
+    }
   }
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) out[h * kD + lane + 32 * r] = o[r] * inv;
   if (threadIdx.x == 0) counters[hk] = 0;  // ready for the next call
 }
 
 // Prefill (many query rows): flash attention's tiling in f32. A block takes kTileQ query rows of
-// one head and walks the visible keys kTileK at a time; the tile's queries, keys, values and
+// one head and walks the visible keys BK at a time; the tile's queries, keys, values and
 // weights sit in shared memory, so each key and value row is read from memory once per block
-// instead of once per query row. Thread t computes rows g, g + 16, g + 32, g + 48 (g = t / 16)
-// against keys l, l + 16, ... of the tile (l = t % 16): each score is the same sequential f32 dot
+// instead of once per query row. Thread t computes the R rows g, g + 16, ... (g = t / 16; R of 1, 2
+// or 4: tiles of 16, 32 or 64 query rows) against keys l, l + 16, ... of the tile (l = t % 16): each score is the same sequential f32 dot
 // product over d as attention_kernel's, then scale, softcap and mask as there; the 16 threads of a
 // row (a half warp) reduce its max and sum with shuffles, and each accumulates its rows' outputs
 // for the dims 4l + 64u .. 4l + 64u + 3. Online softmax per row (running max and sum); a key of
 // weight 0 adds nothing, even where its value row holds a NaN; a row that sees no key gets zeros.
-constexpr int kTileQ = 64;
+// Each row's arithmetic is the same whatever R, so the tile height changes no result. Smaller
+// tiles make more blocks, each with a shorter chain of work: a prompt of few heads (SmolLM2: 9, 512
+// rows) otherwise leaves most multiprocessors idle while the blocks of its last rows, which see
+// every key, finish. Under the causal mask the blocks of the last rows (the most keys) start first.
 constexpr int kTileThreads = 256;
 
-template <int DT, int BK>
+template <int DT, int BK, int R>
 struct TileShape {
+  static constexpr int kTileQ = 16 * R;        // query rows per block
   static constexpr int kStride = DT + 4;       // floats per q/k/v row in shared memory
   static constexpr int kPStride = BK + 4;      // floats per weight row
   static constexpr int kCols = BK / 16;        // keys per thread
@@ -586,22 +616,22 @@ __device__ __forceinline__ void load_tile(const Strided3& x, int64_t r0, int row
   }
 }
 
-template <int DT, int BK>
+template <int DT, int BK, int R>
 __global__ void __launch_bounds__(kTileThreads)
     attention_tiled_kernel(Strided3 q, Strided3 k, Strided3 v, const void* mask, DType mask_dtype,
                            int64_t mask_s0, int64_t mask_s1, float scale, float softcap, bool causal,
                            int64_t q_pos_offset, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv,
                            int64_t D, float* out) {
-  using Shape = TileShape<DT, BK>;
+  using Shape = TileShape<DT, BK, R>;
   constexpr int kStride = Shape::kStride, kPStride = Shape::kPStride, kCols = Shape::kCols;
-  constexpr int kChunks = Shape::kChunks;
+  constexpr int kChunks = Shape::kChunks, kTileQ = Shape::kTileQ;
   extern __shared__ float4 tile_shared[];
   float* qs = reinterpret_cast<float*>(tile_shared);
   float* ks = qs + kTileQ * kStride;
   float* vs = ks + BK * kStride;
   float* ps = vs + BK * kStride;
   const int g = threadIdx.x >> 4, l = threadIdx.x & 15;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTileQ;
+  const int64_t i0 = static_cast<int64_t>(causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kTileQ;
   const int64_t h = blockIdx.y, hk = h / (Hq / Hkv);
   const int q_valid = static_cast<int>(Sq - i0 < kTileQ ? Sq - i0 : kTileQ);
   const bool k4 = rows_vec4(k, D), v4 = rows_vec4(v, D);
@@ -612,9 +642,9 @@ __global__ void __launch_bounds__(kTileThreads)
     const int64_t last = q_pos_offset + i0 + q_valid - 1;
     keys = last < 0 ? 0 : (last + 1 < Sk ? last + 1 : Sk);
   }
-  float m[4], lsum[4], acc[4][kChunks][4];
+  float m[R], lsum[R], acc[R][kChunks][4];
 #pragma unroll
-  for (int rr = 0; rr < 4; ++rr) {
+  for (int rr = 0; rr < R; ++rr) {
     m[rr] = -INFINITY;
     lsum[rr] = 0.0f;
 #pragma unroll
@@ -626,20 +656,20 @@ __global__ void __launch_bounds__(kTileThreads)
     load_tile<DT>(k, j0, BK, k_valid, hk, D, k4, ks, kStride);
     load_tile<DT>(v, j0, BK, k_valid, hk, D, v4, vs, kStride);
     __syncthreads();
-    float sc[4][kCols];
+    float sc[R][kCols];
 #pragma unroll
-    for (int rr = 0; rr < 4; ++rr) {
+    for (int rr = 0; rr < R; ++rr) {
 #pragma unroll
       for (int cc = 0; cc < kCols; ++cc) sc[rr][cc] = 0.0f;
     }
     for (int d = 0; d < DT; d += 4) {
-      float4 qv[4], kv[kCols];
+      float4 qv[R], kv[kCols];
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr) qv[rr] = *reinterpret_cast<const float4*>(qs + (g + 16 * rr) * kStride + d);
+      for (int rr = 0; rr < R; ++rr) qv[rr] = *reinterpret_cast<const float4*>(qs + (g + 16 * rr) * kStride + d);
 #pragma unroll
       for (int cc = 0; cc < kCols; ++cc) kv[cc] = *reinterpret_cast<const float4*>(ks + (l + 16 * cc) * kStride + d);
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr) {
+      for (int rr = 0; rr < R; ++rr) {
 #pragma unroll
         for (int cc = 0; cc < kCols; ++cc) {
           float t = sc[rr][cc];
@@ -652,7 +682,7 @@ __global__ void __launch_bounds__(kTileThreads)
       }
     }
 #pragma unroll
-    for (int rr = 0; rr < 4; ++rr) {
+    for (int rr = 0; rr < R; ++rr) {
       const int64_t i = i0 + g + 16 * rr;
       float rmax = -INFINITY;
 #pragma unroll
@@ -694,14 +724,14 @@ __global__ void __launch_bounds__(kTileThreads)
     }
     __syncthreads();  // every row's weights are in ps
     for (int jj = 0; jj < k_valid; ++jj) {
-      float p[4];
+      float p[R];
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr) p[rr] = ps[(g + 16 * rr) * kPStride + jj];
+      for (int rr = 0; rr < R; ++rr) p[rr] = ps[(g + 16 * rr) * kPStride + jj];
 #pragma unroll
       for (int u = 0; u < kChunks; ++u) {
         const float4 vv = *reinterpret_cast<const float4*>(vs + jj * kStride + 4 * l + 64 * u);
 #pragma unroll
-        for (int rr = 0; rr < 4; ++rr) {
+        for (int rr = 0; rr < R; ++rr) {
           if (p[rr] != 0.0f) {
             acc[rr][u][0] = fmaf(p[rr], vv.x, acc[rr][u][0]);
             acc[rr][u][1] = fmaf(p[rr], vv.y, acc[rr][u][1]);
@@ -713,7 +743,7 @@ __global__ void __launch_bounds__(kTileThreads)
     }
   }
 #pragma unroll
-  for (int rr = 0; rr < 4; ++rr) {
+  for (int rr = 0; rr < R; ++rr) {
     const int64_t i = i0 + g + 16 * rr;
     if (i >= Sq) continue;
     const float inv = lsum[rr] > 0.0f ? 1.0f / lsum[rr] : 0.0f;
@@ -729,21 +759,45 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
-// Launches attention_tiled_kernel<DT, BK> (its shared memory above the default 48 KiB, asked for
-// once); false, launching nothing, where the device allows less.
-template <int DT, int BK>
-bool launch_attention_tiled(const View& q, const View& k, const View& v, const void* mp, DType mdt,
-                            int64_t ms0, int64_t ms1, float scale, float softcap, bool causal,
-                            int64_t q_pos_offset, float* op, cudaStream_t stream) {
-  constexpr size_t shared = TileShape<DT, BK>::kSharedBytes;
-  static const bool allowed = allow_dynamic_shared(attention_tiled_kernel<DT, BK>, shared);
+// Launches attention_tiled_kernel<DT, BK, R> (its shared memory above the default 48 KiB, asked
+// for once); false, launching nothing, where the device allows less.
+template <int DT, int BK, int R>
+bool launch_attention_tiled_rows(const View& q, const View& k, const View& v, const void* mp, DType mdt,
+                                 int64_t ms0, int64_t ms1, float scale, float softcap, bool causal,
+                                 int64_t q_pos_offset, float* op, cudaStream_t stream) {
+  using Shape = TileShape<DT, BK, R>;
+  static const bool allowed = allow_dynamic_shared(attention_tiled_kernel<DT, BK, R>, Shape::kSharedBytes);
   if (!allowed) return false;
   const int64_t Sq = q.shape[0], Hq = q.shape[1], D = q.shape[2];
-  const dim3 grid(static_cast<unsigned>((Sq + kTileQ - 1) / kTileQ), static_cast<unsigned>(Hq));
-  attention_tiled_kernel<DT, BK><<<grid, kTileThreads, shared, stream>>>(
+  const dim3 grid(static_cast<unsigned>((Sq + Shape::kTileQ - 1) / Shape::kTileQ), static_cast<unsigned>(Hq));
+  attention_tiled_kernel<DT, BK, R><<<grid, kTileThreads, Shape::kSharedBytes, stream>>>(
       strided3(q), strided3(k), strided3(v), mp, mdt, ms0, ms1, scale, softcap, causal, q_pos_offset,
       Sq, k.shape[0], Hq, k.shape[1], D, op);
   return true;
+}
+
+// Query rows per tile for an Sq-row prompt of Hq heads: `rows` (16, 32 or 64) where
+// TL_CUDA_ATTN_TILE_ROWS sets it; else the tallest tile that still makes at least ~3 blocks per
+// multiprocessor (tall tiles read each key and value row fewer times; short ones finish sooner).
+int attention_tile_rows(int64_t Sq, int64_t Hq, int64_t sms, int rows) {
+  if (rows != 0) return rows;
+  for (int r : {64, 32}) {
+    if (((Sq + r - 1) / r) * Hq >= 3 * sms) return r;
+  }
+  return 16;
+}
+
+template <int DT, int BK>
+bool launch_attention_tiled(int rows, const View& q, const View& k, const View& v, const void* mp, DType mdt,
+                            int64_t ms0, int64_t ms1, float scale, float softcap, bool causal,
+                            int64_t q_pos_offset, float* op, cudaStream_t stream) {
+  if (rows == 64) {
+    return launch_attention_tiled_rows<DT, BK, 4>(q, k, v, mp, mdt, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream);
+  }
+  if (rows == 32) {
+    return launch_attention_tiled_rows<DT, BK, 2>(q, k, v, mp, mdt, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream);
+  }
+  return launch_attention_tiled_rows<DT, BK, 1>(q, k, v, mp, mdt, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream);
 }
 
 // Merges the key splits' (max, sum, accumulators) records of each (row, head) task.
@@ -831,10 +885,11 @@ void CudaKernels::attention(const View& q, const View& k, const View& v, const V
   // Prefill: the tiled kernel once the query rows fill a few tiles (not in a replay graph, whose
   // key count changes per replay).
   if (dyn.device == nullptr && Sq >= kTiledMinRows && D <= 256 && Hq <= 65535) {
+    const int rows = attention_tile_rows(Sq, Hq, sm_count_, tuning_.attn_tile_rows);
     const bool launched =
-        D <= 64    ? launch_attention_tiled<64, 64>(q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_)
-        : D <= 128 ? launch_attention_tiled<128, 32>(q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_)
-                   : launch_attention_tiled<256, 32>(q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_);
+        D <= 64    ? launch_attention_tiled<64, 64>(rows, q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_)
+        : D <= 128 ? launch_attention_tiled<128, 32>(rows, q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_)
+                   : launch_attention_tiled<256, 32>(rows, q, k, v, mp, mask.dtype, ms0, ms1, scale, softcap, causal, q_pos_offset, op, stream_);
     if (launched) {
       check_launch("attention");
       return;

@@ -846,6 +846,7 @@ CudaTuning tuning_from_env() {
   t.own_gemm = env_cuda_own_gemm();
   t.attn_gqa_chunk = env_cuda_attn_gqa_chunk();
   t.attn_gqa_splits = env_cuda_attn_gqa_splits();
+  t.attn_tile_rows = env_cuda_attn_tile_rows();
   t.pdl = env_cuda_pdl();
   t.l2_prefetch = env_cuda_l2_prefetch();
   return t;

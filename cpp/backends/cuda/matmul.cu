@@ -400,11 +400,12 @@ constexpr size_t gemm_shared_bytes() {
 }
 
 // Split z (blockIdx.z) takes k-steps [z * split_steps, (z + 1) * split_steps) and writes to
-// out + z * split_stride.
+// out + z * split_stride. row_scale (unsplit products only; else nullptr): row m's sums are stored
+// times row_scale[m] where that is not 1 (what scale_rows_kernel would do after, in the same launch).
 template <int BM, int BN, int WM, int WN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     gemm_f16_kernel(const __half* a, const __half* b, float* out, int64_t M, int64_t N, int64_t K,
-                    int64_t ldc, int split_steps, int64_t split_stride) {
+                    int64_t ldc, int split_steps, int64_t split_stride, const float* row_scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kWarpsN = BN / WN, kThreads = (BM / WM) * kWarpsN * 32;
   constexpr int MI = WM / 16, NI = WN / 8;
@@ -495,28 +496,39 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
         const int64_t row = m0 + wm * WM + mi * 16 + (lane >> 2) + h * 8;
         if (row >= M) continue;
         float* o = out + row * ldc + col;
-        if (col < N) o[0] = acc[mi][ni][2 * h];
-        if (col + 1 < N) o[1] = acc[mi][ni][2 * h + 1];
+        float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+        if (row_scale != nullptr) {
+          const float rs = row_scale[row];
+          if (rs != 1.0f) {
+            v0 *= rs;
+            v1 *= rs;
+          }
+        }
+        if (col < N) o[0] = v0;
+        if (col + 1 < N) o[1] = v1;
       }
     }
   }
 #endif
 }
 
-// out [M, N] (row stride ldc) = the sum over the splits of partial [splits][M][N], in split order.
+// out [M, N] (row stride ldc) = the sum over the splits of partial [splits][M][N], in split order,
+// times row_scale[m] where that is given and not 1.
 __global__ void gemm_split_sum_kernel(const float* partial, int splits, int64_t M, int64_t N, float* out,
-                                      int64_t ldc) {
+                                      int64_t ldc, const float* row_scale) {
   const int64_t total = M * N;
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = partial[t];
     for (int z = 1; z < splits; ++z) s += partial[z * total + t];
     const int64_t m = t / N;
+    if (row_scale != nullptr && row_scale[m] != 1.0f) s *= row_scale[m];
     out[m * ldc + (t - m * N)] = s;
   }
 }
 
-using GemmKernel = void (*)(const __half*, const __half*, float*, int64_t, int64_t, int64_t, int64_t, int, int64_t);
+using GemmKernel = void (*)(const __half*, const __half*, float*, int64_t, int64_t, int64_t, int64_t, int, int64_t,
+                            const float*);
 constexpr GemmKernel kGemmSmall = gemm_f16_kernel<64, 64, 32, 32>;
 constexpr GemmKernel kGemmLarge = gemm_f16_kernel<128, 128, 64, 32>;
 
@@ -550,23 +562,24 @@ int64_t gemm_partial_floats(const GemmPlan& plan, int64_t M, int64_t N) {
   return plan.splits > 1 ? plan.splits * M * N : 0;
 }
 
+// row_scale: as gemm_f16_kernel's (nullptr: none).
 void launch_gemm_f16(const GemmPlan& plan, const __half* a, const __half* b, float* out, int64_t M, int64_t N,
-                     int64_t K, int64_t ldc, float* partial, cudaStream_t stream) {
+                     int64_t K, int64_t ldc, float* partial, const float* row_scale, cudaStream_t stream) {
   const int steps = static_cast<int>((K + kGemmBK - 1) / kGemmBK);
   if (plan.large) {
     const dim3 grid(static_cast<unsigned>((N + 127) / 128), static_cast<unsigned>((M + 127) / 128));
-    kGemmLarge<<<grid, 256, gemm_shared_bytes<128, 128>(), stream>>>(a, b, out, M, N, K, ldc, steps, 0);
+    kGemmLarge<<<grid, 256, gemm_shared_bytes<128, 128>(), stream>>>(a, b, out, M, N, K, ldc, steps, 0, row_scale);
     return;
   }
   const int per = (steps + plan.splits - 1) / plan.splits;
   const dim3 grid(static_cast<unsigned>((N + 63) / 64), static_cast<unsigned>((M + 63) / 64),
                   static_cast<unsigned>(plan.splits));
   if (plan.splits == 1) {
-    kGemmSmall<<<grid, 128, gemm_shared_bytes<64, 64>(), stream>>>(a, b, out, M, N, K, ldc, per, 0);
+    kGemmSmall<<<grid, 128, gemm_shared_bytes<64, 64>(), stream>>>(a, b, out, M, N, K, ldc, per, 0, row_scale);
     return;
   }
-  kGemmSmall<<<grid, 128, gemm_shared_bytes<64, 64>(), stream>>>(a, b, partial, M, N, K, N, per, M * N);
-  gemm_split_sum_kernel<<<grid_for(M * N, 256), 256, 0, stream>>>(partial, plan.splits, M, N, out, ldc);
+  kGemmSmall<<<grid, 128, gemm_shared_bytes<64, 64>(), stream>>>(a, b, partial, M, N, K, N, per, M * N, nullptr);
+  gemm_split_sum_kernel<<<grid_for(M * N, 256), 256, 0, stream>>>(partial, plan.splits, M, N, out, ldc, row_scale);
 }
 
 template <DType WT>
@@ -707,10 +720,13 @@ bool CudaKernels::linear_large(const View& x, const View& w, const View& out) {
   auto* op = static_cast<float*>(out.data);
   // out's columns [n0, n0 + rows) = xo @ wo^T, wo [rows, K]
   auto* partial = reinterpret_cast<float*>(base + w_bytes + x_bytes + scale_bytes);
+  // x's row scales (rows_to_half_kernel's, f16 operands only): TL's kernel applies them as it
+  // stores; after cuBLAS, scale_rows_kernel does.
+  auto* scale = half ? reinterpret_cast<float*>(base + w_bytes + x_bytes) : nullptr;
   auto product = [&](const GemmOperand& xo, const GemmOperand& wo, int64_t n0, int64_t rows) {
     if (own) {
       launch_gemm_f16(rows == slice_rows ? plan : last_plan, static_cast<const __half*>(xo.data),
-                      static_cast<const __half*>(wo.data), op + n0, M, rows, K, N, partial, stream_);
+                      static_cast<const __half*>(wo.data), op + n0, M, rows, K, N, partial, scale, stream_);
       check_launch("linear");
       return true;
     }
@@ -740,7 +756,6 @@ bool CudaKernels::linear_large(const View& x, const View& w, const View& out) {
   };
   if (!half) return by_slices(xa, reinterpret_cast<float*>(base), DType::F32);
   auto* xh = reinterpret_cast<__half*>(base + w_bytes);
-  auto* scale = reinterpret_cast<float*>(base + w_bytes + x_bytes);
   rows_to_half_kernel<<<static_cast<unsigned>(M), kHalfRowThreads, 0, stream_>>>(
       static_cast<const float*>(x.data), K, xh, scale);
   check_launch("linear");
@@ -748,8 +763,10 @@ bool CudaKernels::linear_large(const View& x, const View& w, const View& out) {
   const bool done = w.dtype == DType::F16 ? product(xs, GemmOperand{w.data, DType::F16, 0, 1, K}, 0, N)
                                           : by_slices(xs, reinterpret_cast<__half*>(base), DType::F16);
   if (!done) return false;
-  scale_rows_kernel<<<static_cast<unsigned>(M), kScaleRowsThreads, 0, stream_>>>(op, N, N, scale);
-  check_launch("linear");
+  if (!own) {
+    scale_rows_kernel<<<static_cast<unsigned>(M), kScaleRowsThreads, 0, stream_>>>(op, N, N, scale);
+    check_launch("linear");
+  }
   return true;
 }
 

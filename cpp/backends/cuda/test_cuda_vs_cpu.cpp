@@ -1561,7 +1561,15 @@ void on_crash(int sig) {
   std::raise(sig);
 }
 
-#define RUN(call) (g_group = #call, std::fprintf(stderr, "-- %s\n", #call), call)
+// `--only TEXT`: only the groups whose call contains TEXT (e.g. `--only attention` under a tuning
+// variable).
+const char* g_only = nullptr;
+#define RUN(call)                                                                      \
+  if (g_only == nullptr || std::strstr(#call, g_only) != nullptr) {                    \
+    g_group = #call;                                                                  \
+    std::fprintf(stderr, "-- %s\n", #call);                                           \
+    call;                                                                             \
+  }
 
 int main(int argc, char** argv) {
   std::signal(SIGSEGV, on_crash);
@@ -1571,6 +1579,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--bench") == 0) bench = true;
     else if (std::strcmp(argv[i], "--bench-kernels") == 0) bench_k = true;
     else if (std::strcmp(argv[i], "--bench-matvec") == 0) bench_mv = true;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) g_only = argv[++i];
     else rng.seed(std::strtoull(argv[i], nullptr, 10));
   }
   std::unique_ptr<Backend> gpu;
