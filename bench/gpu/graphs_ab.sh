@@ -119,6 +119,10 @@
 #                              512-token prefill of both models by prefill tile height and product
 #                              kernel, bench/llm.py on the 1B shape with 16, 32 and 64 decode
 #                              attention splits, the 1B decode kernels at ~2,040 keys (ncu)
+#   bench/gpu/graphs_ab.sh U   the closing call: builds (llama.cpp in the background when carried),
+#                              test_cuda_vs_cpu (then its attention group with 64-row prefill tiles
+#                              and its linear group all through cuBLAS), CUDA pytest, both models
+#                              against llama.cpp CUDA, the learning tests on CUDA
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -449,6 +453,22 @@ S)
     echo "== $(basename "$m" .gguf): exact and --fast"
     timeout 120 python3 bench/llm.py --gpu --model "$m" --peers none --tl-variants default,fast --repeat 3 2>&1 | tail -3
   done
+  ;;
+U)
+  # the closing call (2026-11-28, session 3)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  cuda_vs_cpu
+  for e in TL_CUDA_ATTN_TILE_ROWS=64:attention TL_CUDA_OWN_GEMM=0:linear; do
+    echo "== test_cuda_vs_cpu --only ${e#*:}, ${e%%:*}"
+    env "${e%%:*}" timeout 120 "$T" --only "${e#*:}" 2>&1 | grep -E "FAIL|checks" | tail -4
+  done
+  echo "== pytest on CUDA"
+  TL_BACKEND=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -3
+  against_llama
+  echo "== TL_BACKEND=cuda pytest tests/learning at ${SECONDS}s"
+  TL_BACKEND=cuda timeout $((585 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
   ;;
 V)
   # prefill attention's tile height and TL's f16 products with the row scale in their epilogue,

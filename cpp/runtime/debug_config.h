@@ -134,11 +134,11 @@ inline bool env_cuda_q8_matvec() { return env_detail::env_flag("TL_CUDA_Q8_MATVE
 inline int64_t env_cuda_attn_min_chunk() {
   return env_detail::env_int("TL_CUDA_ATTN_MIN_CHUNK", 128, 32, 65536);
 }
-// Prompt-sized products with quantized or f16 weights on the tensor cores: 0 (default) through
-// cuBLAS (started then; TL's kernel where cuBLAS is missing), 1 TL's 64 x 64 kernel alone, 2 TL's
-// kernel with its block shape and K splits chosen per product, 3 as 2 below 2^31 multiply-adds and
-// cuBLAS above (matmul.cu).
-inline int env_cuda_own_gemm() { return static_cast<int>(env_detail::env_int("TL_CUDA_OWN_GEMM", 0, 0, 3)); }
+// Prompt-sized products with quantized or f16 weights on the tensor cores: 0 through cuBLAS
+// (started then; TL's kernel where cuBLAS is missing), 1 TL's 64 x 64 kernel alone, 2 TL's kernel
+// with its block shape and K splits chosen per product, 3 (default) as 2 below 2^31 multiply-adds
+// and cuBLAS above (matmul.cu).
+inline int env_cuda_own_gemm() { return static_cast<int>(env_detail::env_int("TL_CUDA_OWN_GEMM", 3, 0, 3)); }
 // Decode attention's kernel for grouped-query heads (default on; 0: attention_kernel, one block
 // per query head), its least keys per split block (default 32, rounded up to a multiple of 32) and
 // its most splits (default 32, at most 64).

@@ -40,7 +40,7 @@ struct CudaTuning {
   int attn_tile_rows = 0;     // prefill attention's query rows per block: 0 chosen per prompt, or 16, 32, 64
   bool pdl = true;            // programmatic dependent launches (cuda_common.cuh; sm_90+ only)
   bool l2_prefetch = true;    // with pdl: weights (and keys, values) prefetched into L2 before the wait
-  int own_gemm = 0;           // prompt-sized f16 products: 0 cuBLAS, 1-3 TL's kernel (TL_CUDA_OWN_GEMM; matmul.cu)
+  int own_gemm = 3;           // prompt-sized f16 products: 0 cuBLAS, 1-3 TL's kernel (TL_CUDA_OWN_GEMM; matmul.cu)
 };
 
 

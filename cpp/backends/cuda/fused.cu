@@ -444,8 +444,10 @@ __global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Hea
                                      Heads v_dst, int64_t S, int64_t Hq, int64_t Hkv, int64_t D,
                                      int64_t pos_offset, double base, bool neox, const int64_t* dyn,
                                      const RopeFreqs freqs) {
-  pdl_wait();  // launched as a programmatic dependent launch (cuda_common.cuh)
-  pdl_launch_dependents();
+  // Before the wait (a programmatic dependent launch, cuda_common.cuh) only what no earlier kernel
+  // of the stream writes: the frequencies (this launch's arguments), a replay's values (written
+  // before the graph starts, as attention_decode_gqa_kernel reads them) and the sine and cosine of
+  // this thread's first rotation, so that they overlap the tail of the kernel before.
   __shared__ double s_inv[kMaxRopePairs];
   stage_rope_freqs(freqs, s_inv);
   if (dyn != nullptr) {  // a replay graph's values: [position, k_dst offset, v_dst offset]
@@ -456,8 +458,20 @@ __global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Hea
   const int64_t half = D / 2;
   const int64_t q_items = S * Hq * half, k_items = S * Hkv * half, v_items = S * Hkv * D;
   const int64_t total = q_items + k_items + v_items;
-  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  // The rotation angle of q or k item t: its pair index i and its row's position.
+  auto angle = [&](int64_t t) {
+    const bool is_q = t < q_items;
+    const int64_t e = is_q ? t : t - q_items;
+    const int64_t H = is_q ? Hq : Hkv;
+    const int64_t i = e % half, s = (e / half) / H;
+    return static_cast<double>(pos_offset + s) * rope_inv_freq(freqs, s_inv, base, i, D);
+  };
+  const int64_t t_first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  double sn_first = 0.0, cs_first = 1.0;
+  if (t_first < q_items + k_items) sincos(angle(t_first), &sn_first, &cs_first);
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int64_t t = t_first; t < total; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (t >= q_items + k_items) {
       const int64_t e = t - q_items - k_items;
       const int64_t d = e % D, row = e / D, h = row % Hkv, s = row / Hkv;
@@ -471,10 +485,8 @@ __global__ void rope_kv_write_kernel(Heads q, Heads k, Heads v, Heads q_out, Hea
     const int64_t H = is_q ? Hq : Hkv;
     const int64_t e = is_q ? t : t - q_items;
     const int64_t i = e % half, row = e / half, h = row % H, s = row / H;
-    const double pos = static_cast<double>(pos_offset + s);
-    const double theta = pos * rope_inv_freq(freqs, s_inv, base, i, D);
-    double sn, cs;
-    sincos(theta, &sn, &cs);
+    double sn = sn_first, cs = cs_first;
+    if (t != t_first) sincos(angle(t), &sn, &cs);
     const int64_t d0 = neox ? i : 2 * i, d1 = neox ? i + half : 2 * i + 1;
     const int64_t sbase = s * src.s0 + h * src.s1, dbase = s * dst.s0 + h * dst.s1;
     const float x0 = load_float(src.data, src.dtype, sbase + d0 * src.s2);

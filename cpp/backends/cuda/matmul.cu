@@ -379,10 +379,11 @@ __global__ void scale_rows_kernel(float* out, int64_t ldc, int64_t N, const floa
 // ---------------------------------------------------------------- f16 tensor-core product
 // out [M, N] (row stride ldc, f32) = a [M, K] @ b^T, a and b f16, row-major with K contiguous and
 // 16-byte aligned rows (K a multiple of 8): a linear's x rounded to f16 and its weight rows as f16.
-// TL's own kernel for what cuBLAS does here: where cuBLAS is missing, and on request
-// (TL_CUDA_OWN_GEMM=1-3), so that a model's prompt need not load cuBLAS (about 200 MiB of host
-// memory). On an H100 it is 0.8x (SmolLM2-sized products) to 0.57x (1B-sized) cuBLAS's speed in a
-// 512-token prefill, so cuBLAS stays the default. Blocks of BM x BN outputs, warps of WM x WN, each k-step of 32 copied
+// TL's own kernel for what cuBLAS does here: by default for products below 2^31 multiply-adds
+// (TL_CUDA_OWN_GEMM=3; cuBLAS above), everywhere where cuBLAS is missing or TL_CUDA_OWN_GEMM=1-2
+// asks, so that a small model's prompt need not load cuBLAS (about 205 MiB of host memory). On an
+// H100 it was 0.8x (SmolLM2-sized products) to 0.57x (1B-sized) cuBLAS's speed in a 512-token
+// prefill; a SmolLM2-shaped prompt of 512 tokens takes ~8.3 ms with it, ~7 with cuBLAS (H200). Blocks of BM x BN outputs, warps of WM x WN, each k-step of 32 copied
 // into shared memory by cp.async kStages deep, fragments read with ldmatrix, products by mma.sync
 // m16n8k16 with f32 sums (the order of the sums is the tensor cores', as cuBLAS's is). Rows past
 // M or N and columns past K are copied as zeros. Two shapes: 64 x 64 blocks of four warps, and
@@ -673,7 +674,8 @@ void* CudaKernels::weight_scratch(size_t bytes) {
 // linear with more rows than the matrix-vector kernel takes: out [M, N] = x [M, K] @ w^T. A
 // quantized or f16 w runs on the tensor cores (see the top of this file): x rounded to f16 once, a
 // quantized w dequantized to f16 slices of rows, an f16 w read in place; the products by cuBLAS,
-// or by TL's own kernel (gemm_f16_kernel) where cuBLAS is missing or TL_CUDA_OWN_GEMM asks for it.
+// or by TL's own kernel (gemm_f16_kernel) below 2^31 multiply-adds, where cuBLAS is missing, or as
+// TL_CUDA_OWN_GEMM asks.
 // An f32 w, and with TL_CUDA_LINEAR_F16=0, a bf16 w or an x too large for the scratch (w converted
 // to f32 slices, x read as it is), go through cuBLAS. False: not done (the caller's own kernels
 // then run).
@@ -681,8 +683,9 @@ bool CudaKernels::linear_large(const View& x, const View& w, const View& out) {
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   const bool half = tuning_.linear_f16 && (is_quantized(w.dtype) || w.dtype == DType::F16) &&
                     static_cast<size_t>(M * K) * sizeof(__half) <= kHalfXScratchBytes;
-  // TL_CUDA_OWN_GEMM: 0 (default) cuBLAS, TL's kernel where cuBLAS is missing; 1 the plain 64 x 64
-  // kernel; 2 the planned one (gemm_plan); 3 the planned one below 2^31 multiply-adds, cuBLAS above.
+  // TL_CUDA_OWN_GEMM: 0 cuBLAS, TL's kernel where cuBLAS is missing; 1 the plain 64 x 64
+  // kernel; 2 the planned one (gemm_plan); 3 (default) the planned one below 2^31 multiply-adds,
+  // cuBLAS above.
   const int variant = tuning_.own_gemm;
   const bool own_ok = half && own_gemm_ok_ && K % 8 == 0 && (w.dtype != DType::F16 || gemm_f16_operand_ok(w.data, K));
   bool own = own_ok && variant > 0 && (variant != 3 || static_cast<double>(M) * N * K < 2147483648.0);
