@@ -4,7 +4,9 @@
 // It also checks the CUDA Backend's own contract (ordering, errors, device-side id errors,
 // out-of-memory, teardown from a completion callback). Without a usable CUDA device it prints
 // "SKIP: <reason>" and exits 0. `--bench` instead times a SmolLM2-shaped decode step,
-// `--bench-kernels` the matrix kernels against the bandwidth and FLOP rooflines.
+// `--bench-kernels` the matrix kernels against the bandwidth and FLOP rooflines; `--only TEXT`
+// runs only the test groups whose name contains TEXT (e.g. `--only attention` under a tuning
+// variable).
 #include <algorithm>
 #include <csignal>
 #include <execinfo.h>
@@ -1561,8 +1563,7 @@ void on_crash(int sig) {
   std::raise(sig);
 }
 
-// `--only TEXT`: only the groups whose call contains TEXT (e.g. `--only attention` under a tuning
-// variable).
+// `--only TEXT` (see the top of this file).
 const char* g_only = nullptr;
 #define RUN(call)                                                                      \
   if (g_only == nullptr || std::strstr(#call, g_only) != nullptr) {                    \
