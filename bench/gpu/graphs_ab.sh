@@ -123,6 +123,10 @@
 #                              test_cuda_vs_cpu (then its attention group with 64-row prefill tiles
 #                              and its linear group all through cuBLAS), CUDA pytest, both models
 #                              against llama.cpp CUDA, the learning tests on CUDA
+#   bench/gpu/graphs_ab.sh X   builds, TL's f16 product kernel's checks with 64-wide k-steps
+#                              (TL_CUDA_GEMM_BK64=1) and unsplit (TL_CUDA_OWN_GEMM=1), 512-token
+#                              prefills of both models with those variants alternated, then the
+#                              Adam step against PyTorch (bench/gpu/adam_mlp_cuda.py)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -453,6 +457,25 @@ S)
     echo "== $(basename "$m" .gguf): exact and --fast"
     timeout 120 python3 bench/llm.py --gpu --model "$m" --peers none --tl-variants default,fast --repeat 3 2>&1 | tail -3
   done
+  ;;
+X)
+  # TL's f16 products in k-steps of 64 and unsplit, then the Adam step (2026-11-28, session 3)
+  prepare_and_models
+  cd "$WORK/src" || exit 1
+  for e in "TL_CUDA_OWN_GEMM=2 TL_CUDA_GEMM_BK64=1" "TL_CUDA_OWN_GEMM=1 TL_CUDA_GEMM_BK64=1" "TL_CUDA_OWN_GEMM=1 TL_CUDA_GEMM_BK64=0"; do
+    echo "== test_cuda_vs_cpu --only linear, $e"
+    env $e timeout 120 "$T" --only linear 2>&1 | grep -E "FAIL|checks" | tail -4
+  done
+  for i in $(seq 100); do [ -s "$B1" ] && break; sleep 2; done
+  for round in 1 2; do
+    for run in "$SMOL 3 0" "$SMOL 3 1" "$SMOL 1 0" "$SMOL 1 1" "$B1 3 0" "$B1 3 1"; do
+      set -- $run
+      echo "== $(basename "$1" .gguf): 512-token prefill, TL_CUDA_OWN_GEMM=$2 TL_CUDA_GEMM_BK64=$3"
+      TL_CUDA_OWN_GEMM=$2 TL_CUDA_GEMM_BK64=$3 timeout 60 python3 bench/gpu/profile_prefill.py "$1" --tokens 512 --runs 4 2>&1 | tail -2
+    done
+  done
+  echo "== Adam step at ${SECONDS}s"
+  timeout $((590 - SECONDS)) python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tee "$OUTDIR/adam.log" | tail -30
   ;;
 U)
   # the closing call (2026-11-28, session 3)

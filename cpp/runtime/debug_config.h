@@ -12,7 +12,7 @@
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 //   TL_CUDA_BLAS, TL_CUDA_TF32, TL_CUBLAS_PATH               CUDA backend: cuBLAS on/off, TF32
 //                                                            products, where libcublas is (blas.cu)
-//   TL_CUDA_LINEAR_F16, TL_CUDA_OWN_GEMM                     CUDA backend: quantized/f16-weight
+//   TL_CUDA_LINEAR_F16, TL_CUDA_OWN_GEMM, TL_CUDA_GEMM_BK64  CUDA backend: quantized/f16-weight
 //                                                            products on f16 tensor cores, by TL's
 //                                                            kernel or cuBLAS's (matmul.cu)
 //   TL_CUDA_MATVEC_PREFETCH, TL_CUDA_MATVEC_PAIRS,           CUDA backend: kernel variants, for A/B
@@ -139,6 +139,8 @@ inline int64_t env_cuda_attn_min_chunk() {
 // with its block shape and K splits chosen per product, 3 (default) as 2 below 2^31 multiply-adds
 // and cuBLAS above (matmul.cu).
 inline int env_cuda_own_gemm() { return static_cast<int>(env_detail::env_int("TL_CUDA_OWN_GEMM", 3, 0, 3)); }
+// TL's f16 product kernel's 64 x 64 blocks in k-steps of 64 halves rather than 32 (default off).
+inline bool env_cuda_gemm_bk64() { return env_detail::env_flag("TL_CUDA_GEMM_BK64"); }
 // Decode attention's kernel for grouped-query heads (default on; 0: attention_kernel, one block
 // per query head), its least keys per split block (default 32, rounded up to a multiple of 32) and
 // its most splits (default 32, at most 64).

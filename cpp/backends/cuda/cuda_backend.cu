@@ -844,6 +844,7 @@ CudaTuning tuning_from_env() {
   t.attn_min_chunk = env_cuda_attn_min_chunk();
   t.attn_gqa = env_cuda_attn_gqa();
   t.own_gemm = env_cuda_own_gemm();
+  t.gemm_bk64 = env_cuda_gemm_bk64();
   t.attn_gqa_chunk = env_cuda_attn_gqa_chunk();
   t.attn_gqa_splits = env_cuda_attn_gqa_splits();
   t.attn_tile_rows = env_cuda_attn_tile_rows();

@@ -390,43 +390,48 @@ __global__ void scale_rows_kernel(float* out, int64_t ldc, int64_t N, const floa
 // 128 x 128 blocks of eight for products that fill the GPU twice over with them; a product whose
 // blocks would not fill it splits K over up to 8 blocks per output tile, each writing its sums to a
 // scratch, added in split order by gemm_split_sum_kernel (deterministic).
-constexpr int kGemmBK = 32, kGemmStages = 3;
-constexpr int kGemmRow = kGemmBK + 8;  // halves per staged row: 80 bytes, ldmatrix without conflicts
+constexpr int kGemmStages = 3;
 constexpr int kGemmMaxSplits = 8;
 constexpr int64_t kGemmSplitFloats = int64_t(4) << 20;  // the split-K scratch: at most 16 MiB
 
-template <int BM, int BN>
+// Halves per staged row of a BK-wide k-step: BK + 8 (80 or 144 bytes: ldmatrix's eight rows fall
+// in distinct banks).
+template <int BK>
+__host__ __device__ constexpr int gemm_row() { return BK + 8; }
+
+template <int BM, int BN, int BK>
 constexpr size_t gemm_shared_bytes() {
-  return static_cast<size_t>(kGemmStages) * (BM + BN) * kGemmRow * sizeof(__half);
+  return static_cast<size_t>(kGemmStages) * (BM + BN) * gemm_row<BK>() * sizeof(__half);
 }
 
-// Split z (blockIdx.z) takes k-steps [z * split_steps, (z + 1) * split_steps) and writes to
+// BK: k-step width (32 or 64). Split z (blockIdx.z) takes k-steps [z * split_steps, (z + 1) * split_steps) and writes to
 // out + z * split_stride. row_scale (unsplit products only; else nullptr): row m's sums are stored
 // times row_scale[m] where that is not 1 (what scale_rows_kernel would do after, in the same launch).
-template <int BM, int BN, int WM, int WN>
+template <int BM, int BN, int WM, int WN, int BK>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     gemm_f16_kernel(const __half* a, const __half* b, float* out, int64_t M, int64_t N, int64_t K,
                     int64_t ldc, int split_steps, int64_t split_stride, const float* row_scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kWarpsN = BN / WN, kThreads = (BM / WM) * kWarpsN * 32;
   constexpr int MI = WM / 16, NI = WN / 8;
+  constexpr int kRow = gemm_row<BK>(), kPieces = BK / 8;  // 16-byte pieces of a staged row
   static_assert(NI % 2 == 0, "B fragments are read two n8 tiles at a time");
   extern __shared__ __align__(16) char gemm_shared[];
-  auto* sa = reinterpret_cast<__half(*)[BM][kGemmRow]>(gemm_shared);
-  auto* sb = reinterpret_cast<__half(*)[BN][kGemmRow]>(gemm_shared + kGemmStages * BM * kGemmRow * sizeof(__half));
+  auto* sa = reinterpret_cast<__half(*)[BM][kRow]>(gemm_shared);
+  auto* sb = reinterpret_cast<__half(*)[BN][kRow]>(gemm_shared + kGemmStages * BM * kRow * sizeof(__half));
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / kWarpsN, wn = warp % kWarpsN;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
-  const int all_steps = static_cast<int>((K + kGemmBK - 1) / kGemmBK);
+  const int all_steps = static_cast<int>((K + BK - 1) / BK);
   const int first = blockIdx.z * split_steps;
   const int steps = all_steps - first < split_steps ? all_steps - first : split_steps;
   out += blockIdx.z * split_stride;
   auto load = [&](int stage, int kt) {
-    // (BM + BN) rows x 4 pieces of 16 bytes
+    // (BM + BN) rows x kPieces pieces of 16 bytes
 #pragma unroll
-    for (int c = tid; c < (BM + BN) * 4; c += kThreads) {
-      const int row = c >> 2, piece = c & 3;
-      const int64_t k = static_cast<int64_t>(kt) * kGemmBK + piece * 8;
+    for (int c = tid; c < (BM + BN) * kPieces; c += kThreads) {
+      const int row = c / kPieces, piece = c % kPieces;
+      const int64_t k = static_cast<int64_t>(kt) * BK + piece * 8;
       if (row < BM) {
         const int64_t am = m0 + row;
         const bool ok = am < M && k < K;
@@ -457,7 +462,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     cp_async_commit();
     const int st = kt % kGemmStages;
 #pragma unroll
-    for (int kk = 0; kk < kGemmBK; kk += 16) {
+    for (int kk = 0; kk < BK; kk += 16) {
       uint32_t af[MI][4], bf[NI][2];
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
@@ -530,8 +535,9 @@ __global__ void gemm_split_sum_kernel(const float* partial, int splits, int64_t 
 
 using GemmKernel = void (*)(const __half*, const __half*, float*, int64_t, int64_t, int64_t, int64_t, int, int64_t,
                             const float*);
-constexpr GemmKernel kGemmSmall = gemm_f16_kernel<64, 64, 32, 32>;
-constexpr GemmKernel kGemmLarge = gemm_f16_kernel<128, 128, 64, 32>;
+constexpr GemmKernel kGemmSmall = gemm_f16_kernel<64, 64, 32, 32, 32>;
+constexpr GemmKernel kGemmSmallWide = gemm_f16_kernel<64, 64, 32, 32, 64>;  // 64-wide k-steps
+constexpr GemmKernel kGemmLarge = gemm_f16_kernel<128, 128, 64, 32, 32>;
 
 // Whether gemm_f16_kernel can take a [rows, K] f16 operand at p: K a multiple of 8, 16-byte
 // aligned rows (the device's support is the caller's: sm_80+).
@@ -539,23 +545,27 @@ bool gemm_f16_operand_ok(const void* p, int64_t K) {
   return K % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-// How launch_gemm_f16 runs an M x N x K product: the 128 x 128 blocks, or the 64 x 64 ones with
-// `splits` (>= 1) splits of K. `variant` 1: always 64 x 64, unsplit (TL_CUDA_OWN_GEMM=1).
+// How launch_gemm_f16 runs an M x N x K product: the 128 x 128 blocks (k-steps of 32), or the
+// 64 x 64 ones with `splits` (>= 1) splits of K, each of at least 256 elements of K, in k-steps of
+// 32 or, `wide` (TL_CUDA_GEMM_BK64), 64. `variant` 1: always 64 x 64, unsplit (TL_CUDA_OWN_GEMM=1).
 struct GemmPlan {
   bool large;
   int splits;
+  bool wide;
+  int bk() const { return wide ? 64 : 32; }
 };
 
-GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K, int64_t sms, int variant) {
-  if (variant == 1) return {false, 1};
+GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K, int64_t sms, int variant, bool wide) {
+  if (variant == 1) return {false, 1, wide};
   const int64_t large_blocks = ((M + 127) / 128) * ((N + 127) / 128);
-  if (large_blocks >= 2 * sms) return {true, 1};
-  const int64_t blocks = ((M + 63) / 64) * ((N + 63) / 64), steps = (K + kGemmBK - 1) / kGemmBK;
+  if (large_blocks >= 2 * sms) return {true, 1, false};
+  const int bk = wide ? 64 : 32;
+  const int64_t blocks = ((M + 63) / 64) * ((N + 63) / 64), steps = (K + bk - 1) / bk;
   int64_t s = (2 * sms + blocks - 1) / blocks;
-  s = std::min<int64_t>({s, steps / 8, kGemmMaxSplits, kGemmSplitFloats / (M * N)});
-  if (s < 2) return {false, 1};
+  s = std::min<int64_t>({s, steps * bk / 256, kGemmMaxSplits, kGemmSplitFloats / (M * N)});
+  if (s < 2) return {false, 1, wide};
   const int64_t per = (steps + s - 1) / s;
-  return {false, static_cast<int>((steps + per - 1) / per)};
+  return {false, static_cast<int>((steps + per - 1) / per), wide};
 }
 
 // Floats of split-K scratch the plan needs.
@@ -566,20 +576,22 @@ int64_t gemm_partial_floats(const GemmPlan& plan, int64_t M, int64_t N) {
 // row_scale: as gemm_f16_kernel's (nullptr: none).
 void launch_gemm_f16(const GemmPlan& plan, const __half* a, const __half* b, float* out, int64_t M, int64_t N,
                      int64_t K, int64_t ldc, float* partial, const float* row_scale, cudaStream_t stream) {
-  const int steps = static_cast<int>((K + kGemmBK - 1) / kGemmBK);
+  const int steps = static_cast<int>((K + plan.bk() - 1) / plan.bk());
   if (plan.large) {
     const dim3 grid(static_cast<unsigned>((N + 127) / 128), static_cast<unsigned>((M + 127) / 128));
-    kGemmLarge<<<grid, 256, gemm_shared_bytes<128, 128>(), stream>>>(a, b, out, M, N, K, ldc, steps, 0, row_scale);
+    kGemmLarge<<<grid, 256, gemm_shared_bytes<128, 128, 32>(), stream>>>(a, b, out, M, N, K, ldc, steps, 0, row_scale);
     return;
   }
   const int per = (steps + plan.splits - 1) / plan.splits;
   const dim3 grid(static_cast<unsigned>((N + 63) / 64), static_cast<unsigned>((M + 63) / 64),
                   static_cast<unsigned>(plan.splits));
+  const GemmKernel small = plan.wide ? kGemmSmallWide : kGemmSmall;
+  const size_t shared = plan.wide ? gemm_shared_bytes<64, 64, 64>() : gemm_shared_bytes<64, 64, 32>();
   if (plan.splits == 1) {
-    kGemmSmall<<<grid, 128, gemm_shared_bytes<64, 64>(), stream>>>(a, b, out, M, N, K, ldc, per, 0, row_scale);
+    small<<<grid, 128, shared, stream>>>(a, b, out, M, N, K, ldc, per, 0, row_scale);
     return;
   }
-  kGemmSmall<<<grid, 128, gemm_shared_bytes<64, 64>(), stream>>>(a, b, partial, M, N, K, N, per, M * N, nullptr);
+  small<<<grid, 128, shared, stream>>>(a, b, partial, M, N, K, N, per, M * N, nullptr);
   gemm_split_sum_kernel<<<grid_for(M * N, 256), 256, 0, stream>>>(partial, plan.splits, M, N, out, ldc, row_scale);
 }
 
@@ -639,9 +651,10 @@ CudaKernels::~CudaKernels() {
 }
 
 bool CudaKernels::prepare_gemm() {
-  const bool small = allow_dynamic_shared(kGemmSmall, gemm_shared_bytes<64, 64>());
-  const bool large = allow_dynamic_shared(kGemmLarge, gemm_shared_bytes<128, 128>());
-  return small && large;
+  const bool small = allow_dynamic_shared(kGemmSmall, gemm_shared_bytes<64, 64, 32>());
+  const bool wide = allow_dynamic_shared(kGemmSmallWide, gemm_shared_bytes<64, 64, 64>());
+  const bool large = allow_dynamic_shared(kGemmLarge, gemm_shared_bytes<128, 128, 32>());
+  return small && wide && large;
 }
 
 Blas* CudaKernels::blas() {
@@ -712,9 +725,10 @@ bool CudaKernels::linear_large(const View& x, const View& w, const View& out) {
   const size_t scale_bytes = half ? align(static_cast<size_t>(M) * sizeof(float)) : 0;
   // Every slice but the last has `slice` rows (an f16 w: one slice of N); the last, fewer.
   const int64_t slice_rows = slice > 0 ? slice : N;
-  const GemmPlan plan = own ? gemm_plan(M, slice_rows, K, sm_count_, variant) : GemmPlan{false, 1};
-  const GemmPlan last_plan = own ? gemm_plan(M, N % slice_rows == 0 ? slice_rows : N % slice_rows, K, sm_count_, variant)
-                                 : GemmPlan{false, 1};
+  const bool wide = tuning_.gemm_bk64;
+  const GemmPlan plan = own ? gemm_plan(M, slice_rows, K, sm_count_, variant, wide) : GemmPlan{false, 1, false};
+  const GemmPlan last_plan = own ? gemm_plan(M, N % slice_rows == 0 ? slice_rows : N % slice_rows, K, sm_count_, variant, wide)
+                                 : GemmPlan{false, 1, false};
   const size_t partial_bytes = static_cast<size_t>(std::max(gemm_partial_floats(plan, M, slice_rows),
                                                             gemm_partial_floats(last_plan, M, N % slice_rows))) *
                                sizeof(float);
