@@ -122,7 +122,8 @@
 #   bench/gpu/graphs_ab.sh U   the closing call: builds (llama.cpp in the background when carried),
 #                              test_cuda_vs_cpu (then its attention group with 64-row prefill tiles
 #                              and its linear group all through cuBLAS), CUDA pytest, both models
-#                              against llama.cpp CUDA, the learning tests on CUDA
+#                              against llama.cpp CUDA, the Adam step against PyTorch, the learning
+#                              tests on CUDA as time allows
 #   bench/gpu/graphs_ab.sh X   builds, TL's f16 product kernel's checks with 64-wide k-steps
 #                              (TL_CUDA_GEMM_BK64=1) and unsplit (TL_CUDA_OWN_GEMM=1), 512-token
 #                              prefills of both models with those variants alternated, then the
@@ -490,8 +491,12 @@ U)
   TL_BACKEND=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
     tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -3
   against_llama
-  echo "== TL_BACKEND=cuda pytest tests/learning at ${SECONDS}s"
-  TL_BACKEND=cuda timeout $((585 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
+  echo "== Adam step at ${SECONDS}s"
+  timeout $((560 - SECONDS)) python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tee "$OUTDIR/adam.log" | tail -30
+  if [ "$SECONDS" -lt 540 ]; then
+    echo "== TL_BACKEND=cuda pytest tests/learning at ${SECONDS}s"
+    TL_BACKEND=cuda timeout $((585 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
+  fi
   ;;
 V)
   # prefill attention's tile height and TL's f16 products with the row scale in their epilogue,

@@ -139,8 +139,8 @@ inline int64_t env_cuda_attn_min_chunk() {
 // with its block shape and K splits chosen per product, 3 (default) as 2 below 2^31 multiply-adds
 // and cuBLAS above (matmul.cu).
 inline int env_cuda_own_gemm() { return static_cast<int>(env_detail::env_int("TL_CUDA_OWN_GEMM", 3, 0, 3)); }
-// TL's f16 product kernel's 64 x 64 blocks in k-steps of 64 halves rather than 32 (default off).
-inline bool env_cuda_gemm_bk64() { return env_detail::env_flag("TL_CUDA_GEMM_BK64"); }
+// TL's f16 product kernel's 64 x 64 blocks in k-steps of 64 halves (default; 0: of 32).
+inline bool env_cuda_gemm_bk64() { return env_detail::env_flag("TL_CUDA_GEMM_BK64", true); }
 // Decode attention's kernel for grouped-query heads (default on; 0: attention_kernel, one block
 // per query head), its least keys per split block (default 32, rounded up to a multiple of 32) and
 // its most splits (default 32, at most 64).

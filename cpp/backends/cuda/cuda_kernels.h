@@ -41,7 +41,7 @@ struct CudaTuning {
   bool pdl = true;            // programmatic dependent launches (cuda_common.cuh; sm_90+ only)
   bool l2_prefetch = true;    // with pdl: weights (and keys, values) prefetched into L2 before the wait
   int own_gemm = 3;           // prompt-sized f16 products: 0 cuBLAS, 1-3 TL's kernel (TL_CUDA_OWN_GEMM; matmul.cu)
-  bool gemm_bk64 = false;     // ... TL's kernel's 64 x 64 blocks in k-steps of 64, not 32 (TL_CUDA_GEMM_BK64)
+  bool gemm_bk64 = true;      // ... TL's kernel's 64 x 64 blocks in k-steps of 64, not 32 (TL_CUDA_GEMM_BK64)
 };
 
 

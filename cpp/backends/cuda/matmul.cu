@@ -547,7 +547,7 @@ bool gemm_f16_operand_ok(const void* p, int64_t K) {
 
 // How launch_gemm_f16 runs an M x N x K product: the 128 x 128 blocks (k-steps of 32), or the
 // 64 x 64 ones with `splits` (>= 1) splits of K, each of at least 256 elements of K, in k-steps of
-// 32 or, `wide` (TL_CUDA_GEMM_BK64), 64. `variant` 1: always 64 x 64, unsplit (TL_CUDA_OWN_GEMM=1).
+// 64 (`wide`, the default) or, with TL_CUDA_GEMM_BK64=0, 32. `variant` 1: always 64 x 64, unsplit (TL_CUDA_OWN_GEMM=1).
 struct GemmPlan {
   bool large;
   int splits;
