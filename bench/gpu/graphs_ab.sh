@@ -492,10 +492,10 @@ U)
     tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -3
   against_llama
   echo "== Adam step at ${SECONDS}s"
-  timeout $((560 - SECONDS)) python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tee "$OUTDIR/adam.log" | tail -30
-  if [ "$SECONDS" -lt 540 ]; then
+  timeout $((500 - SECONDS)) python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tee "$OUTDIR/adam.log" | tail -36
+  if [ "$SECONDS" -lt 480 ]; then
     echo "== TL_BACKEND=cuda pytest tests/learning at ${SECONDS}s"
-    TL_BACKEND=cuda timeout $((585 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
+    TL_BACKEND=cuda timeout $((530 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
   fi
   ;;
 V)
