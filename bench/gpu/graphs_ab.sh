@@ -166,6 +166,21 @@ cuda_vs_cpu() {  # test_cuda_vs_cpu, its failures and count
   echo "== test_cuda_vs_cpu"; timeout 200 "$T" > "$OUTDIR/cuda_vs_cpu.log" 2>&1; grep -E "FAIL|checks" "$OUTDIR/cuda_vs_cpu.log" | tail -8
 }
 
+cuda_vs_cpu_only() {  # GROUP ENV...: test_cuda_vs_cpu --only GROUP under each ENV ("A=1 B=2" sets both)
+  local group=$1 e
+  shift
+  for e in "$@"; do
+    echo "== test_cuda_vs_cpu --only $group, $e"
+    env $e timeout 120 "$T" --only "$group" 2>&1 | grep -E "FAIL|checks" | tail -4
+  done
+}
+
+cuda_pytest() {  # the cross-backend, fused-op, backend-op and batching tests on CUDA
+  echo "== pytest on CUDA"
+  TL_BACKEND=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
+    tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -3
+}
+
 against_llama() {  # once llama.cpp's background build is done: both models, TL against llama.cpp CUDA
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
   echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
@@ -429,9 +444,7 @@ T)
   prepare_and_models
   cd "$WORK/src" || exit 1
   cuda_vs_cpu
-  echo "== pytest on CUDA"
-  TL_BACKEND=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
-    tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -3
+  cuda_pytest
   against_llama
   echo "== TL_BACKEND=cuda pytest tests/learning at ${SECONDS}s"
   TL_BACKEND=cuda timeout $((585 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/learning 2>&1 | tail -4
@@ -463,10 +476,8 @@ X)
   # TL's f16 products in k-steps of 64 and unsplit, then the Adam step (2026-11-28, session 3)
   prepare_and_models
   cd "$WORK/src" || exit 1
-  for e in "TL_CUDA_OWN_GEMM=2 TL_CUDA_GEMM_BK64=1" "TL_CUDA_OWN_GEMM=1 TL_CUDA_GEMM_BK64=1" "TL_CUDA_OWN_GEMM=1 TL_CUDA_GEMM_BK64=0"; do
-    echo "== test_cuda_vs_cpu --only linear, $e"
-    env $e timeout 120 "$T" --only linear 2>&1 | grep -E "FAIL|checks" | tail -4
-  done
+  cuda_vs_cpu_only linear "TL_CUDA_OWN_GEMM=2 TL_CUDA_GEMM_BK64=1" "TL_CUDA_OWN_GEMM=1 TL_CUDA_GEMM_BK64=1" \
+    "TL_CUDA_OWN_GEMM=1 TL_CUDA_GEMM_BK64=0"
   for i in $(seq 100); do [ -s "$B1" ] && break; sleep 2; done
   for round in 1 2; do
     for run in "$SMOL 3 0" "$SMOL 3 1" "$SMOL 1 0" "$SMOL 1 1" "$B1 3 0" "$B1 3 1"; do
@@ -483,13 +494,9 @@ U)
   prepare_and_models
   cd "$WORK/src" || exit 1
   cuda_vs_cpu
-  for e in TL_CUDA_ATTN_TILE_ROWS=64:attention TL_CUDA_OWN_GEMM=0:linear; do
-    echo "== test_cuda_vs_cpu --only ${e#*:}, ${e%%:*}"
-    env "${e%%:*}" timeout 120 "$T" --only "${e#*:}" 2>&1 | grep -E "FAIL|checks" | tail -4
-  done
-  echo "== pytest on CUDA"
-  TL_BACKEND=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cross_backend_model.py \
-    tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -3
+  cuda_vs_cpu_only attention TL_CUDA_ATTN_TILE_ROWS=64
+  cuda_vs_cpu_only linear TL_CUDA_OWN_GEMM=0
+  cuda_pytest
   against_llama
   echo "== Adam step at ${SECONDS}s"
   timeout $((500 - SECONDS)) python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tee "$OUTDIR/adam.log" | tail -36
@@ -504,10 +511,8 @@ V)
   prepare_and_models
   cd "$WORK/src" || exit 1
   cuda_vs_cpu
-  for e in TL_CUDA_ATTN_TILE_ROWS=64:attention TL_CUDA_ATTN_TILE_ROWS=32:attention TL_CUDA_OWN_GEMM=2:linear; do
-    echo "== test_cuda_vs_cpu --only ${e#*:}, ${e%%:*}"
-    env "${e%%:*}" timeout 120 "$T" --only "${e#*:}" 2>&1 | grep -E "FAIL|checks" | tail -4
-  done
+  cuda_vs_cpu_only attention TL_CUDA_ATTN_TILE_ROWS=64 TL_CUDA_ATTN_TILE_ROWS=32
+  cuda_vs_cpu_only linear TL_CUDA_OWN_GEMM=2
   echo "== decode attention (test_cuda_vs_cpu --bench)"
   timeout 60 "$T" --bench 2>&1 | grep -E "attention" | sort | uniq
   for i in $(seq 100); do [ -s "$B1" ] && break; sleep 2; done
