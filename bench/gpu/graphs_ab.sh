@@ -128,6 +128,9 @@
 #                              (TL_CUDA_GEMM_BK64=1) and unsplit (TL_CUDA_OWN_GEMM=1), 512-token
 #                              prefills of both models with those variants alternated, then the
 #                              Adam step against PyTorch (bench/gpu/adam_mlp_cuda.py)
+#   bench/gpu/graphs_ab.sh L [N] builds (no peer), collects Gemma piece N (as g) if given, then the
+#                              learn block's Adam step against the compiled one with the queue's and
+#                              pool's counters, under default and larger in-flight and cache bounds
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -221,6 +224,18 @@ _core.shutdown()" 2>&1 | grep "tl-cuda"
 pdl_runs() {  # both models: now, without programmatic dependent launches, without the L2 prefetch
   tl_runs "$SMOL TL_NOTHING=1" "$SMOL TL_CUDA_PDL=0" "$SMOL TL_CUDA_L2_PREFETCH=0" \
           "$B1 TL_NOTHING=1" "$B1 TL_CUDA_PDL=0" "$B1 TL_CUDA_L2_PREFETCH=0"
+}
+
+collect_gemma_part() {  # N: .carry/g/partN (a piece of the real Gemma 3 270M file) into $WORK
+  [ -e "$ROOT/.carry/g/part$1" ] && cp "$ROOT/.carry/g/part$1" "$WORK/gemma.part$1"
+  ls -la "$WORK"/gemma.part* 2>/dev/null | awk '{print $5, $9}'
+}
+
+learn_diag() {  # ENV...: the learn block's Adam step against the compiled one, per setting (adam_learn_diag.py)
+  local args=() e
+  for e in "$@"; do args+=(--env "$e"); done
+  echo "== the learn block's Adam step (adam_learn_diag.py) at ${SECONDS}s"
+  TL_BACKEND=cuda timeout 240 python3 bench/gpu/adam_learn_diag.py --steps 50 "${args[@]}" 2>&1 | tail -14
 }
 
 case "${1:-}" in
@@ -695,10 +710,17 @@ w)
     tests/models/test_compiled_decode.py 2>&1 | grep -E "passed|failed|^FAILED" | tail -12
   TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider -rf tests/learning 2>&1 | grep -E "passed|failed|^FAILED" | tail -12
   ;;
+L)
+  # the learn block's Adam step (2026-12-06): builds (no peer), collects Gemma piece N if given,
+  # the step under the queue's and pool's settings
+  OUT="$WORK/logs" bash bench/gpu/run_h100.sh prepare
+  cat "$WORK/logs/summary.txt"
+  [ -n "${2:-}" ] && collect_gemma_part "$2"
+  cd "$WORK/src" || exit 1
+  learn_diag TL_NOTHING=1 "TL_MAX_MB_IN_FLIGHT=8192 TL_MAX_COMMAND_BUFFERS_IN_FLIGHT=64" TL_CACHE_LIMIT_MB=16384
+  ;;
 g)
-  n=${2:?part number}
-  [ -e ".carry/g/part$n" ] && cp ".carry/g/part$n" "$WORK/gemma.part$n"
-  ls -la "$WORK"/gemma.part* 2>/dev/null | awk '{print $5, $9}'
+  collect_gemma_part "${2:?part number}"
   if [ "$(ls "$WORK"/gemma.part* 2>/dev/null | wc -l)" = 5 ]; then
     cat "$WORK"/gemma.part0 "$WORK"/gemma.part1 "$WORK"/gemma.part2 "$WORK"/gemma.part3 "$WORK"/gemma.part4 > "$WORK/gemma.gguf"
     cd "$WORK/src" || exit 1
