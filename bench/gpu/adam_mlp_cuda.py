@@ -4,9 +4,13 @@
 
 Two shapes: 4096-8192-4096 at batch 1024 (the matrix products dominate) and 784-512-10 at batch 128
 (launch and host overhead dominate); ReLU, softmax cross-entropy, Adam(lr 0.001), f32. TL runs the
-step as a `learn` block and as a compiled function with TL_BACKEND=cuda, timed in one process after
-a warm-up run: (run of 5 + S steps - run of 5 steps) / S, the median of 3 processes; each run ends by
-reading a sum of the weights back to the host, so all of its device work is inside the time. TF32 rows:
+step as a `learn` block and as a compiled function with TL_BACKEND=cuda, timed inside the program as
+PyTorch is: a learn block of 5 + S steps whose loop, after its 5 warm-up steps (the compiled step's
+recording among them), waits for the device (synchronize()) and reads clock(); after the block it
+waits again and reads the clock, so all of the S steps' device work is inside the time; the median of
+3 processes. (Until 2026-12-06 the figure was (a run of 5 + S steps - a run of 5 steps) / S, whole
+runs of the program timed from outside; three processes gave 8.63-11.26 ms for the large learn
+block's step.) TF32 rows:
 TL with TL_CUDA_TF32=1, PyTorch with torch.backends.cuda.matmul.allow_tf32 = True. `--baseline DIR`
 adds the learn block of another checkout's built python/ dir (the code before a change). PyTorch
 is timed with CUDA synchronisation around S steps after 5 warm-up steps, the median of 3 such runs.
@@ -24,21 +28,15 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from learning_mlp import COMPILED, EAGER  # noqa: E402  (the same step programs)
 
-# One process per measurement: a warm-up run (CUDA start, cuBLAS load), then the program with 5
-# steps and with 5 + S steps, timed in process; prints the difference.
+# One process per measurement: the program times its own steps and prints the ms per step last.
 RUNNER = """
-import sys, time
+import sys
 sys.path.insert(0, sys.argv[1])
 import tensorlogic
-short, long = sys.stdin.read().split("\\x00")
-def timed(src):
-    start = time.perf_counter()
-    result = tensorlogic.run(src, filename="<bench>")
-    if result.error is not None:
-        raise SystemExit(result.error_text)
-    return time.perf_counter() - start
-timed(short)
-print(timed(long) - timed(short))
+result = tensorlogic.run(sys.stdin.read(), filename="<bench>")
+if result.error is not None:
+    raise SystemExit(result.error_text)
+print(result.output)
 """
 
 PROGRAM = """
@@ -51,40 +49,50 @@ let b1 = learnable(zeros([DH]))
 let W2 = learnable(randn([DOUT, DH]) * S2)
 let b2 = learnable(zeros([DOUT]))
 STEP_FN
+let t0 = 0.0
 learn {
     optimizer: adam(lr = 0.001)
-    epochs: STEPS
+    epochs: WARM + STEPS
     for epoch in range(epochs) {
+        if epoch == WARM {
+            synchronize()
+            t0 = clock()
+        }
         STEP_CALL
     }
 }
+synchronize()
+let ms = (clock() - t0) * 1000.0 / STEPS
 print(sum(W1) + sum(W2))
+print(ms)
 """
 
 
 def program(shape, steps, variant):
     din, dh, dout, b = shape
-    return (PROGRAM.replace("STEPS", str(steps)).replace("STEP_FN", variant[0]).replace("STEP_CALL", variant[1])
+    return (PROGRAM.replace("WARM", "5").replace("STEPS", str(steps)).replace("STEP_FN", variant[0]).replace("STEP_CALL", variant[1])
             .replace("DIN", str(din)).replace("DH", str(dh)).replace("DOUT", str(dout)).replace("B,", f"{b},")
             .replace("S1", f"{din ** -0.5:.4f}").replace("S2", f"{dh ** -0.5:.4f}"))
 
 
 def tl_ms(shape, steps, variant, package_dir, tf32=False):
     env = dict(os.environ, TL_BACKEND="cuda", TL_CUDA_TF32="1" if tf32 else "0")
-    src = program(shape, 5, variant) + "\x00" + program(shape, 5 + steps, variant)
-    diffs = []
+    src = program(shape, steps, variant)
+    times = []
     for _ in range(3):
         proc = subprocess.run([sys.executable, "-c", RUNNER, package_dir], input=src, capture_output=True,
                               text=True, env=env)
         if proc.returncode != 0:
             raise SystemExit(proc.stdout + proc.stderr)
-        diffs.append(float(proc.stdout.strip().splitlines()[-1]))
-    # the median of the three processes' differences: the least of them is biased low (a pause in
-    # the short run shrinks a difference), which once gave a step faster than the GPU's peak
-    diffs.sort()
-    print(f"  (TL{' TF32' if tf32 else ''} differences of 3 processes, ms/step: "
-          + ", ".join(f"{d / steps * 1000:.2f}" for d in diffs) + ")", file=sys.stderr)
-    return diffs[1] / steps * 1000
+        times.append(float(proc.stdout.strip().splitlines()[-1]))
+    times.sort()
+    print(f"  (TL{' TF32' if tf32 else ''} {variant_name(variant)}, 3 processes, ms/step: "
+          + ", ".join(f"{t:.2f}" for t in times) + ")", file=sys.stderr)
+    return times[1]
+
+
+def variant_name(variant) -> str:
+    return "compiled step" if variant is COMPILED else "learn block"
 
 
 def torch_ms(shape, steps, tf32):
