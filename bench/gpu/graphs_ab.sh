@@ -130,7 +130,9 @@
 #                              Adam step against PyTorch (bench/gpu/adam_mlp_cuda.py)
 #   bench/gpu/graphs_ab.sh L [N] builds (no peer), collects Gemma piece N (as g) if given, then the
 #                              learn block's Adam step against the compiled one with the queue's and
-#                              pool's counters, under default and larger in-flight and cache bounds
+#                              pool's counters, under the default and larger in-flight bounds
+#   bench/gpu/graphs_ab.sh A [N] (warm, after a build) collects Gemma piece N if given, then the Adam
+#                              step against PyTorch (adam_mlp_cuda.py)
 #   bench/gpu/graphs_ab.sh d   TL alone with TL_CUDA_TF32=1 on both models; the learning tests on CUDA
 set -u
 ROOT=$(pwd)
@@ -717,7 +719,14 @@ L)
   cat "$WORK/logs/summary.txt"
   [ -n "${2:-}" ] && collect_gemma_part "$2"
   cd "$WORK/src" || exit 1
-  learn_diag TL_NOTHING=1 "TL_MAX_MB_IN_FLIGHT=8192 TL_MAX_COMMAND_BUFFERS_IN_FLIGHT=64" TL_CACHE_LIMIT_MB=16384
+  learn_diag TL_NOTHING=1 "TL_MAX_MB_IN_FLIGHT=8192 TL_MAX_COMMAND_BUFFERS_IN_FLIGHT=64"
+  ;;
+A)
+  # (warm, after a build) collects Gemma piece N if given, then the Adam step against PyTorch
+  [ -n "${2:-}" ] && collect_gemma_part "$2"
+  cd "$WORK/src" || exit 1
+  echo "== Adam step against PyTorch (adam_mlp_cuda.py)"
+  timeout 400 python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tee "$OUTDIR/adam.log" | tail -40
   ;;
 g)
   collect_gemma_part "${2:?part number}"
