@@ -45,9 +45,10 @@
 #                              bench/llm.py on both models against llama.cpp CUDA
 #   bench/gpu/graphs_ab.sh w   builds, test_cuda_vs_cpu, the backend-op, cross-backend, model and
 #                              learning tests on CUDA
-#   bench/gpu/graphs_ab.sh H   builds (llama.cpp in the background), writes the models, test_cuda_vs_cpu,
-#                              the cross-backend, model and learning tests on CUDA; then
-#   bench/gpu/graphs_ab.sh I   (warm) both models against llama.cpp CUDA and the Adam steps
+#   bench/gpu/graphs_ab.sh table1  builds (llama.cpp in the background), writes the models,
+#                              test_cuda_vs_cpu, the cross-backend, model and learning tests on
+#                              CUDA; then
+#   bench/gpu/graphs_ab.sh table2  (warm) both models against llama.cpp CUDA and the Adam steps
 #                              against PyTorch: issue 24's whole table in two calls
 #   bench/gpu/graphs_ab.sh g N collects .carry/g/partN (N = 0..4: the real Gemma 3 270M Q4_K_M file
 #                              in five pieces, one per call of a warm machine); with all five, the
@@ -743,7 +744,7 @@ g)
     TL_CUDA_LINEAR_F16=0 timeout 250 python3 bench/gpu/check_long_prompt.py "$WORK/gemma.gguf" --tokens 884 2>&1 | tail -3
   fi
   ;;
-H)
+table1)
   # issue 24's table, call 1 of 2: builds (llama.cpp in the background, sdist carried), writes the
   # models, test_cuda_vs_cpu, the cross-backend, model and learning tests on CUDA
   prepare_and_models
@@ -752,8 +753,8 @@ H)
   cuda_pytest
   TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -rf tests/learning 2>&1 | grep -E "passed|failed|^FAILED" | tail -6
   ;;
-I)
-  # issue 24's table, call 2 of 2 (warm, after H): both models against llama.cpp CUDA, then the
+table2)
+  # issue 24's table, call 2 of 2 (warm, after table1): both models against llama.cpp CUDA, then the
   # Adam steps against PyTorch
   cd "$WORK/src" || exit 1
   against_llama
