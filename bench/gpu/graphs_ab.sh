@@ -191,6 +191,15 @@ cuda_pytest() {  # the cross-backend, fused-op, backend-op and batching tests on
     tests/runtime/test_fused_ops.py tests/runtime/test_backend_ops.py tests/models/test_batching.py 2>&1 | tail -3
 }
 
+cuda_learning() {  # SECONDS: TL_BACKEND=cuda pytest tests/learning, its count and failures
+  TL_BACKEND=cuda timeout "$1" python3 -m pytest -q -p no:cacheprovider -rf tests/learning 2>&1 | grep -E "passed|failed|^FAILED" | tail -12
+}
+
+adam_against_torch() {  # SECONDS: the Adam steps against PyTorch (adam_mlp_cuda.py), log in $OUTDIR/adam.log
+  echo "== Adam step against PyTorch (adam_mlp_cuda.py)"
+  timeout "$1" python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tee "$OUTDIR/adam.log" | tail -40
+}
+
 against_llama() {  # once llama.cpp's background build is done: both models, TL against llama.cpp CUDA
   for i in $(seq 80); do [ -e "$WORK/llama_build.rc" ] && break; sleep 5; done
   echo "llama.cpp build rc: $(cat "$WORK/llama_build.rc" 2>/dev/null)"
@@ -715,7 +724,7 @@ w)
   TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider -rf tests/models/test_greedy_ahead.py \
     tests/models/test_architectures.py tests/models/test_gemma3_tl.py tests/models/test_llama_tl.py \
     tests/models/test_compiled_decode.py 2>&1 | grep -E "passed|failed|^FAILED" | tail -12
-  TL_BACKEND=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider -rf tests/learning 2>&1 | grep -E "passed|failed|^FAILED" | tail -12
+  cuda_learning 300
   ;;
 L)
   # the learn block's Adam step (2026-12-06): builds (no peer), collects Gemma piece N if given,
@@ -730,8 +739,7 @@ A)
   # (warm, after a build) collects Gemma piece N if given, then the Adam step against PyTorch
   [ -n "${2:-}" ] && collect_gemma_part "$2"
   cd "$WORK/src" || exit 1
-  echo "== Adam step against PyTorch (adam_mlp_cuda.py)"
-  timeout 400 python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tee "$OUTDIR/adam.log" | tail -40
+  adam_against_torch 400
   ;;
 g)
   collect_gemma_part "${2:?part number}"
@@ -751,15 +759,14 @@ table1)
   cd "$WORK/src" || exit 1
   cuda_vs_cpu
   cuda_pytest
-  TL_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -rf tests/learning 2>&1 | grep -E "passed|failed|^FAILED" | tail -6
+  cuda_learning 240
   ;;
 table2)
   # issue 24's table, call 2 of 2 (warm, after table1): both models against llama.cpp CUDA, then the
   # Adam steps against PyTorch
   cd "$WORK/src" || exit 1
   against_llama
-  echo "== Adam step against PyTorch (adam_mlp_cuda.py)"
-  timeout 200 python3 bench/gpu/adam_mlp_cuda.py 2>&1 | tail -30
+  adam_against_torch 200
   ;;
 v)
   cd "$WORK/src" || exit 1
