@@ -8,6 +8,7 @@
 //   TL_CACHE_LIMIT_MB, TL_MAX_ALLOC_MB                       the buffer pool's bounds
 //   TL_CPU_NO_SIMD                                           CPU kernels: portable paths only
 //   TL_CPU_NO_AVX512                                         CPU kernels: AVX2 where AVX-512VL would serve
+//   TL_CPU_WEIGHT_PREFETCH                                   CPU kernels: 8-bit products' weight prefetch
 //   TL_Q8_ACTIVATIONS                                        8-bit activations in decode linear ops (also set_q8_activations())
 //   TL_CUDA_DEVICE, TL_CUDA_LAUNCH_STATS                     CUDA backend: device index; stats at exit
 //   TL_CUDA_BLAS, TL_CUDA_TF32, TL_CUBLAS_PATH               CUDA backend: cuBLAS on/off, TF32
@@ -106,6 +107,10 @@ inline int64_t env_cache_limit_mb() { return env_detail::env_int("TL_CACHE_LIMIT
 inline int64_t env_max_alloc_mb() { return env_detail::env_int("TL_MAX_ALLOC_MB", 0, 0, kMaxEnvMiB); }
 inline bool env_cpu_no_simd() { return env_detail::env_flag("TL_CPU_NO_SIMD"); }
 inline bool env_cpu_no_avx512() { return env_detail::env_flag("TL_CPU_NO_AVX512"); }
+// the 8-bit-activation products' software prefetch of the weights: -1 (unset) by CPU vendor, 0 never, 1 always
+inline int env_cpu_weight_prefetch() {
+  return static_cast<int>(env_detail::env_int("TL_CPU_WEIGHT_PREFETCH", -1, 0, 1));
+}
 inline bool env_cuda_launch_stats() { return env_detail::env_flag("TL_CUDA_LAUNCH_STATS"); }
 // cuBLAS for the CUDA backend's matrix products (default on; 0 keeps TL's own kernels)
 inline bool env_cuda_blas() { return env_detail::env_flag("TL_CUDA_BLAS", true); }

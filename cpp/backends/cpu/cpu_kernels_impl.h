@@ -145,6 +145,10 @@ inline void prefetch_bytes(const void* p, size_t n) {
   for (size_t off = 0; off < n; off += 64) __builtin_prefetch(c + off, 0, 3);
 }
 
+// Whether the 8-bit-activation products (q8_matmul) prefetch their weight rows in software:
+// TL_CPU_WEIGHT_PREFETCH=0/1, else on except on AMD CPUs (kernels_common.cpp says why).
+bool cpu_weight_prefetch();
+
 // Whether the running CPU has AVX2 + FMA + F16C (always false off x86-64).
 bool cpu_has_avx2();
 // Whether it also has AVX-512F and AVX-512VL (and TL_CPU_NO_AVX512 is unset): the several-row

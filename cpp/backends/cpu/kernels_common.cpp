@@ -53,6 +53,23 @@ bool cpu_has_avx512vl() {
 #endif
 }
 
+bool cpu_weight_prefetch() {
+  // Measured on an AMD EPYC (Zen 4, 2 cores): an 8-row decode step of SmolLM2 with 8-bit
+  // activations took 18.7 ms with the prefetches and 16.4 ms without (1 row: 7.9 -> 6.8 ms); its
+  // hardware prefetchers follow the weight stream on their own and the prefetch instructions
+  // only competed for load slots. On the Intel Xeon the prefetches were measured a gain.
+  static const bool on = [] {
+    const int env = env_cpu_weight_prefetch();
+    if (env >= 0) return env == 1;
+#if defined(__x86_64__)
+    return !__builtin_cpu_is("amd");
+#else
+    return true;
+#endif
+  }();
+  return on;
+}
+
 // ---------------------------------------------------------------- row conversions
 
 namespace {

@@ -441,15 +441,16 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   // the 8 rows take it (a prompt piece of 512 rows has 64 groups: going through all of them per
   // weight row streamed x from L2 each time); at least ~32 KiB of weights per chunk so that small
   // matrices skip the dispatch. The rows stream through memory in order, prefetched
-  // kMatvecPrefetchBytes ahead (as in linear's exact path). Every (weight row, group) product is
-  // computed on its own, so the order changes no bit.
+  // kMatvecPrefetchBytes ahead (as in linear's exact path; not on AMD: cpu_weight_prefetch).
+  // Every (weight row, group) product is computed on its own, so the order changes no bit.
   const int64_t chunks = (N + 7) / 8;
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(32768 / std::max<size_t>(8 * wrow * groups, 1)));
   const size_t total = static_cast<size_t>(N) * wrow;
+  const bool prefetch = cpu_weight_prefetch();
   pool.parallel_for(chunks, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t n0 = 8 * c, n1 = std::min(N, 8 * c + 8);
-      for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t n = n0; prefetch && n < n1; ++n) {
         const size_t ahead = static_cast<size_t>(n) * wrow + kMatvecPrefetchBytes;
         if (ahead < total) prefetch_bytes(w + ahead, std::min(wrow, total - ahead));
       }
