@@ -477,6 +477,26 @@ def test_attention_softcap(causal, use_mask, pos, Sq, Sk):
         _core.attention(T(q), T(k), T(v), causal=causal, pos_offset=pos, softcap=-1.0)
 
 
+@pytest.mark.parametrize("Hq,Hkv", [(9, 3), (8, 2), (4, 4)])
+def test_attention_rows_are_bitwise_the_row_alone_over_many_keys(Hq, Hkv):
+    """A query row's attention does not depend on how many rows came with it: a prompt prefilled
+    whole, in pieces (the server's budget) or after a prompt cache hit that leaves one or two new
+    tokens, and the decode step, give each row the same bits, also where one row's keys are split
+    over the threads (here up to 1,300 keys). Against NumPy as well."""
+    D, Sq, pos = 16, 9, 1291
+    Sk = pos + Sq
+    q, k, v = randn(Sq, Hq, D), randn(Sk, Hkv, D), randn(Sk, Hkv, D)
+    tq, tk, tv = T(q), T(k), T(v)
+    whole = _core.attention(tq, tk, tv, causal=True, pos_offset=pos)
+    check(whole, _attention_ref(q, k, v, None, 1 / math.sqrt(D), True, pos))
+    got = whole.numpy()
+    for i in range(Sq):
+        alone = _core.attention(tq[i:i + 1], tk[:pos + i + 1], tv[:pos + i + 1], causal=True, pos_offset=pos + i)
+        assert np.array_equal(got[i], alone.numpy()[0]), f"row {i} differs from the row alone"
+    two = _core.attention(tq[3:5], tk[:pos + 5], tv[:pos + 5], causal=True, pos_offset=pos + 3).numpy()
+    assert np.array_equal(got[3:5], two), "a two-row piece differs from the whole"
+
+
 def test_attention_reads_kv_cache_prefix_views_f16():
     cap, Hkv, D = 32, 2, 8
     cache_k = randn(cap, Hkv, D).astype(np.float16)

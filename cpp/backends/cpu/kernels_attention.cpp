@@ -262,146 +262,164 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
     return causal ? std::min<int64_t>(Sk, std::max<int64_t>(0, q_pos_offset + i + 1)) : Sk;
   };
 
-  // Split the keys of a (query row, kv head) over several tasks when there are few rows (decode)
-  // and many keys, so that every thread gets work (flash-decoding); each split keeps its own
-  // running softmax and the splits are merged at the end.
-  int64_t splits = 1;
-  if (Sq * Hkv < 4 * static_cast<int64_t>(pool().size())) {
-    const int64_t keys = visible_keys(Sq - 1);
-    const int64_t want = (4 * pool().size() + Sq * Hkv - 1) / (Sq * Hkv);
-    splits = std::max<int64_t>(1, std::min<int64_t>(keys / 128, std::max<int64_t>(want, keys / 1024)));
-  }
+  // Split the keys of a (query row, kv head) over several tasks when one row's kv heads would not
+  // give every thread work (decode) and there are many keys (flash-decoding); each split keeps its
+  // own running softmax and the splits are merged at the end. A row's split count depends only on
+  // its visible keys, the kv heads and the pool, never on how many rows the call has, so a row's
+  // result is bitwise the same whether its prompt came whole or in pieces (the server's prefill
+  // budget, a prompt cache hit leaving one or two new tokens) or as a decode step. Rows go in
+  // blocks whose split records fit kMaxPartialFloats.
+  const int64_t threads = static_cast<int64_t>(pool().size());
+  auto row_splits = [&](int64_t keys) -> int64_t {
+    if (Hkv >= 4 * threads) return 1;
+    const int64_t want = (4 * threads + Hkv - 1) / Hkv;
+    return std::max<int64_t>(1, std::min<int64_t>(keys / 128, std::max<int64_t>(want, keys / 1024)));
+  };
+  constexpr int64_t kMaxPartialFloats = int64_t{1} << 20;
   const int64_t slot = group * (D + 2);  // floats of one PartialSoftmax
+  const int64_t most_splits = row_splits(visible_keys(Sq - 1));  // the most: visible keys grow with the row
+  const int64_t block_rows =
+      most_splits > 1 ? std::max<int64_t>(1, kMaxPartialFloats / (Hkv * most_splits * slot)) : Sq;
   thread_local std::vector<float> partial_buf;
-  if (splits > 1) partial_buf.resize(static_cast<size_t>(Sq * Hkv * splits * slot));
-  float* const partial = partial_buf.data();  // the calling thread's buffer, shared with the tasks
+  for (int64_t r0 = 0; r0 < Sq; r0 += block_rows) {
+    const int64_t r1 = std::min(Sq, r0 + block_rows);
+    const int64_t splits = row_splits(visible_keys(r1 - 1));
+    if (splits > 1) partial_buf.resize(static_cast<size_t>((r1 - r0) * Hkv * splits * slot));
+    float* const partial = partial_buf.data();  // the calling thread's buffer, shared with the tasks
 
-  const int64_t tasks = Sq * Hkv * splits;
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Sk * D * group / splits));
-  pool().parallel_for(tasks, grain, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> qrow, scores, kq, kbuf, vbuf, mrow, own;
-    qrow.resize(static_cast<size_t>(group * D));
-    scores.resize(static_cast<size_t>(group * kKeyChunk));
-    kq.resize(static_cast<size_t>(kKeyChunk * group));
-    if (!k_direct && !f16_direct) kbuf.resize(static_cast<size_t>(kKeyChunk * D));
-    if (!v_direct && !f16_direct) vbuf.resize(static_cast<size_t>(kKeyChunk * D));
-    if (mask.data) mrow.resize(static_cast<size_t>(kKeyChunk));
-    own.resize(static_cast<size_t>(slot));
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t split = t % splits, row_head = t / splits;
-      const int64_t i = row_head / Hkv, kh = row_head % Hkv;
-      const int64_t n_keys = visible_keys(i);
-      const int64_t per = (n_keys + splits - 1) / splits;
-      const int64_t j_begin = std::min(n_keys, split * per), j_end = std::min(n_keys, j_begin + per);
-      float* ps = splits > 1 ? partial + t * slot : own.data();
-      PartialSoftmax part{ps, ps + group, ps + 2 * group};
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t h = kh * group + g;
-        load_f32(q.dtype, element_ptr(q, i * q.strides[0] + h * q.strides[1]), q.strides[2], D, qrow.data() + g * D);
-        for (int64_t d = 0; d < D; ++d) qrow[static_cast<size_t>(g * D + d)] *= scale;
-        part.m[g] = -std::numeric_limits<float>::infinity();
-        part.l[g] = 0.0f;
-      }
-      std::fill(part.acc, part.acc + group * D, 0.0f);
-      for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyChunk) {
-        const int64_t nc = std::min(kKeyChunk, j_end - j0);
-        // Scores of the group's query heads against the chunk's keys: f16 rows read in place
-        // (AVX2), f32 rows in place through one small GEMM (keys x group), other dtypes
-        // converted to f32 rows first.
-        const char* kbase = element_ptr(k, j0 * k.strides[0] + kh * k.strides[1]);
-        const char* vbase = element_ptr(v, j0 * v.strides[0] + kh * v.strides[1]);
-        if (f16_direct) {
-#if defined(__x86_64__)
-          qk_scores_f16(qrow.data(), static_cast<int>(group), reinterpret_cast<const uint16_t*>(kbase), k.strides[0],
-                        nc, scores.data(), kKeyChunk, D);
-#endif
-        } else {
-          const float* kp;
-          int64_t ldk;
-          if (k_direct) {
-            kp = reinterpret_cast<const float*>(kbase);
-            ldk = k.strides[0];
+    const int64_t tasks = (r1 - r0) * Hkv * splits;
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Sk * D * group / splits));
+    pool().parallel_for(tasks, grain, [&](int64_t t0, int64_t t1) {
+      thread_local std::vector<float> qrow, scores, kq, kbuf, vbuf, mrow, own;
+      qrow.resize(static_cast<size_t>(group * D));
+      scores.resize(static_cast<size_t>(group * kKeyChunk));
+      kq.resize(static_cast<size_t>(kKeyChunk * group));
+      if (!k_direct && !f16_direct) kbuf.resize(static_cast<size_t>(kKeyChunk * D));
+      if (!v_direct && !f16_direct) vbuf.resize(static_cast<size_t>(kKeyChunk * D));
+      if (mask.data) mrow.resize(static_cast<size_t>(kKeyChunk));
+      own.resize(static_cast<size_t>(slot));
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t split = t % splits, row_head = t / splits;
+        const int64_t i = r0 + row_head / Hkv, kh = row_head % Hkv;
+        const int64_t n_keys = visible_keys(i);
+        // this row's own split count: the splits past it get no keys (their records stay empty)
+        const int64_t row_split_count = row_splits(n_keys);
+        const int64_t per = (n_keys + row_split_count - 1) / row_split_count;
+        const int64_t j_begin = std::min(n_keys, split * per), j_end = std::min(n_keys, j_begin + per);
+        float* ps = splits > 1 ? partial + t * slot : own.data();
+        PartialSoftmax part{ps, ps + group, ps + 2 * group};
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t h = kh * group + g;
+          load_f32(q.dtype, element_ptr(q, i * q.strides[0] + h * q.strides[1]), q.strides[2], D, qrow.data() + g * D);
+          for (int64_t d = 0; d < D; ++d) qrow[static_cast<size_t>(g * D + d)] *= scale;
+          part.m[g] = -std::numeric_limits<float>::infinity();
+          part.l[g] = 0.0f;
+        }
+        std::fill(part.acc, part.acc + group * D, 0.0f);
+        for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyChunk) {
+          const int64_t nc = std::min(kKeyChunk, j_end - j0);
+          // Scores of the group's query heads against the chunk's keys: f16 rows read in place
+          // (AVX2), f32 rows in place through one small GEMM (keys x group), other dtypes
+          // converted to f32 rows first.
+          const char* kbase = element_ptr(k, j0 * k.strides[0] + kh * k.strides[1]);
+          const char* vbase = element_ptr(v, j0 * v.strides[0] + kh * v.strides[1]);
+          if (f16_direct) {
+  #if defined(__x86_64__)
+            qk_scores_f16(qrow.data(), static_cast<int>(group), reinterpret_cast<const uint16_t*>(kbase), k.strides[0],
+                          nc, scores.data(), kKeyChunk, D);
+  #endif
+          } else {
+            const float* kp;
+            int64_t ldk;
+            if (k_direct) {
+              kp = reinterpret_cast<const float*>(kbase);
+              ldk = k.strides[0];
+            } else {
+              for (int64_t j = 0; j < nc; ++j)
+                load_f32(k.dtype, element_ptr(k, (j0 + j) * k.strides[0] + kh * k.strides[1]), k.strides[2], D,
+                         kbuf.data() + j * D);
+              kp = kbuf.data();
+              ldk = D;
+            }
+            gemm_nt_f32(kp, ldk, nc, qrow.data(), D, group, D, kq.data(), group);
+            for (int64_t g = 0; g < group; ++g)
+              for (int64_t j = 0; j < nc; ++j) scores[static_cast<size_t>(g * kKeyChunk + j)] = kq[static_cast<size_t>(j * group + g)];
+          }
+          if (mask.data)
+            load_f32(mask.dtype, element_ptr(mask, i * mask.strides[0] + j0 * mask.strides[1]), mask.strides[1], nc,
+                     mrow.data());
+          for (int64_t g = 0; g < group; ++g) {
+            float* sc = scores.data() + g * kKeyChunk;
+            float mx = -std::numeric_limits<float>::infinity();
+            if (softcap > 0.0f)
+              for (int64_t j = 0; j < nc; ++j) sc[j] = softcap * std::tanh(sc[j] / softcap);
+            for (int64_t j = 0; j < nc; ++j) {
+              if (mask.data) sc[j] += mrow[static_cast<size_t>(j)];
+              mx = std::max(mx, sc[j]);
+            }
+            if (mx == -std::numeric_limits<float>::infinity()) {  // no visible key in this chunk
+              std::fill(sc, sc + nc, 0.0f);
+              continue;
+            }
+            if (mx > part.m[g]) {  // rescale what was summed under the old max
+              const float c = part.m[g] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(part.m[g] - mx);
+              float* acc = part.acc + g * D;
+              part.l[g] *= c;
+              for (int64_t d = 0; d < D; ++d) acc[d] *= c;
+              part.m[g] = mx;
+            }
+            part.l[g] += exp_sub_sum(sc, nc, part.m[g]);
+          }
+          if (f16_direct) {
+  #if defined(__x86_64__)
+            pv_accumulate_f16(scores.data(), kKeyChunk, static_cast<int>(group), reinterpret_cast<const uint16_t*>(vbase),
+                              v.strides[0], nc, part.acc, D);
+  #endif
+          } else if (v_direct) {
+            pv_accumulate(scores.data(), kKeyChunk, static_cast<int>(group), reinterpret_cast<const float*>(vbase),
+                          v.strides[0], nc, part.acc, D);
           } else {
             for (int64_t j = 0; j < nc; ++j)
-              load_f32(k.dtype, element_ptr(k, (j0 + j) * k.strides[0] + kh * k.strides[1]), k.strides[2], D,
-                       kbuf.data() + j * D);
-            kp = kbuf.data();
-            ldk = D;
+              load_f32(v.dtype, element_ptr(v, (j0 + j) * v.strides[0] + kh * v.strides[1]), v.strides[2], D,
+                       vbuf.data() + j * D);
+            pv_accumulate(scores.data(), kKeyChunk, static_cast<int>(group), vbuf.data(), D, nc, part.acc, D);
           }
-          gemm_nt_f32(kp, ldk, nc, qrow.data(), D, group, D, kq.data(), group);
-          for (int64_t g = 0; g < group; ++g)
-            for (int64_t j = 0; j < nc; ++j) scores[static_cast<size_t>(g * kKeyChunk + j)] = kq[static_cast<size_t>(j * group + g)];
         }
-        if (mask.data)
-          load_f32(mask.dtype, element_ptr(mask, i * mask.strides[0] + j0 * mask.strides[1]), mask.strides[1], nc,
-                   mrow.data());
+        if (splits == 1) {
+          for (int64_t g = 0; g < group; ++g) {
+            float* o = od + (i * Hq + kh * group + g) * D;
+            const float inv = part.l[g] > 0.0f ? 1.0f / part.l[g] : 0.0f;  // no visible key: zeros
+            for (int64_t d = 0; d < D; ++d) o[d] = part.acc[g * D + d] * inv;
+          }
+        }
+      }
+    });
+    if (splits == 1) continue;
+    // Merge the splits of every (query row, kv head) of the block: rescale each to the common max (a
+    // row's empty splits, past its own count, are skipped, so it sums what it would alone).
+    const int64_t merge_grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, group * D * splits));
+    pool().parallel_for((r1 - r0) * Hkv, merge_grain, [&](int64_t m0, int64_t m1) {
+      for (int64_t rh = m0; rh < m1; ++rh) {
+        const int64_t i = r0 + rh / Hkv, kh = rh % Hkv;
         for (int64_t g = 0; g < group; ++g) {
-          float* sc = scores.data() + g * kKeyChunk;
           float mx = -std::numeric_limits<float>::infinity();
-          if (softcap > 0.0f)
-            for (int64_t j = 0; j < nc; ++j) sc[j] = softcap * std::tanh(sc[j] / softcap);
-          for (int64_t j = 0; j < nc; ++j) {
-            if (mask.data) sc[j] += mrow[static_cast<size_t>(j)];
-            mx = std::max(mx, sc[j]);
-          }
-          if (mx == -std::numeric_limits<float>::infinity()) {  // no visible key in this chunk
-            std::fill(sc, sc + nc, 0.0f);
-            continue;
-          }
-          if (mx > part.m[g]) {  // rescale what was summed under the old max
-            const float c = part.m[g] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(part.m[g] - mx);
-            float* acc = part.acc + g * D;
-            part.l[g] *= c;
-            for (int64_t d = 0; d < D; ++d) acc[d] *= c;
-            part.m[g] = mx;
-          }
-          part.l[g] += exp_sub_sum(sc, nc, part.m[g]);
-        }
-        if (f16_direct) {
-#if defined(__x86_64__)
-          pv_accumulate_f16(scores.data(), kKeyChunk, static_cast<int>(group), reinterpret_cast<const uint16_t*>(vbase),
-                            v.strides[0], nc, part.acc, D);
-#endif
-        } else if (v_direct) {
-          pv_accumulate(scores.data(), kKeyChunk, static_cast<int>(group), reinterpret_cast<const float*>(vbase),
-                        v.strides[0], nc, part.acc, D);
-        } else {
-          for (int64_t j = 0; j < nc; ++j)
-            load_f32(v.dtype, element_ptr(v, (j0 + j) * v.strides[0] + kh * v.strides[1]), v.strides[2], D,
-                     vbuf.data() + j * D);
-          pv_accumulate(scores.data(), kKeyChunk, static_cast<int>(group), vbuf.data(), D, nc, part.acc, D);
-        }
-      }
-      if (splits == 1) {
-        for (int64_t g = 0; g < group; ++g) {
+          for (int64_t sp = 0; sp < splits; ++sp) mx = std::max(mx, partial[(rh * splits + sp) * slot + g]);
           float* o = od + (i * Hq + kh * group + g) * D;
-          const float inv = part.l[g] > 0.0f ? 1.0f / part.l[g] : 0.0f;  // no visible key: zeros
-          for (int64_t d = 0; d < D; ++d) o[d] = part.acc[g * D + d] * inv;
+          std::fill(o, o + D, 0.0f);
+          if (mx == -std::numeric_limits<float>::infinity()) continue;  // no visible key: zeros
+          float l = 0.0f;
+          for (int64_t sp = 0; sp < splits; ++sp) {
+            const float* ps = partial + (rh * splits + sp) * slot;
+            if (ps[g] == -std::numeric_limits<float>::infinity()) continue;
+            const float c = std::exp(ps[g] - mx);
+            l += c * ps[group + g];
+            axpy_f32(c, ps + 2 * group + g * D, o, D);
+          }
+          const float inv = 1.0f / l;
+          for (int64_t d = 0; d < D; ++d) o[d] *= inv;
         }
       }
-    }
-  });
-  if (splits == 1) return;
-  // Merge the splits of every (query row, kv head): rescale each to the common max.
-  for (int64_t rh = 0; rh < Sq * Hkv; ++rh) {
-    const int64_t i = rh / Hkv, kh = rh % Hkv;
-    for (int64_t g = 0; g < group; ++g) {
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t sp = 0; sp < splits; ++sp) mx = std::max(mx, partial[(rh * splits + sp) * slot + g]);
-      float* o = od + (i * Hq + kh * group + g) * D;
-      std::fill(o, o + D, 0.0f);
-      if (mx == -std::numeric_limits<float>::infinity()) continue;  // no visible key: zeros
-      float l = 0.0f;
-      for (int64_t sp = 0; sp < splits; ++sp) {
-        const float* ps = partial + (rh * splits + sp) * slot;
-        if (ps[g] == -std::numeric_limits<float>::infinity()) continue;
-        const float c = std::exp(ps[g] - mx);
-        l += c * ps[group + g];
-        axpy_f32(c, ps + 2 * group + g * D, o, D);
-      }
-      const float inv = 1.0f / l;
-      for (int64_t d = 0; d < D; ++d) o[d] *= inv;
-    }
+    });
   }
 }
 
