@@ -201,6 +201,8 @@ struct Q8Group {
   const float* lane2_d = nullptr;       // [nb][16]
   const float* lane2_dsum = nullptr;    // [nb][16]
   const int32_t* lane2_qsum = nullptr;  // [nb][16]: -(qsum << the type's offset shift)
+  // for the AVX2 column kernel: per block, for each 4 bytes j of it, those 4 bytes of every row
+  const int8_t* xc = nullptr;  // [nb][8][8][4]
 };
 // Groups of at least this many rows of x take the pair kernel for the simple types (AVX-512 VNNI;
 // kernels_matmul_q8_tile.inc's pair_simple_columns). SmolLM2's step of Q4_1 products, 1 thread: 3
@@ -287,10 +289,11 @@ QuantizeBlockFn quantize_block_fn() {
   return &quantize_block_portable;
 }
 
-// Whether groups of kColumnRows or more rows take the pair kernel (it needs Q8Group's lane values).
+// Whether groups of kColumnRows or more rows take the pair kernel (AVX-512 VNNI) or the column
+// kernel (AVX2) for the simple types (both need Q8Group's lane values).
 bool column_kernel_runs() {
 #if defined(__x86_64__)
-  return cpu_has_avx512vnni();
+  return cpu_has_avx2();
 #else
   return false;
 #endif
@@ -367,6 +370,9 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   std::vector<float>& lane2_f = tl_lane2_f;
   std::vector<int32_t>& lane2_i = tl_lane2_i;
   PairFn pair = nullptr;
+  RowFn column = nullptr;  // AVX2 without VNNI
+  thread_local std::vector<int8_t> tl_columns;
+  std::vector<int8_t>& columns = tl_columns;
   padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
   padded_i.assign(static_cast<size_t>(M * nbp), 0);
   // the layouts below are copies, split among threads by groups of 8 rows where there are several
@@ -399,8 +405,10 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
     lane_f.assign(static_cast<size_t>(groups * nb * 16), 0.0f);
     lane_i.assign(static_cast<size_t>(groups * nb * 8), 0);
 #if defined(__x86_64__)
-    pair = vnni_rows::pair_fn(t);
+    if (cpu_has_avx512vnni()) pair = vnni_rows::pair_fn(t);
+    else column = avx2_rows::column_fn(t);
 #endif
+    if (column) columns.resize(static_cast<size_t>(groups * nb * 256 + 64));
     if (pair) {
       // 64 bytes over, for 64-byte alignment (a 512-bit load across two cache lines costs two:
       // the pair kernel's 8-row step took 14.1-14.6 ms or 11.5-11.8 as the allocations fell)
@@ -433,6 +441,11 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
         g.lane2_dsum = ld2 + nb * 16;
         g.lane2_qsum = lq2;
       }
+      if (column) {
+        int8_t* xc = align64(columns.data()) + gi * nb * 256;
+        avx2_rows::layout_columns(g, xc);
+        g.xc = xc;
+      }
 #endif
     });
   }
@@ -458,6 +471,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
         const int64_t m0 = 8 * (&g - gs.data());
         const RowFn row = rows[g.mg - 1];
         const bool paired = pair && g.mg >= kColumnRows;
+        const bool columned = column && g.mg >= kColumnRows;
         for (int64_t n = n0; n < n1; ++n) {
           const size_t at = static_cast<size_t>(n) * wrow;
           if (paired && n + 1 < n1) {
@@ -468,6 +482,8 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
             float two[16];
             pair(w + at, w + at, g, two, 2);
             for (int m = 0; m < g.mg; ++m) out[(m0 + m) * N + n] = two[2 * m];
+          } else if (columned) {
+            column(w + at, g, out + m0 * N + n, N);
           } else if (row) {
             row(w + at, g, out + m0 * N + n, N);
           } else {
