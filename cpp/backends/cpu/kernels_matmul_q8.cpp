@@ -16,7 +16,8 @@
 // blocks of a group in the lanes of one vector (one weight row at a time: the weights stream in
 // order, as from DRAM they must), or, for 3 to 8 rows of x with AVX-512 VNNI, two weight rows at a
 // time with the (x row, weight row) pairs in the lanes and the 8 blocks in 8 vectors added in the
-// same tree; either way each weight block is unpacked
+// same tree (with AVX2 alone, one weight row with the x rows in the lanes, the same way: the column
+// kernel); either way each weight block is unpacked
 // once for all the rows of x, and a batched decode step (tl serve --parallel under --fast) gives
 // every row bitwise the one-row product. Longer x (a prompt piece under --fast) goes in groups of 8
 // rows, each group the same kernels, so every row of a prompt is bitwise its one-row product too.
@@ -205,8 +206,10 @@ struct Q8Group {
   const int8_t* xc = nullptr;  // [nb][8][8][4]
 };
 // Groups of at least this many rows of x take the pair kernel for the simple types (AVX-512 VNNI;
-// kernels_matmul_q8_tile.inc's pair_simple_columns). SmolLM2's step of Q4_1 products, 1 thread: 3
-// rows 11.5 ms through it against 15.9 through row_simple; 2 rows 11.6-12.9 against 11.6.
+// kernels_matmul_q8_tile.inc's pair_simple_columns) or, with AVX2 alone, the column kernel
+// (column_simple). SmolLM2's step of Q4_1 products, 1 thread: 3 rows 11.5 ms through the pair
+// kernel against 15.9 through row_simple; 2 rows 11.6-12.9 against 11.6. AVX2 (Zen 3), Q4_0: the
+// column kernel 17.1 ms for 4 rows against row_simple's 24.5, 13.1 for 2 rows through row_simple.
 constexpr int kColumnRows = 3;
 // out[m * ldo] = the weight row at w times row m of the group, for its mg rows.
 using RowFn = void (*)(const uint8_t* w, const Q8Group& g, float* out, int64_t ldo);
