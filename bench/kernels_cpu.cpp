@@ -4,8 +4,8 @@
 // Reports the best-of-5-rounds time per call (wall and process CPU time: on a loaded machine the
 // CPU time and the fastest single call are the steadier figures), weight bytes streamed per second (GB/s) and GFLOP/s,
 // then a kernel-only Llama forward pass (prefill 128 tokens, 128 decode steps) in tokens/s.
-// Build: the bench_kernels_cpu target, or
-//   g++ -O3 -std=c++17 -Icpp bench/kernels_cpu.cpp cpp/backends/cpu/{thread_pool,cpu_kernels,kernels_*}.cpp -lpthread
+// Build (no CMake target builds it; name the binary bench_kernels_cpu):
+//   g++ -O3 -std=c++17 -Icpp bench/kernels_cpu.cpp cpp/backends/cpu/{thread_pool,cpu_kernels,kernels_*}.cpp -lpthread -o bench_kernels_cpu
 // (CMake compiles kernels_training.cpp and kernels_matmul_q8.cpp with -ffp-contract=off
 // -fno-math-errno, which their bitwise guarantees need; a hand build should compile those two so)
 // Run:   bench_kernels_cpu [seconds_per_case [--decode]]   (--decode: only Q4_1/Q8_0 at M = 1)
