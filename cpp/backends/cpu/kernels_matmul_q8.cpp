@@ -292,16 +292,6 @@ QuantizeBlockFn quantize_block_fn() {
   return &quantize_block_portable;
 }
 
-// Whether groups of kColumnRows or more rows take the pair kernel (AVX-512 VNNI) or the column
-// kernel (AVX2) for the simple types (both need Q8Group's lane values).
-bool column_kernel_runs() {
-#if defined(__x86_64__)
-  return cpu_has_avx2();
-#else
-  return false;
-#endif
-}
-
 // The vector kernel for dtype t and mg rows of x, or nullptr where only the portable dot runs.
 RowFn row_fn(DType t, int mg) {
 #if defined(__x86_64__)
@@ -362,7 +352,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   // thread_local named inside their lambdas would be their own)
   thread_local std::vector<float> tl_padded_f, tl_lane_f;
   thread_local std::vector<int32_t> tl_padded_i, tl_lane_i;
-  thread_local std::vector<int8_t> tl_pairs;
+  thread_local std::vector<int8_t> tl_pairs, tl_columns;
   thread_local std::vector<float> tl_lane2_f;
   thread_local std::vector<int32_t> tl_lane2_i;
   std::vector<float>& padded_f = tl_padded_f;
@@ -370,12 +360,19 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   std::vector<int32_t>& padded_i = tl_padded_i;
   std::vector<int32_t>& lane_i = tl_lane_i;
   std::vector<int8_t>& pairs = tl_pairs;
+  std::vector<int8_t>& columns = tl_columns;
   std::vector<float>& lane2_f = tl_lane2_f;
   std::vector<int32_t>& lane2_i = tl_lane2_i;
+  // groups of kColumnRows or more rows of the simple types: the pair kernel (AVX-512 VNNI) or the
+  // column kernel (AVX2 alone); both need Q8Group's lane values, laid out below only for them
   PairFn pair = nullptr;
-  RowFn column = nullptr;  // AVX2 without VNNI
-  thread_local std::vector<int8_t> tl_columns;
-  std::vector<int8_t>& columns = tl_columns;
+  RowFn column = nullptr;
+#if defined(__x86_64__)
+  if (M >= kColumnRows) {
+    if (cpu_has_avx512vnni()) pair = vnni_rows::pair_fn(t);
+    else if (cpu_has_avx2()) column = avx2_rows::column_fn(t);
+  }
+#endif
   padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
   padded_i.assign(static_cast<size_t>(M * nbp), 0);
   // the layouts below are copies, split among threads by groups of 8 rows where there are several
@@ -404,13 +401,9 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
       g.qsum[m] = padded_i.data() + row * nbp;
     }
   }
-  if (M >= kColumnRows && column_kernel_runs()) {
+  if (pair || column) {
     lane_f.assign(static_cast<size_t>(groups * nb * 16), 0.0f);
     lane_i.assign(static_cast<size_t>(groups * nb * 8), 0);
-#if defined(__x86_64__)
-    if (cpu_has_avx512vnni()) pair = vnni_rows::pair_fn(t);
-    else column = avx2_rows::column_fn(t);
-#endif
     if (column) columns.resize(static_cast<size_t>(groups * nb * 256 + 64));
     if (pair) {
       // 64 bytes over, for 64-byte alignment (a 512-bit load across two cache lines costs two:
