@@ -4,9 +4,9 @@ activations (not a test). Each run is its own process (the compiled step records
 its mode); runs alternate the modes and row counts, so load from other jobs falls on all of them.
 
     python bench/decode_steps.py [--rows 1 8] [--steps 24] [--repeats 3] [--model PATH|NAME]
-                                 [--modes exact fast] [--threads N]
+                                 [--modes exact fast] [--threads N] [--kv-dtype f32 f16] [--prompt 12]
 
-Prints, per mode and row count, the median ms per step over the runs (each run's figure is its
+Prints, per mode, KV cache dtype and row count, the median ms per step over the runs (each run's figure is its
 median step after a warm-up step that records), tokens/s (B / step time), and the ratio of B rows'
 tokens/s to one row's.
 """
@@ -26,19 +26,25 @@ PROMPTS = ["The capital of France is", "Once upon a time, there was", "def main(
            "The quick brown fox", "In 1492, Columbus", "Water boils at", "My favourite colour is"]
 
 
-def _one_run(model: str | None, fast: bool, rows: int, steps: int) -> float:
-    """Median ms per step of `rows` rows (in this process)."""
+def _one_run(model: str | None, fast: bool, rows: int, steps: int, kv_dtype: str = "f32",
+             prompt_tokens: int = 12) -> float:
+    """Median ms per step of `rows` rows (in this process), each row's prompt `prompt_tokens` long
+    (its text repeated), so the steps attend over prompt_tokens.. prompt_tokens + steps keys."""
     sys.path.insert(0, str(ROOT / "python"))
     from tensorlogic.apps.llm_session import STDLIB_DIR, LlmSession
     from tensorlogic.builtins.kvcache import SlotStore
 
-    with LlmSession(model or "smollm2-135m-instruct", context=256, fast=fast) as s:
+    with LlmSession(model or "smollm2-135m-instruct", context=prompt_tokens + steps + 64, fast=fast,
+                    kv_dtype=kv_dtype) as s:
         interp = s.interp
         interp.load_file(str(STDLIB_DIR / "batch.tl"))
         f = interp.functions
         cfg = s.config
-        store = SlotStore(rows, cfg.n_layers, steps + 32, cfg.n_kv_heads, cfg.head_dim)
-        prompts = [s.raw_prompt_ids(PROMPTS[b % len(PROMPTS)])[:12] for b in range(rows)]
+        store = SlotStore(rows, cfg.n_layers, prompt_tokens + steps + 32, cfg.n_kv_heads, cfg.head_dim, kv_dtype)
+        prompts = []
+        for b in range(rows):
+            ids = s.raw_prompt_ids(PROMPTS[b % len(PROMPTS)])
+            prompts.append((ids * (prompt_tokens // len(ids) + 1))[:prompt_tokens])
         for b, p in enumerate(prompts):
             interp.call_value(f["prefill_piece"], [s.model, store.cache(b), p, 0])
         tokens = [p[-1] for p in prompts]
@@ -64,33 +70,39 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--modes", nargs="+", choices=["exact", "fast"], default=["exact", "fast"])
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--kv-dtype", nargs="+", choices=["f32", "f16"], default=["f32"],
+                    help="the KV cache dtypes to run (each a row of the report)")
+    ap.add_argument("--prompt", type=int, default=12, help="prompt tokens per row before the steps (default 12)")
     ap.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # internal: MODE ROWS, one run in this process
     args = ap.parse_args()
     if args.run:
-        print(json.dumps(_one_run(args.model, args.run[0] == "fast", int(args.run[1]), args.steps)))
+        print(json.dumps(_one_run(args.model, args.run[0] == "fast", int(args.run[1]), args.steps,
+                                  args.kv_dtype[0], args.prompt)))
         return 0
     env = dict(os.environ)
     if args.threads:
         env["TL_THREADS"] = str(args.threads)
     ms: dict[tuple[str, int], list[float]] = {}
+    modes = [(m, kv) for m in args.modes for kv in args.kv_dtype]
     for _ in range(args.repeats):
-        for mode in args.modes:
+        for mode, kv in modes:
             for rows in args.rows:
-                cmd = [sys.executable, __file__, "--run", mode, str(rows), "--steps", str(args.steps)]
+                cmd = [sys.executable, __file__, "--run", mode, str(rows), "--steps", str(args.steps),
+                       "--kv-dtype", kv, "--prompt", str(args.prompt)]
                 if args.model:
                     cmd += ["--model", args.model]
                 r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
                 if r.returncode != 0:
                     print(r.stderr, file=sys.stderr)
                     return 1
-                ms.setdefault((mode, rows), []).append(json.loads(r.stdout.strip().splitlines()[-1]))
+                ms.setdefault((mode, kv, rows), []).append(json.loads(r.stdout.strip().splitlines()[-1]))
     print(f"load average {os.getloadavg()[0]:.2f}")
-    for mode in args.modes:
-        one = statistics.median(ms[(mode, args.rows[0])])
+    for mode, kv in modes:
+        one = statistics.median(ms[(mode, kv, args.rows[0])])
         for rows in args.rows:
-            m = statistics.median(ms[(mode, rows)])
-            runs = ", ".join(f"{v:.1f}" for v in ms[(mode, rows)])
-            print(f"{mode:5s} rows {rows}: {m:6.1f} ms/step ({runs}), {1000 * rows / m:6.1f} tokens/s, "
+            m = statistics.median(ms[(mode, kv, rows)])
+            runs = ", ".join(f"{v:.1f}" for v in ms[(mode, kv, rows)])
+            print(f"{mode:5s} kv {kv} rows {rows}: {m:6.1f} ms/step ({runs}), {1000 * rows / m:6.1f} tokens/s, "
                   f"{(rows / m) / (args.rows[0] / one):.2f}x {args.rows[0]} row(s)")
     return 0
 

@@ -16,7 +16,7 @@ shows what else took the cores; the clients share the cores with the server, as 
 measurement has it.
 
     python bench/serve_batch.py [--parallel 8] [--clients 8] [--requests 3] [--tokens 64] [--stagger 0.25]
-                                [--temperature 0] [--fast] [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT]
+                                [--temperature 0] [--fast] [--kv-dtype f32|f16] [--model PATH|NAME] [--context 4096] [--url http://HOST:PORT]
                                 [--json OUT]
 """
 from __future__ import annotations
@@ -208,6 +208,7 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="every request's temperature (default 0: greedy; the chat turns stay greedy)")
     ap.add_argument("--fast", action="store_true", help="start the server with --fast (8-bit activations)")
+    ap.add_argument("--kv-dtype", choices=["f32", "f16"], default=None, help="the server's --kv-dtype (default: its own)")
     ap.add_argument("--url", default=None, help="a running server (then --parallel, --model, --fast are its own)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -224,6 +225,8 @@ def main() -> int:
             cmd += ["--model", args.model]
         if args.fast:
             cmd.append("--fast")
+        if args.kv_dtype:
+            cmd += ["--kv-dtype", args.kv_dtype]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         SERVER_PID = proc.pid
         deadline = time.time() + 300
@@ -251,7 +254,7 @@ def main() -> int:
         if proc is not None:
             proc.terminate()
             proc.wait(30)
-    out = {"parallel": args.parallel, "fast": args.fast, "temperature": args.temperature, "one_client": one, "many_clients": many,
+    out = {"parallel": args.parallel, "fast": args.fast, "kv_dtype": args.kv_dtype, "temperature": args.temperature, "one_client": one, "many_clients": many,
            "tokens_per_s_ratio": round(many["tokens_per_s"] / one["tokens_per_s"], 2),
            # the 8 clients' rate while all of them are active, against one client's whole phase
            "all_active_tokens_per_s_ratio": round(many["all_clients_active"]["tokens_per_s"] / one["tokens_per_s"], 2)

@@ -288,7 +288,12 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
     float* const partial = partial_buf.data();  // the calling thread's buffer, shared with the tasks
 
     const int64_t tasks = (r1 - r0) * Hkv * splits;
-    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, Sk * D * group / splits));
+    // ~8K multiply-adds of scores a chunk of tasks: a decode row's kv heads go to both threads from
+    // ~43 keys on (SmolLM2), where a bound of 64K kept a batched step's 240 calls (8 rows x 30
+    // layers, ~100 keys) on one thread while the other waited (attention of such a step 8.9 -> 7.2
+    // ms, a whole 8-row --fast step at ~120 keys 29.8 -> 27.1 ms, medians of 6-7 alternated runs on
+    // 2 shared Zen 3 cores). Which thread runs a task changes no bit of it.
+    const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, Sk * D * group / splits));
     pool().parallel_for(tasks, grain, [&](int64_t t0, int64_t t1) {
       thread_local std::vector<float> qrow, scores, kq, kbuf, vbuf, mrow, own;
       qrow.resize(static_cast<size_t>(group * D));
