@@ -186,18 +186,21 @@ def _server_counters(url: str, before: dict | None = None, wall: float = 0.0) ->
 
 
 def _chat_turns(url: str, tokens: int, repeats: int = 3) -> dict:
-    """First turn (a long system prompt, nothing cached) and second turn (the first in the cache)."""
+    """First turn (a long system prompt, nothing cached) and second turn (the first in the cache),
+    each conversation one user's, through one client (its connection kept, as the phases' clients)."""
     system = ("You are a careful assistant for a small library. " * 12).strip()
     first, second = [], []
-    for r in range(repeats):
-        turn1 = [{"role": "system", "content": f"[{r}] {system}"},
-                 {"role": "user", "content": "Recommend a book about the sea and say why in two sentences."}]
-        t1, _, _, u1 = _stream(url, turn1, tokens)
-        turn2 = turn1 + [{"role": "assistant", "content": u1["text"]},
-                         {"role": "user", "content": "And one about mountains?"}]
-        t2, _, _, u2 = _stream(url, turn2, tokens)
-        first.append(t1)
-        second.append(t2)
+    u2: dict = {}
+    with httpx.Client(timeout=600) as client:
+        for r in range(repeats):
+            turn1 = [{"role": "system", "content": f"[{r}] {system}"},
+                     {"role": "user", "content": "Recommend a book about the sea and say why in two sentences."}]
+            t1, _, _, u1 = _stream(url, turn1, tokens, client=client)
+            turn2 = turn1 + [{"role": "assistant", "content": u1["text"]},
+                             {"role": "user", "content": "And one about mountains?"}]
+            t2, _, _, u2 = _stream(url, turn2, tokens, client=client)
+            first.append(t1)
+            second.append(t2)
     m1, m2 = statistics.median(first), statistics.median(second)
     return {"first_turn_ttft_ms": round(1000 * m1, 1), "second_turn_ttft_ms": round(1000 * m2, 1),
             "ratio": round(m2 / m1, 3), "second_turn_prompt_tokens": u2.get("prompt_tokens"),
