@@ -23,7 +23,6 @@ measurement has it.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import re
@@ -47,8 +46,8 @@ TOPICS = ["a dragon who learns to cook", "the history of the bicycle", "a robot 
 TEMPERATURE = 0.0  # --temperature: 0 is greedy; above it every request samples (seeded by its number)
 
 
-def _stream(url: str, messages: list, tokens: int, seed: int = 0,
-            events: list | None = None, client: httpx.Client | None = None) -> tuple[float, float, int, dict]:
+def _stream(client: httpx.Client, url: str, messages: list, tokens: int, seed: int = 0,
+            events: list | None = None) -> tuple[float, float, int, dict]:
     """(time to first token, total time, completion tokens, usage) of one streamed chat request;
     `events`, when given, gets the time (perf_counter) of each chunk of text that arrived. `client`:
     the user's connection pool (an OpenAI client keeps one: its keep-alive connection is reused, and
@@ -61,8 +60,7 @@ def _stream(url: str, messages: list, tokens: int, seed: int = 0,
     first = None
     usage: dict = {}
     text = []
-    post = client.stream if client is not None else functools.partial(httpx.stream, timeout=600)
-    with post("POST", url + "/v1/chat/completions", json=body) as r:
+    with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -130,19 +128,16 @@ def _phase(url: str, clients: int, requests: int, tokens: int, tag: str, stagger
         time.sleep(c * stagger)  # clients arrive one after the other, not all in the same instant
         began[c] = time.perf_counter()
         with httpx.Client(timeout=600) as session:
-            run(c, session)
+            for i in range(requests):
+                topic = TOPICS[(c + i) % len(TOPICS)]
+                msg = [{"role": "user", "content": f"Request {tag}-{c}-{i}. Write a long story about {topic}."}]
+                events: list[float] = []
+                t, _, n, _ = _stream(session, url, msg, tokens, seed=1000 * c + i, events=events)
+                with lock:
+                    ttft.append(t)
+                    generated[0] += n
+                    spans.append((n, events))
         ended[c] = time.perf_counter()
-
-    def run(c: int, session: httpx.Client) -> None:
-        for i in range(requests):
-            topic = TOPICS[(c + i) % len(TOPICS)]
-            msg = [{"role": "user", "content": f"Request {tag}-{c}-{i}. Write a long story about {topic}."}]
-            events: list[float] = []
-            t, _, n, _ = _stream(url, msg, tokens, seed=1000 * c + i, events=events, client=session)
-            with lock:
-                ttft.append(t)
-                generated[0] += n
-                spans.append((n, events))
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     cpu = _cpu_seconds(SERVER_PID)
@@ -195,10 +190,10 @@ def _chat_turns(url: str, tokens: int, repeats: int = 3) -> dict:
         for r in range(repeats):
             turn1 = [{"role": "system", "content": f"[{r}] {system}"},
                      {"role": "user", "content": "Recommend a book about the sea and say why in two sentences."}]
-            t1, _, _, u1 = _stream(url, turn1, tokens, client=client)
+            t1, _, _, u1 = _stream(client, url, turn1, tokens)
             turn2 = turn1 + [{"role": "assistant", "content": u1["text"]},
                              {"role": "user", "content": "And one about mountains?"}]
-            t2, _, _, u2 = _stream(url, turn2, tokens, client=client)
+            t2, _, _, u2 = _stream(client, url, turn2, tokens)
             first.append(t1)
             second.append(t2)
     m1, m2 = statistics.median(first), statistics.median(second)
