@@ -23,6 +23,9 @@ bool is_scalar(py::handle obj);  // bool, int or float (not a Tensor)
 // `_tl_affine` is None outside a recording, else (value, constant, [(slot, coef), ...], is_float).
 bool is_symbolic(py::handle obj);
 DynInt parse_dyn_int(py::handle obj, const char* what);  // ints as parse_int
+// A list or tuple of them; `count` (when not -1): the length it must have, and a single value
+// (not a list) stands for that many copies of itself.
+std::vector<DynInt> parse_dyn_ints(py::handle obj, const char* what, int64_t count = -1);
 DynScalar parse_dyn_scalar(py::handle obj, const char* what, bool* is_float);
 // Tensor from a Tensor, NumPy array, nested list or Python scalar (`like` picks a scalar's dtype).
 Tensor as_tensor(py::handle obj, const char* op, const Tensor* like = nullptr);

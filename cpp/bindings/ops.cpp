@@ -282,6 +282,16 @@ void bind_ops(py::module_& m) {
         "Scaled dot-product attention; q [Sq, Hq, D], k/v [Sk, Hkv, D] (grouped-query heads); "
         "softcap > 0 caps each scaled score at softcap * tanh(score / softcap) (Gemma 2).");
 
+  m.def("attention_rows", [](const Tensor& q, const Tensor& k, const Tensor& v, py::handle starts, py::handle lens,
+                             std::optional<double> scale, double softcap) {
+          return attention_rows(q, k, v, parse_dyn_ints(starts, "attention_rows starts"),
+                                parse_dyn_ints(lens, "attention_rows lens"), scale, softcap);
+        }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("starts"), py::arg("lens"),
+        py::arg("scale") = py::none(), py::arg("softcap") = 0.0,
+        "Decode attention of B sequences in one op: q [B, Hq, D], k/v [R, Hkv, D] (a KV slot store's "
+        "rows); row b attends over k/v rows starts[b] .. starts[b] + lens[b] - 1, its query the last "
+        "position (each row as attention alone, causal at pos lens[b] - 1).");
+
   // ---- fused ops ----------------------------------------------------------------------------------
   m.def("rms_norm_linear", [](py::handle x, py::handle norm_w, const Tensor& w, double eps, py::handle addend) {
           return rms_norm_linear(as_tensor(x, "rms_norm_linear"), opt_tensor(norm_w, "rms_norm_linear"), w, eps,
@@ -300,12 +310,19 @@ void bind_ops(py::module_& m) {
         "silu(gate) * up in f32 as one kernel; with one argument its last dim holds [gate | up].");
   m.def("rope_kv_write", [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                             const Tensor& v_cache, py::handle pos, double base, bool neox, py::handle row) {
+          if (py::isinstance<py::list>(pos) || py::isinstance<py::tuple>(pos)) {
+            // one position and first row per row of q (a batched decode step)
+            const std::vector<DynInt> ps = parse_dyn_ints(pos, "rope_kv_write pos");
+            const std::vector<DynInt> rs = parse_dyn_ints(row, "rope_kv_write row", ps.size());
+            return rope_kv_write_rows(q, k, v, k_cache, v_cache, ps, rs, base, neox);
+          }
           return rope_kv_write(q, k, v, k_cache, v_cache, parse_dyn_int(pos, "rope_kv_write pos"), base, neox,
                                parse_dyn_int(row, "rope_kv_write row"));
         }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_cache"), py::arg("v_cache"), py::arg("pos"),
         py::arg("base") = 10000.0, py::arg("neox") = false, py::arg("row") = 0,
         "rope(q) returned; rope(k) and v written to rows row + pos.. of the K and V caches (RoPE at "
-        "positions pos..), as one kernel. q, k, v: [S, H, D] or [S, H * D].");
+        "positions pos..), as one kernel. q, k, v: [S, H, D] or [S, H * D]. pos (and row) may be lists, "
+        "one per row of q: row s at position pos[s], written to cache row row[s] + pos[s].");
 
   // ---- shape ------------------------------------------------------------------------------------
   m.def("reshape", [](py::handle x, py::handle shape) { return reshape(as_tensor(x, "reshape"), parse_shape(shape, "reshape")); },

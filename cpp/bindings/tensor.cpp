@@ -189,6 +189,22 @@ DynInt parse_dyn_int(py::handle obj, const char* what) {
   return DynInt(static_cast<int64_t>(v), form);
 }
 
+std::vector<DynInt> parse_dyn_ints(py::handle obj, const char* what, int64_t count) {
+  const bool many = py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj);
+  if (!many) {
+    if (count < 0) throw py::type_error(std::string(what) + " must be a list of ints");
+    return std::vector<DynInt>(static_cast<size_t>(count), parse_dyn_int(obj, what));
+  }
+  py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
+  if (count >= 0 && static_cast<int64_t>(seq.size()) != count)
+    throw py::value_error(std::string(what) + ": " + std::to_string(seq.size()) + " values where " +
+                          std::to_string(count) + " are needed");
+  std::vector<DynInt> out;
+  out.reserve(seq.size());
+  for (py::handle item : seq) out.push_back(parse_dyn_int(item, what));
+  return out;
+}
+
 DynScalar parse_dyn_scalar(py::handle obj, const char* what, bool* is_float) {
   if (!is_symbolic(obj)) {
     *is_float = py::isinstance<py::float_>(obj);

@@ -219,6 +219,30 @@ class Kernels {
   virtual void attention(const View& q, const View& k, const View& v, const View& mask,
                          float scale, bool causal, int64_t q_pos_offset, const View& out,
                          float softcap = 0.0f) = 0;
+  // Decode attention of B independent sequences in one call (a batched decode step): q [B, Hq, D]
+  // (any strides), k and v [R, Hkv, D] (the rows of a KV slot store, any strides), starts and lens
+  // B host values: row b attends over keys starts[b] .. starts[b] + lens[b] - 1 (lens[b] >= 1, all
+  // of them visible: its query is the last position) into out[b] (contiguous [B, Hq, D] f32). Row
+  // b's result must be what attention() gives for that row alone (q[b:b+1], those keys, causal at
+  // pos lens[b] - 1): bitwise on the CPU, so a batched step decodes each sequence as it would alone.
+  // This default is that loop (inline, as fused_linear_q8_activations below); the CPU's puts
+  // every row's heads in one set of tasks, so its threads share them evenly.
+  virtual void attention_rows(const View& q, const View& k, const View& v, const int64_t* starts,
+                              const int64_t* lens, float scale, const View& out, float softcap = 0.0f) {
+    const int64_t B = q.shape[0];
+    const int64_t q_bytes = q.strides[0] * block_bytes(q.dtype), o_bytes = out.strides[0] * block_bytes(out.dtype);
+    const int64_t k_bytes = k.strides[0] * block_bytes(k.dtype), v_bytes = v.strides[0] * block_bytes(v.dtype);
+    for (int64_t b = 0; b < B; ++b) {
+      View qb = q, ob = out, kb = k, vb = v;
+      qb.shape[0] = ob.shape[0] = 1;
+      qb.data = static_cast<char*>(q.data) + b * q_bytes;
+      ob.data = static_cast<char*>(out.data) + b * o_bytes;
+      kb.shape[0] = vb.shape[0] = lens[b];
+      kb.data = static_cast<char*>(k.data) + starts[b] * k_bytes;
+      vb.data = static_cast<char*>(v.data) + starts[b] * v_bytes;
+      attention(qb, kb, vb, View{}, scale, true, lens[b] - 1, ob, softcap);
+    }
+  }
 
   // ---- fused kernels: each equals the composition of the kernels named, computed in f32 ----
   // out = prologue(x) @ w^T (+ addend); w as in linear, out contiguous [M, N] f32.

@@ -109,6 +109,7 @@ constexpr unsigned kOpNone = 0;
   X("layer_norm", Nn, 3, kOpNone)                                                            \
   X("rope", Nn, 1, kOpNone)                                                                  \
   X("attention", Nn, 4, kOpNone)                                                             \
+  X("attention_rows", Nn, 3, kOpNone)                                                        \
   X("rms_norm_linear", Fused, 4, kOpNone)                                                         \
   X("swiglu_linear", Fused, 3, kOpNone)                                                           \
   X("swiglu", Fused, 2, kOpNone)                                                                  \
@@ -211,6 +212,7 @@ inline const char* op_kind_name(OpKind k) {
   X(rope, "norm_rope")                                                                            \
   X(causal_mask, "attention")                                                                     \
   X(attention, "attention")                                                                       \
+  X(attention_rows, "attention")                                                                  \
   X(fused_linear, "fused")                                                                        \
   X(fused_linear_q8_activations, "fused")                                                         \
   X(swiglu, "fused")                                                                              \

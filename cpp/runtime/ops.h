@@ -71,6 +71,12 @@ Tensor rope(const Tensor& x, DynInt pos_offset, double base, bool neox);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::optional<Tensor>& mask, std::optional<double> scale, bool causal,
                  DynInt pos_offset, double softcap = 0.0);  // softcap > 0: Gemma 2's score capping
+// Decode attention of B sequences at once (a batched step over a KV slot store): q [B, Hq, D], k and
+// v [R, Hkv, D] (the store's rows); row b attends over k/v rows starts[b] .. starts[b] + lens[b] - 1,
+// all visible (its query is the last of them). Each row's result is attention()'s for that row
+// alone. starts and lens may be dynamic (each replay takes its rows' slots and lengths).
+Tensor attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<DynInt>& starts,
+                      const std::vector<DynInt>& lens, std::optional<double> scale, double softcap = 0.0);
 
 // Fused ops: one kernel each, computing what the composition in the comment computes.
 // linear(prologue(x), w) plus addend (a bias [N] or a residual of the output's shape, added in the
@@ -91,6 +97,11 @@ Tensor swiglu(const Tensor& gate, const std::optional<Tensor>& up);
 // possibly dynamic.
 Tensor rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                      const Tensor& v_cache, DynInt pos, double base, bool neox, DynInt row = DynInt(0));
+// rope_kv_write with a position and a first row per row of q (a batched decode step: row s of q, k
+// and v at position pos[s], written to cache row rows[s] + pos[s]), each row as rope_kv_write alone.
+Tensor rope_kv_write_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                          const Tensor& v_cache, const std::vector<DynInt>& pos, const std::vector<DynInt>& rows,
+                          double base, bool neox);
 
 // Training (ops_training.cpp).
 // [rows, D] f32 zeros plus, for each i in order, src[i, :] added into row ids[i] (np.add.at):

@@ -188,11 +188,14 @@ Tensor swiglu(const Tensor& gate0, const std::optional<Tensor>& up0) {
   return reshape(out, shape);
 }
 
-Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& k_cache,
-                     const Tensor& v_cache, DynInt dyn_pos, double base, bool neox, DynInt dyn_row) {
-  const char* op = "rope_kv_write";
-  const int64_t pos = dyn_pos.value, row = dyn_row.value;
-  auto dev = op_device({&q0, &k0, &v0, &k_cache, &v_cache}, op);
+namespace {
+// rope_kv_write's operands checked, q, k and v as [S, heads, head_dim] views.
+struct RopeKvOperands {
+  Tensor q, k, v;
+  int64_t cap, S;
+};
+RopeKvOperands rope_kv_operands(const char* op, const Tensor& q0, const Tensor& k0, const Tensor& v0,
+                                const Tensor& k_cache, const Tensor& v_cache) {
   for (const Tensor* t : {&q0, &k0, &v0, &k_cache, &v_cache}) {
     require_plain(*t, op);
     require_float_tensor(*t, op, "every operand");
@@ -211,6 +214,18 @@ Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const
   if (Hkv == 0 || q.shape[1] % Hkv != 0)
     throw ShapeError(std::string(op) + ": query heads (" + std::to_string(q.shape[1]) +
                      ") must be a multiple of kv heads (" + std::to_string(Hkv) + ")");
+  return {q, k, v, cap, S};
+}
+}  // namespace
+
+Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& k_cache,
+                     const Tensor& v_cache, DynInt dyn_pos, double base, bool neox, DynInt dyn_row) {
+  const char* op = "rope_kv_write";
+  const int64_t pos = dyn_pos.value, row = dyn_row.value;
+  auto dev = op_device({&q0, &k0, &v0, &k_cache, &v_cache}, op);
+  const RopeKvOperands checked = rope_kv_operands(op, q0, k0, v0, k_cache, v_cache);
+  const Tensor &q = checked.q, &k = checked.k, &v = checked.v;
+  const int64_t cap = checked.cap, S = checked.S;
   if (pos < 0 || row < 0 || row + pos + S > cap)
     throw ShapeError(std::string(op) + ": positions " + std::to_string(pos) + ".." + std::to_string(pos + S) +
                      (row ? " from row " + std::to_string(row) : std::string()) + " do not fit a cache of " +
@@ -251,6 +266,69 @@ Tensor rope_kv_write(const Tensor& q0, const Tensor& k0, const Tensor& v0, const
         };
       },
       {&q, &k, &v}, {&out, &k_dst, &v_dst});
+  return out;
+}
+
+Tensor rope_kv_write_rows(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& k_cache,
+                          const Tensor& v_cache, const std::vector<DynInt>& pos, const std::vector<DynInt>& rows,
+                          double base, bool neox) {
+  const char* op = "rope_kv_write";
+  auto dev = op_device({&q0, &k0, &v0, &k_cache, &v_cache}, op);
+  const RopeKvOperands checked = rope_kv_operands(op, q0, k0, v0, k_cache, v_cache);
+  const Tensor &q = checked.q, &k = checked.k, &v = checked.v;
+  const int64_t cap = checked.cap, S = checked.S;
+  if (static_cast<int64_t>(pos.size()) != S || static_cast<int64_t>(rows.size()) != S)
+    throw ShapeError(std::string(op) + ": " + std::to_string(pos.size()) + " positions and " +
+                     std::to_string(rows.size()) + " first rows for " + std::to_string(S) + " rows of q");
+  auto check = [op, cap, S](const std::vector<int64_t>& p, const std::vector<int64_t>& r) {
+    for (int64_t s = 0; s < S; ++s)
+      if (p[s] < 0 || r[s] < 0 || r[s] + p[s] + 1 > cap)
+        throw ShapeError(std::string(op) + ": row " + std::to_string(s) + "'s position " + std::to_string(p[s]) +
+                         (r[s] ? " from row " + std::to_string(r[s]) : std::string()) + " does not fit a cache of " +
+                         std::to_string(cap) + " positions");
+  };
+  std::vector<int64_t> p0(S), r0(S);
+  bool dynamic = false;
+  for (int64_t s = 0; s < S; ++s) {
+    p0[s] = pos[s].value, r0[s] = rows[s].value;
+    dynamic = dynamic || detail::recording_dynamic(*dev, pos[s]) || detail::recording_dynamic(*dev, rows[s]);
+  }
+  check(p0, r0);
+  Tensor out = new_tensor(*dev, q.shape, DType::F32, op);
+  if (out.numel() == 0) return out;
+  View qv = q.view(), kv = k.view(), vv = v.view(), ov = out.view(), kc = k_cache.view(), vc = v_cache.view();
+  const float b = static_cast<float>(base);
+  // row s: rope_kv_write's kernel on that row alone, at its position into its cache row
+  auto command = [qv, kv, vv, ov, kc, vc, b, neox, S](std::vector<int64_t> p, std::vector<int64_t> r) -> Command {
+    return [qv, kv, vv, ov, kc, vc, b, neox, S, p = std::move(p), r = std::move(r)](Kernels& kn) {
+      auto row_of = [](const View& t, int64_t i) {
+        View one = t;
+        one.shape[0] = 1;
+        one.data = static_cast<char*>(t.data) + i * t.strides[0] * block_bytes(t.dtype);
+        return one;
+      };
+      for (int64_t s = 0; s < S; ++s)
+        kn.rope_kv_write(row_of(qv, s), row_of(kv, s), row_of(vv, s), p[s], b, neox, row_of(ov, s),
+                         row_of(kc, r[s] + p[s]), row_of(vc, r[s] + p[s]));
+    };
+  };
+  if (!dynamic) {
+    encode(*dev, command(std::move(p0), std::move(r0)), {&q, &k, &v}, {&out, &k_cache, &v_cache});
+    return out;
+  }
+  // A batched decode step: each replay writes every row at its own slot and position.
+  detail::encode_dynamic(
+      *dev, command(p0, r0),
+      [command, check, pos, rows, S](const ReplayContext& ctx) -> Command {
+        std::vector<int64_t> p(S), r(S);
+        for (int64_t s = 0; s < S; ++s) {
+          p[s] = pos[s].at(ctx.scalars, "rope_kv_write");
+          r[s] = rows[s].at(ctx.scalars, "rope_kv_write");
+        }
+        check(p, r);
+        return command(std::move(p), std::move(r));
+      },
+      {&q, &k, &v}, {&out, &k_cache, &v_cache});
   return out;
 }
 

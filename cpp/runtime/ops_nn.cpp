@@ -414,3 +414,70 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0,
 }
 
 }  // namespace tl
+
+namespace tl {
+
+Tensor attention_rows(const Tensor& q0, const Tensor& k0, const Tensor& v0, const std::vector<DynInt>& starts,
+                      const std::vector<DynInt>& lens, std::optional<double> scale, double softcap) {
+  const char* op = "attention_rows";
+  auto dev = op_device({&q0, &k0, &v0}, op);
+  for (const Tensor* t : {&q0, &k0, &v0}) require_plain(*t, op);
+  if (q0.ndim() != 3 || k0.ndim() != 3 || k0.shape != v0.shape)
+    throw ShapeError(std::string(op) + ": q must be [B, heads, head_dim] and k, v one [rows, kv_heads, head_dim] "
+                     "shape, got " + shape_str(q0.shape) + ", " + shape_str(k0.shape) + ", " + shape_str(v0.shape));
+  const int64_t B = q0.shape[0], Hq = q0.shape[1], D = q0.shape[2], R = k0.shape[0], Hkv = k0.shape[1];
+  if (k0.shape[2] != D || Hkv == 0 || Hq % Hkv != 0)
+    throw ShapeError(std::string(op) + ": q " + shape_str(q0.shape) + " and k/v " + shape_str(k0.shape) +
+                     " do not fit (same head_dim, q heads a multiple of kv heads)");
+  if (static_cast<int64_t>(starts.size()) != B || static_cast<int64_t>(lens.size()) != B)
+    throw ShapeError(std::string(op) + ": " + std::to_string(starts.size()) + " starts and " +
+                     std::to_string(lens.size()) + " lengths for " + std::to_string(B) + " query rows");
+  if (!(softcap >= 0.0) || std::isinf(softcap)) throw ShapeError(std::string(op) + ": softcap must be finite and >= 0");
+  // row b's keys: rows starts[b] .. starts[b] + lens[b] - 1 of k and v, checked (eager and at replay)
+  auto rows_of = [op, B, R](const std::vector<int64_t>& s, const std::vector<int64_t>& n) {
+    for (int64_t b = 0; b < B; ++b)
+      if (s[b] < 0 || n[b] < 1 || s[b] + n[b] > R)
+        throw ShapeError(std::string(op) + ": row " + std::to_string(b) + "'s keys " + std::to_string(s[b]) + ".." +
+                         std::to_string(s[b] + n[b]) + " do not fit " + std::to_string(R) + " cache rows");
+  };
+  std::vector<int64_t> s0(B), n0(B);
+  bool dynamic = false;
+  for (int64_t b = 0; b < B; ++b) {
+    s0[b] = starts[b].value, n0[b] = lens[b].value;
+    dynamic = dynamic || detail::recording_dynamic(*dev, starts[b]) || detail::recording_dynamic(*dev, lens[b]);
+  }
+  rows_of(s0, n0);
+  if (dev->recording() && (q0.dyn || k0.dyn || v0.dyn))
+    dev->abandon_recording("attention_rows' operand is a view whose length depends on a scalar argument");
+  Tensor q = to_float(q0), k = to_float(k0), v = to_float(v0);
+  const float s = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D ? D : 1)));
+  const float cap = static_cast<float>(softcap);
+  Tensor out = new_tensor(*dev, {B, Hq, D}, DType::F32, op);
+  if (out.numel() == 0) return out;
+  View qv = q.view(), kv = k.view(), vv = v.view(), ov = out.view();
+  auto command = [qv, kv, vv, s, ov, cap](std::vector<int64_t> st, std::vector<int64_t> ln) -> Command {
+    return [qv, kv, vv, st = std::move(st), ln = std::move(ln), s, ov, cap](Kernels& kn) {
+      kn.attention_rows(qv, kv, vv, st.data(), ln.data(), s, ov, cap);
+    };
+  };
+  if (!dynamic) {
+    encode(*dev, command(std::move(s0), std::move(n0)), {&q, &k, &v}, {&out});
+    return out;
+  }
+  // A batched decode step: each replay takes every row's slot and key count from its scalars.
+  detail::encode_dynamic(
+      *dev, command(s0, n0),
+      [command, rows_of, starts, lens, B](const ReplayContext& ctx) -> Command {
+        std::vector<int64_t> st(B), ln(B);
+        for (int64_t b = 0; b < B; ++b) {
+          st[b] = starts[b].at(ctx.scalars, "attention_rows");
+          ln[b] = lens[b].at(ctx.scalars, "attention_rows");
+        }
+        rows_of(st, ln);
+        return command(std::move(st), std::move(ln));
+      },
+      {&q, &k, &v}, {&out});
+  return out;
+}
+
+}  // namespace tl

@@ -297,6 +297,54 @@ fn g(cache, x, pos: int) {
     interp.close()
 
 
+def test_a_slot_stores_row_batched_write_and_attention_replay_each_rows_slot_and_position():
+    """write_rope_rows and attention_rows (a batched step's one call a layer for all rows): in a
+    compiled function whose slots and positions are scalar inputs, every replay gives each row
+    bitwise what write_rope and causal_attention give it alone over its own cache, keeps the slots'
+    lengths, and refuses a position past a slot's capacity before anything runs."""
+    from tensorlogic.builtins.convert import BuiltinArgError
+    from tensorlogic.builtins.kvcache import KVCache, SlotStore
+
+    interp = _load("""
+@compile
+fn rows(store, slots, positions, q, k, v) {
+    store.attention_rows(0, slots, positions, store.write_rope_rows(0, slots, positions, q, k, v, 10000.0))
+}
+fn one(cache, q, k, v, pos: int) {
+    causal_attention(cache.write_rope(0, pos, q, k, v, 10000.0), cache.keys(0, pos + 1), cache.values(0, pos + 1), pos)
+}
+""")
+    store = SlotStore(3, 1, 70, 2, 8)
+    alone = [KVCache(1, 70, 2, 8) for _ in range(3)]
+    rng = np.random.default_rng(1)
+    randn = lambda *shape: core.from_numpy(rng.standard_normal(shape).astype(np.float32))
+    lengths = [0, 0, 0]
+    for step in range(70):
+        slots = [s for s in (2, 0, 1) if lengths[s] < 70][: 1 + step % 3]
+        if not slots:
+            break
+        q, k, v = randn(len(slots), 4, 8), randn(len(slots), 2, 8), randn(len(slots), 2, 8)
+        got = _call(interp, "rows", store, slots, [lengths[s] for s in slots], q, k, v).numpy()
+        for b, s in enumerate(slots):
+            want = _call(interp, "one", alone[s], q[b:b + 1], k[b:b + 1], v[b:b + 1], lengths[s]).numpy()
+            assert np.array_equal(got[b], want[0]), (step, s)
+            lengths[s] += 1
+            assert store.cache(s).lengths[0] == lengths[s]
+    assert interp.functions["rows"].impl.records == 3  # one recording per row count
+    for s in range(3):
+        assert np.array_equal(store.cache(s).k[0].numpy()[:lengths[s]], alone[s].k[0].numpy()[:lengths[s]])
+    before = store.k[0].numpy().copy()
+    q, k, v = randn(2, 4, 8), randn(2, 2, 8), randn(2, 2, 8)
+    store.cache(0).lengths[0], store.cache(1).lengths[0] = 69, 70
+    with pytest.raises((TLError, BuiltinArgError), match="full"):
+        _call(interp, "rows", store, [0, 1], [69, 70], q, k, v)  # slot 2's first row: refused
+    assert np.array_equal(store.k[0].numpy(), before)
+    assert [store.cache(s).lengths[0] for s in (0, 1)] == [69, 70]  # neither row was written
+    with pytest.raises((TLError, BuiltinArgError), match="one slot and one position per row"):
+        _call(interp, "rows", store, [0], [1, 2], q, k, v)
+    interp.close()
+
+
 def test_recordings_are_freed_when_the_program_closes():
     interp = _load(STEP)
     x = core.ones([64, 64], "f32")

@@ -435,6 +435,16 @@ def cases_attention_gqa_causal_mask_and_kv_cache_views():
                                    softcap=0.8)
 
         cases.append((f"attention softcap Sq={Sq} Sk={Sk} H={Hq}/{Hkv} D={D}", capped))
+    # a batched decode step's attention over a slot store's rows: each row its own slot and length
+    # (one key; a split and an unsplit row of one call), f32 and f16 caches
+    for dt in ("f32", "f16"):
+        store_k, store_v = randn(4 * 320, 3, 64), randn(4 * 320, 3, 64)
+        qs = randn(5, 9, 64)
+
+        def rows(qs=qs, sk=store_k, sv=store_v, dt=dt):
+            return _core.attention_rows(T(qs), T(sk, dt), T(sv, dt), [0, 320, 640, 960, 320], [1, 40, 129, 300, 257])
+
+        cases.append((f"attention_rows 5 rows H=9/3 D=64 {dt} cache", rows))
     return cases, {}
 
 
@@ -546,6 +556,17 @@ def cases_fused_kernels_norm_linear_residual_swiglu_rope_kv_write():
             return [q_out, kc, vc]
 
         cases.append((f"rope_kv_write S={S} H={Hq}/{Hkv} D={D} pos={pos} neox={neox} {cache_dtype}", case))
+    # one position and first row per row of q (a batched decode step over a slot store)
+    qkv, ck, cv = randn(3, 15 * 64), randn(3 * 40, 3, 64), randn(3 * 40, 3, 64)
+
+    def rows_case(qkv=qkv, ck=ck, cv=cv):
+        t = T(qkv)
+        kc, vc = T(ck), T(cv)
+        q_out = _core.rope_kv_write(t[:, 0:576], t[:, 576:768], t[:, 768:], kc, vc, [5, 0, 39], 10000.0, False,
+                                    [0, 80, 40])
+        return [q_out, kc, vc]
+
+    cases.append(("rope_kv_write per-row positions and slots", rows_case))
     return cases, {}
 
 
@@ -677,8 +698,8 @@ def test_kernel_method_list_matches_the_kernels_interface():
 
 
 # The Kernels methods with a default body in the interface (the exact linear; the three unfused
-# kernels): a backend may leave them out.
-KERNEL_DEFAULTS = ("linear_q8_activations", "fused_linear_q8_activations")
+# kernels; attention_rows, a loop of attention): a backend may leave them out.
+KERNEL_DEFAULTS = ("linear_q8_activations", "fused_linear_q8_activations", "attention_rows")
 
 
 def test_each_cpp_harness_calls_every_kernel_method():

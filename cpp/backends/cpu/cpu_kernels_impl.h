@@ -45,6 +45,8 @@ class CpuKernels final : public Kernels {
   void causal_mask(int64_t offset, const View& out) override;
   void attention(const View& q, const View& k, const View& v, const View& mask, float scale,
                  bool causal, int64_t q_pos_offset, const View& out, float softcap = 0.0f) override;
+  void attention_rows(const View& q, const View& k, const View& v, const int64_t* starts, const int64_t* lens,
+                      float scale, const View& out, float softcap = 0.0f) override;
   void fused_linear(const View& x, const View& w, LinearPrologue prologue, const View& norm_w,
                     float eps, const View& addend, const View& scratch, const View& out) override;
   void swiglu(const View& gate, const View& up, const View& out) override;
@@ -55,6 +57,11 @@ class CpuKernels final : public Kernels {
   ThreadPool& pool() { return pool_; }
 
  private:
+  // attention and attention_rows: with starts and lens (attention_rows), row i's keys are k's rows
+  // starts[i] .. starts[i] + lens[i] - 1, all visible; without, rows 0.. as causal and the offset say.
+  void attend(const View& q, const View& k, const View& v, const View& mask, float scale, bool causal,
+              int64_t q_pos_offset, const View& out, float softcap, const int64_t* starts, const int64_t* lens);
+
   ThreadPool pool_;
 };
 

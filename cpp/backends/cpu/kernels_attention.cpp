@@ -235,6 +235,26 @@ struct PartialSoftmax {
 
 void CpuKernels::attention(const View& q, const View& k, const View& v, const View& mask,
                            float scale, bool causal, int64_t q_pos_offset, const View& out, float softcap) {
+  attend(q, k, v, mask, scale, causal, q_pos_offset, out, softcap, nullptr, nullptr);
+}
+
+// Every row's (kv head, split) tasks in one parallel_for: a batched step's B rows x Hkv heads share
+// the threads evenly, where B calls of Hkv tasks each (SmolLM2: 3 heads on 2 threads) left a thread
+// waiting in each, and one call a layer replaces B. A row's tasks are those attention() gives it alone
+// (the same splits, chunks and arithmetic), so its result is bitwise that call's.
+void CpuKernels::attention_rows(const View& q, const View& k, const View& v, const int64_t* starts,
+                                const int64_t* lens, float scale, const View& out, float softcap) {
+  if (q.ndim != 3 || k.ndim != 3) kernel_fail("attention_rows: q, k, v and out must be 3-D");
+  for (int64_t b = 0; b < q.shape[0]; ++b)
+    if (starts[b] < 0 || lens[b] < 1 || starts[b] + lens[b] > k.shape[0])
+      kernel_fail("attention_rows: row " + std::to_string(b) + "'s keys " + std::to_string(starts[b]) + ".." +
+                  std::to_string(starts[b] + lens[b]) + " do not fit " + std::to_string(k.shape[0]) + " rows");
+  attend(q, k, v, View{}, scale, true, 0, out, softcap, starts, lens);
+}
+
+void CpuKernels::attend(const View& q, const View& k, const View& v, const View& mask, float scale, bool causal,
+                        int64_t q_pos_offset, const View& out, float softcap, const int64_t* starts,
+                        const int64_t* lens) {
   require_float("attention", q);
   require_float("attention", k);
   require_float("attention", v);
@@ -259,7 +279,15 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
   const bool f16_direct = cpu_has_avx2() && k.dtype == DType::F16 && v.dtype == DType::F16 && k.strides[2] == 1 &&
                           v.strides[2] == 1;
   auto visible_keys = [&](int64_t i) {
+    if (lens) return lens[i];
     return causal ? std::min<int64_t>(Sk, std::max<int64_t>(0, q_pos_offset + i + 1)) : Sk;
+  };
+  // the most keys a row of r0..r1 sees (without lens, the last row's: visible keys grow with the row)
+  auto most_keys = [&](int64_t r0, int64_t r1) {
+    if (!lens) return visible_keys(r1 - 1);
+    int64_t most = 0;
+    for (int64_t i = r0; i < r1; ++i) most = std::max(most, lens[i]);
+    return most;
   };
 
   // Split the keys of a (query row, kv head) over several tasks when one row's kv heads would not
@@ -277,13 +305,13 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
   };
   constexpr int64_t kMaxPartialFloats = int64_t{1} << 20;
   const int64_t slot = group * (D + 2);  // floats of one PartialSoftmax
-  const int64_t most_splits = row_splits(visible_keys(Sq - 1));  // the most: visible keys grow with the row
+  const int64_t most_splits = row_splits(most_keys(0, Sq));
   const int64_t block_rows =
       most_splits > 1 ? std::max<int64_t>(1, kMaxPartialFloats / (Hkv * most_splits * slot)) : Sq;
   thread_local std::vector<float> partial_buf;
   for (int64_t r0 = 0; r0 < Sq; r0 += block_rows) {
     const int64_t r1 = std::min(Sq, r0 + block_rows);
-    const int64_t splits = row_splits(visible_keys(r1 - 1));
+    const int64_t splits = row_splits(most_keys(r0, r1));
     if (splits > 1) partial_buf.resize(static_cast<size_t>((r1 - r0) * Hkv * splits * slot));
     float* const partial = partial_buf.data();  // the calling thread's buffer, shared with the tasks
 
@@ -293,7 +321,7 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
     // layers, ~100 keys) on one thread while the other waited (attention of such a step 8.9 -> 7.2
     // ms, a whole 8-row --fast step at ~120 keys 29.8 -> 27.1 ms, medians of 6-7 alternated runs on
     // 2 shared Zen 3 cores). Which thread runs a task changes no bit of it.
-    const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, Sk * D * group / splits));
+    const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, most_keys(r0, r1) * D * group / splits));
     pool().parallel_for(tasks, grain, [&](int64_t t0, int64_t t1) {
       thread_local std::vector<float> qrow, scores, kq, kbuf, vbuf, mrow, own;
       qrow.resize(static_cast<size_t>(group * D));
@@ -307,6 +335,7 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
         const int64_t split = t % splits, row_head = t / splits;
         const int64_t i = r0 + row_head / Hkv, kh = row_head % Hkv;
         const int64_t n_keys = visible_keys(i);
+        const int64_t first = starts ? starts[i] : 0;  // k's row of the row's key 0
         // this row's own split count: the splits past it get no keys (their records stay empty)
         const int64_t row_split_count = row_splits(n_keys);
         const int64_t per = (n_keys + row_split_count - 1) / row_split_count;
@@ -326,8 +355,8 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
           // Scores of the group's query heads against the chunk's keys: f16 rows read in place
           // (AVX2), f32 rows in place through one small GEMM (keys x group), other dtypes
           // converted to f32 rows first.
-          const char* kbase = element_ptr(k, j0 * k.strides[0] + kh * k.strides[1]);
-          const char* vbase = element_ptr(v, j0 * v.strides[0] + kh * v.strides[1]);
+          const char* kbase = element_ptr(k, (first + j0) * k.strides[0] + kh * k.strides[1]);
+          const char* vbase = element_ptr(v, (first + j0) * v.strides[0] + kh * v.strides[1]);
           if (f16_direct) {
   #if defined(__x86_64__)
             qk_scores_f16(qrow.data(), static_cast<int>(group), reinterpret_cast<const uint16_t*>(kbase), k.strides[0],
@@ -341,7 +370,7 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
               ldk = k.strides[0];
             } else {
               for (int64_t j = 0; j < nc; ++j)
-                load_f32(k.dtype, element_ptr(k, (j0 + j) * k.strides[0] + kh * k.strides[1]), k.strides[2], D,
+                load_f32(k.dtype, element_ptr(k, (first + j0 + j) * k.strides[0] + kh * k.strides[1]), k.strides[2], D,
                          kbuf.data() + j * D);
               kp = kbuf.data();
               ldk = D;
@@ -385,7 +414,7 @@ void CpuKernels::attention(const View& q, const View& k, const View& v, const Vi
                           v.strides[0], nc, part.acc, D);
           } else {
             for (int64_t j = 0; j < nc; ++j)
-              load_f32(v.dtype, element_ptr(v, (j0 + j) * v.strides[0] + kh * v.strides[1]), v.strides[2], D,
+              load_f32(v.dtype, element_ptr(v, (first + j0 + j) * v.strides[0] + kh * v.strides[1]), v.strides[2], D,
                        vbuf.data() + j * D);
             pv_accumulate(scores.data(), kKeyChunk, static_cast<int>(group), vbuf.data(), D, nc, part.acc, D);
           }

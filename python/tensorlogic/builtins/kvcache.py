@@ -333,7 +333,7 @@ class SlotStore(TLObject):
     by replay hooks as KVCache.write keeps its own."""
 
     tl_type_name = "KV slot store"
-    tl_recordable_methods = frozenset({"write", "write_rope", "keys", "values"})
+    tl_recordable_methods = frozenset({"write", "write_rope", "keys", "values", "write_rope_rows", "attention_rows"})
 
     def __init__(self, slots: int, n_layers: int, capacity: int, n_kv_heads: int, head_dim: int,
                  dtype: str = "f32"):
@@ -405,6 +405,76 @@ class SlotStore(TLObject):
             self._on_replay((_WRITE, i, slot, pos))
         return q_out
 
+    def _rows(self, slots: Any, positions: Any, n: int) -> tuple[list, list, bool]:
+        """The slots and positions of a batched step's n rows, checked (their values now), and whether
+        any is a live symbolic input (a recording in progress)."""
+        if not isinstance(slots, (list, tuple)) or not isinstance(positions, (list, tuple)) or \
+                not len(slots) == len(positions) == n:
+            raise BuiltinArgError(f"a batched step needs one slot and one position per row ({n} rows), got "
+                                  f"{type_name(slots)} and {type_name(positions)}")
+        slots, positions = list(slots), list(positions)
+        for x in slots:
+            self._slot(x)
+        dynamic = any(x.__class__ is Symbolic and x.live for x in slots + positions)
+        return slots, positions, dynamic
+
+    def write_rope_rows(self, layer: Any, slots: Any, positions: Any, q: Any, k: Any, v: Any,
+                        base: Any = 10000.0, neox: Any = False) -> Any:
+        """write_rope for a batched step's B rows at once (one kernel call a layer): row b of q
+        [B, heads, head_dim] and k, v [B, kv_heads, head_dim] (or [B, heads * head_dim], as the
+        projections give them) at positions[b] of slot slots[b];
+        returns rope(q) [B, heads, head_dim], each row what write_rope gives it alone."""
+        q, k, v = to_tensor(q, "Q"), to_tensor(k, "K"), to_tensor(v, "V")
+        if k.ndim not in (2, 3) or q.ndim != k.ndim or tuple(k.shape) != tuple(v.shape) or k.shape[0] != q.shape[0]:
+            raise BuiltinArgError(f"a batched write takes Q [B, heads, head_dim] and K and V [B, kv_heads, "
+                                  f"head_dim] (or each [B, heads * head_dim]), got {type_name(q)}, {type_name(k)} "
+                                  f"and {type_name(v)}")
+        slots, positions, dynamic = self._rows(slots, positions, q.shape[0])
+        cache0 = self.caches[self._slot(slots[0])] if slots else None
+        i = cache0._layer(layer) if cache0 is not None else 0
+        # the eager checks (gap, capacity) and the lengths, all of them or none (a refused row leaves
+        # every slot as it was: nothing is written)
+        touched = [self.caches[self._slot(s)] for s in slots]
+        saved = [c.lengths[i] for c in touched]
+        try:
+            for c, p in zip(touched, positions):
+                c._replayed_write(i, p.value if p.__class__ is Symbolic else to_int(p, "position"), 1)
+        except BaseException:
+            for c, n in zip(touched, saved):
+                c.lengths[i] = n
+            raise
+        firsts = [s * self.capacity if dynamic else self._slot(s) * self.capacity for s in slots]
+        pos = positions if dynamic else [p.value if p.__class__ is Symbolic else to_int(p, "position") for p in positions]
+        q_out = core.rope_kv_write(q, k, v, self.k[i], self.v[i], pos, to_float(base, "base"), to_bool(neox, "neox"),
+                                   firsts)
+        if dynamic:
+            for s, p in zip(slots, positions):
+                self._on_replay((_WRITE, i, s, p))
+        return q_out
+
+    def attention_rows(self, layer: Any, slots: Any, positions: Any, q: Any) -> Any:
+        """Causal attention of a batched step's B query rows, one kernel call a layer: row b of q
+        [B, heads, head_dim] (its token at positions[b]) over slot slots[b]'s first positions[b] + 1
+        keys; each row what causal_attention gives it alone over that slot."""
+        q = to_tensor(q, "Q")
+        if q.ndim != 3:
+            raise BuiltinArgError(f"batched attention takes Q [B, heads, head_dim], got {type_name(q)}")
+        slots, positions, dynamic = self._rows(slots, positions, q.shape[0])
+        cache0 = self.caches[self._slot(slots[0])] if slots else None
+        i = cache0._layer(layer) if cache0 is not None else 0
+        counts = [p + 1 for p in positions]
+        for s, n in zip(slots, counts):
+            c = self.caches[self._slot(s)]
+            c._check_view(c.k, i, n.value if n.__class__ is Symbolic else to_int(n, "length"))
+        if dynamic:
+            starts = [s * self.capacity for s in slots]
+            for s, n in zip(slots, counts):
+                self._on_replay((_VIEW_K, i, s, n))
+        else:
+            starts = [self._slot(s) * self.capacity for s in slots]
+            counts = [n.value if n.__class__ is Symbolic else to_int(n, "length") for n in counts]
+        return core.attention_rows(q, self.k[i], self.v[i], starts, counts)
+
     def _on_replay(self, check: tuple) -> None:
         """One replay check of the recording in progress, (_WRITE, layer, slot, position) or
         (_VIEW_K, layer, slot, count): all of a recording's checks on this store run in one hook,
@@ -426,22 +496,33 @@ class SlotStore(TLObject):
         _, values, entries = plan
         vals = [symbolic.evaluate(v, scalars) for v in values]
         caches, n_slots, capacity = self.caches, self.n_slots, self.capacity
-        for kind, i, si, xi in entries:
-            s, v = vals[si], vals[xi]
-            if 0 <= s < n_slots:
-                c = caches[s]
-                lengths = c.lengths
-                if c.k[i] is not None:
-                    if kind is _WRITE:
-                        if 0 <= v <= lengths[i] and v < capacity:
-                            lengths[i] = v + 1
+        undo = []  # (lengths, layer, old length) of each write so far: a refused check restores them
+        try:
+            for kind, i, si, xi in entries:
+                s, v = vals[si], vals[xi]
+                if 0 <= s < n_slots:
+                    c = caches[s]
+                    lengths = c.lengths
+                    if c.k[i] is not None:
+                        if kind is _WRITE:
+                            if 0 <= v <= lengths[i] and v < capacity:
+                                undo.append((lengths, i, lengths[i]))
+                                lengths[i] = v + 1
+                                continue
+                        elif 0 < v <= lengths[i]:
                             continue
-                    elif 0 < v <= lengths[i]:
-                        continue
-            if kind is _WRITE:
-                self._replayed_write(i, s, v)
-            else:
-                self._check_replayed_view(i, s, v)
+                if kind is _WRITE:
+                    lengths = caches[self._index(s)].lengths
+                    old = lengths[i]
+                    self._replayed_write(i, s, v)
+                    undo.append((lengths, i, old))
+                else:
+                    self._check_replayed_view(i, s, v)
+        except BaseException:
+            # nothing of the step runs: every slot keeps the length it had
+            for lengths, i, old in reversed(undo):
+                lengths[i] = old
+            raise
 
     def _replayed_write(self, i: int, slot: int, pos: int) -> None:
         self.caches[self._index(slot)]._replayed_write(i, pos, 1)
@@ -485,6 +566,10 @@ class SlotStore(TLObject):
             return self.write_rope(*args)
         if name in ("keys", "values") and len(args) == 3:
             return getattr(self, name)(*args)
+        if name == "write_rope_rows" and 6 <= len(args) <= 8:
+            return self.write_rope_rows(*args)
+        if name == "attention_rows" and len(args) == 4:
+            return self.attention_rows(*args)
         if name == "cache" and len(args) == 1:
             return self.caches[self._slot(args[0])]
         raise AttributeError(name)

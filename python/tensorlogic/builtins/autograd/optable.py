@@ -34,6 +34,7 @@ _CORE_COMPOSITE = "rms_norm layer_norm rope attention swiglu swiglu_linear rms_n
 _CORE_PIECES = "split chunk"
 _CORE_REFUSES = {
     "rope_kv_write": "writes k and v into a KV cache, for generation only",
+    "attention_rows": "attends over a KV slot store, for generation only",
     "copy_": "writes src into another tensor in place; compute a new tensor instead",
     "expert_linear": "mixture-of-experts inference: it has no backward rule",
 }
