@@ -287,13 +287,6 @@ Tensor rope_kv_write_rows(const Tensor& q0, const Tensor& k0, const Tensor& v0, 
                          (r[s] ? " from row " + std::to_string(r[s]) : std::string()) + " does not fit a cache of " +
                          std::to_string(cap) + " positions");
   };
-  std::vector<int64_t> p0(S), r0(S);
-  bool dynamic = false;
-  for (int64_t s = 0; s < S; ++s) {
-    p0[s] = pos[s].value, r0[s] = rows[s].value;
-    dynamic = dynamic || detail::recording_dynamic(*dev, pos[s]) || detail::recording_dynamic(*dev, rows[s]);
-  }
-  check(p0, r0);
   Tensor out = new_tensor(*dev, q.shape, DType::F32, op);
   if (out.numel() == 0) return out;
   View qv = q.view(), kv = k.view(), vv = v.view(), ov = out.view(), kc = k_cache.view(), vc = v_cache.view();
@@ -312,23 +305,8 @@ Tensor rope_kv_write_rows(const Tensor& q0, const Tensor& k0, const Tensor& v0, 
                          row_of(kc, r[s] + p[s]), row_of(vc, r[s] + p[s]));
     };
   };
-  if (!dynamic) {
-    encode(*dev, command(std::move(p0), std::move(r0)), {&q, &k, &v}, {&out, &k_cache, &v_cache});
-    return out;
-  }
-  // A batched decode step: each replay writes every row at its own slot and position.
-  detail::encode_dynamic(
-      *dev, command(p0, r0),
-      [command, check, pos, rows, S](const ReplayContext& ctx) -> Command {
-        std::vector<int64_t> p(S), r(S);
-        for (int64_t s = 0; s < S; ++s) {
-          p[s] = pos[s].at(ctx.scalars, "rope_kv_write");
-          r[s] = rows[s].at(ctx.scalars, "rope_kv_write");
-        }
-        check(p, r);
-        return command(std::move(p), std::move(r));
-      },
-      {&q, &k, &v}, {&out, &k_cache, &v_cache});
+  // a batched decode step: each replay writes every row at its own slot and position
+  detail::encode_per_row(*dev, pos, rows, op, check, command, {&q, &k, &v}, {&out, &k_cache, &v_cache});
   return out;
 }
 

@@ -55,4 +55,37 @@ inline void encode_dynamic(Device& d, Command cmd, DynamicCommand make,
 inline bool recording_dynamic(const Device& d, const DynInt& v) { return v.form && d.recording(); }
 inline bool recording_dynamic(const Device& d, const DynScalar& v) { return v.form && d.recording(); }
 
+// An op whose command takes two host values per row (a batched decode step's slots and positions,
+// each possibly dynamic): check(a, b) vets the values (now, and at each replay before the replay
+// is queued) and make(a, b) builds the command. `what` names the op in a replay's errors.
+template <class Check, class Make>
+void encode_per_row(Device& d, const std::vector<DynInt>& a, const std::vector<DynInt>& b, const char* what,
+                    Check check, Make make, std::initializer_list<const Tensor*> reads,
+                    std::initializer_list<const Tensor*> writes) {
+  const size_t n = a.size();
+  std::vector<int64_t> a0(n), b0(n);
+  bool dynamic = false;
+  for (size_t i = 0; i < n; ++i) {
+    a0[i] = a[i].value, b0[i] = b[i].value;
+    dynamic = dynamic || recording_dynamic(d, a[i]) || recording_dynamic(d, b[i]);
+  }
+  check(a0, b0);
+  if (!dynamic) {
+    encode(d, make(std::move(a0), std::move(b0)), reads, writes);
+    return;
+  }
+  encode_dynamic(
+      d, make(a0, b0),
+      [check, make, a, b, n, what](const ReplayContext& ctx) -> Command {
+        std::vector<int64_t> av(n), bv(n);
+        for (size_t i = 0; i < n; ++i) {
+          av[i] = a[i].at(ctx.scalars, what);
+          bv[i] = b[i].at(ctx.scalars, what);
+        }
+        check(av, bv);
+        return make(std::move(av), std::move(bv));
+      },
+      reads, writes);
+}
+
 }  // namespace tl::detail

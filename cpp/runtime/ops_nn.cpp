@@ -440,13 +440,6 @@ Tensor attention_rows(const Tensor& q0, const Tensor& k0, const Tensor& v0, cons
         throw ShapeError(std::string(op) + ": row " + std::to_string(b) + "'s keys " + std::to_string(s[b]) + ".." +
                          std::to_string(s[b] + n[b]) + " do not fit " + std::to_string(R) + " cache rows");
   };
-  std::vector<int64_t> s0(B), n0(B);
-  bool dynamic = false;
-  for (int64_t b = 0; b < B; ++b) {
-    s0[b] = starts[b].value, n0[b] = lens[b].value;
-    dynamic = dynamic || detail::recording_dynamic(*dev, starts[b]) || detail::recording_dynamic(*dev, lens[b]);
-  }
-  rows_of(s0, n0);
   if (dev->recording() && (q0.dyn || k0.dyn || v0.dyn))
     dev->abandon_recording("attention_rows' operand is a view whose length depends on a scalar argument");
   Tensor q = to_float(q0), k = to_float(k0), v = to_float(v0);
@@ -460,23 +453,8 @@ Tensor attention_rows(const Tensor& q0, const Tensor& k0, const Tensor& v0, cons
       kn.attention_rows(qv, kv, vv, st.data(), ln.data(), s, ov, cap);
     };
   };
-  if (!dynamic) {
-    encode(*dev, command(std::move(s0), std::move(n0)), {&q, &k, &v}, {&out});
-    return out;
-  }
-  // A batched decode step: each replay takes every row's slot and key count from its scalars.
-  detail::encode_dynamic(
-      *dev, command(s0, n0),
-      [command, rows_of, starts, lens, B](const ReplayContext& ctx) -> Command {
-        std::vector<int64_t> st(B), ln(B);
-        for (int64_t b = 0; b < B; ++b) {
-          st[b] = starts[b].at(ctx.scalars, "attention_rows");
-          ln[b] = lens[b].at(ctx.scalars, "attention_rows");
-        }
-        rows_of(st, ln);
-        return command(std::move(st), std::move(ln));
-      },
-      {&q, &k, &v}, {&out});
+  // a batched decode step: each replay takes every row's slot and key count from its scalars
+  detail::encode_per_row(*dev, starts, lens, op, rows_of, command, {&q, &k, &v}, {&out});
   return out;
 }
 
