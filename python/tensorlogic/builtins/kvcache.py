@@ -405,9 +405,10 @@ class SlotStore(TLObject):
             self._on_replay((_WRITE, i, slot, pos))
         return q_out
 
-    def _rows(self, slots: Any, positions: Any, n: int) -> tuple[list, list, bool]:
-        """The slots and positions of a batched step's n rows, checked (their values now), and whether
-        any is a live symbolic input (a recording in progress)."""
+    def _rows(self, layer: Any, slots: Any, positions: Any, n: int) -> tuple[int, list, list, bool]:
+        """The layer's index, the slots and positions of a batched step's n rows, checked (their
+        values now), and whether any is a live symbolic input (a recording in progress)."""
+        i = self.caches[0]._layer(layer)  # every slot's cache has the store's layers
         if not isinstance(slots, (list, tuple)) or not isinstance(positions, (list, tuple)) or \
                 not len(slots) == len(positions) == n:
             raise BuiltinArgError(f"a batched step needs one slot and one position per row ({n} rows), got "
@@ -416,7 +417,7 @@ class SlotStore(TLObject):
         for x in slots:
             self._slot(x)
         dynamic = any(x.__class__ is Symbolic and x.live for x in slots + positions)
-        return slots, positions, dynamic
+        return i, slots, positions, dynamic
 
     def write_rope_rows(self, layer: Any, slots: Any, positions: Any, q: Any, k: Any, v: Any,
                         base: Any = 10000.0, neox: Any = False) -> Any:
@@ -429,9 +430,7 @@ class SlotStore(TLObject):
             raise BuiltinArgError(f"a batched write takes Q [B, heads, head_dim] and K and V [B, kv_heads, "
                                   f"head_dim] (or each [B, heads * head_dim]), got {type_name(q)}, {type_name(k)} "
                                   f"and {type_name(v)}")
-        slots, positions, dynamic = self._rows(slots, positions, q.shape[0])
-        cache0 = self.caches[self._slot(slots[0])] if slots else None
-        i = cache0._layer(layer) if cache0 is not None else 0
+        i, slots, positions, dynamic = self._rows(layer, slots, positions, q.shape[0])
         # the eager checks (gap, capacity) and the lengths, all of them or none (a refused row leaves
         # every slot as it was: nothing is written)
         touched = [self.caches[self._slot(s)] for s in slots]
@@ -459,9 +458,7 @@ class SlotStore(TLObject):
         q = to_tensor(q, "Q")
         if q.ndim != 3:
             raise BuiltinArgError(f"batched attention takes Q [B, heads, head_dim], got {type_name(q)}")
-        slots, positions, dynamic = self._rows(slots, positions, q.shape[0])
-        cache0 = self.caches[self._slot(slots[0])] if slots else None
-        i = cache0._layer(layer) if cache0 is not None else 0
+        i, slots, positions, dynamic = self._rows(layer, slots, positions, q.shape[0])
         counts = [p + 1 for p in positions]
         for s, n in zip(slots, counts):
             c = self.caches[self._slot(s)]
