@@ -348,6 +348,7 @@ def test_refusing_core_ops_name_themselves(name):
     args = {"copy_": (raw_core.zeros([2, 3], "f32"), w),
             "rope_kv_write": (w, w, w, raw_core.zeros([4, 2, 3], "f32"), raw_core.zeros([4, 2, 3], "f32"), 0,
                               10000.0, False),
+            "attention_rows": (w, raw_core.zeros([4, 1, 3], "f32"), raw_core.zeros([4, 1, 3], "f32"), [0, 2], [1, 2]),
             "expert_linear": (w, raw_core.zeros([2, 4, 3], "f32"), raw_core.zeros([2, 1], "i64"))}[name]
     with pytest.raises(tape.AutogradError, match=rf"^{name} has no gradient"):
         getattr(core, name)(*args)
