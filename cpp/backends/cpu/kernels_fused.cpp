@@ -61,17 +61,29 @@ void CpuKernels::swiglu(const View& gate, const View& up, const View& out) {
     kernel_fail("swiglu: gate, up and out must be 2-D of one shape");
   const int64_t rows = gate.shape[0], n = gate.shape[1];
   float* od = static_cast<float*>(out.data);
-  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
-  pool().parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-    std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n));
-    for (int64_t r = r0; r < r1; ++r) {
-      load_f32(gate.dtype, element_ptr(gate, r * gate.strides[0]), gate.strides[1], n, g.data());
-      load_f32(up.dtype, element_ptr(up, r * up.strides[0]), up.strides[1], n, u.data());
-      float* o = od + r * n;
-      for (int64_t i = 0; i < n; ++i) {
-        const float x = g[static_cast<size_t>(i)];
+  // Tasks of kSwigluCols columns of a row, ~4K elements a chunk of tasks: a decode step's few rows
+  // (8 x 1536 for SmolLM2) go to both threads, where tasks of whole rows at 16K elements a chunk
+  // left the step's 8 rows on one thread; f32 rows with unit stride are read in place. Every
+  // element is the same f32 expression whichever task computes it.
+  constexpr int64_t kSwigluCols = 256;
+  const int64_t per_row = (n + kSwigluCols - 1) / kSwigluCols;
+  const bool g_direct = gate.dtype == DType::F32 && gate.strides[1] == 1;
+  const bool u_direct = up.dtype == DType::F32 && up.strides[1] == 1;
+  pool().parallel_for(rows * per_row, std::max<int64_t>(1, 4096 / kSwigluCols), [&](int64_t t0, int64_t t1) {
+    float gbuf[kSwigluCols], ubuf[kSwigluCols];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r = t / per_row, c0 = (t % per_row) * kSwigluCols, cn = std::min(kSwigluCols, n - c0);
+      const char* gp = element_ptr(gate, r * gate.strides[0] + c0 * gate.strides[1]);
+      const char* up_ = element_ptr(up, r * up.strides[0] + c0 * up.strides[1]);
+      const float* g = g_direct ? reinterpret_cast<const float*>(gp) : gbuf;
+      const float* u = u_direct ? reinterpret_cast<const float*>(up_) : ubuf;
+      if (!g_direct) load_f32(gate.dtype, gp, gate.strides[1], cn, gbuf);
+      if (!u_direct) load_f32(up.dtype, up_, up.strides[1], cn, ubuf);
+      float* o = od + r * n + c0;
+      for (int64_t i = 0; i < cn; ++i) {
+        const float x = g[i];
         const float silu = x / (1.0f + std::exp(-x));
-        o[i] = silu * u[static_cast<size_t>(i)];
+        o[i] = silu * u[i];
       }
     }
   });

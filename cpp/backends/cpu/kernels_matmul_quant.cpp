@@ -244,6 +244,7 @@ void dequantize_row_portable(const uint8_t* src, int64_t n, float* dst) {
 #if defined(__x86_64__)
 using avx2::half_avx2;
 using avx2::hsum256;
+using avx2::hsum256_x8;
 
 template <DType T>
 TL_AVX2 float dot_row_avx2_generic(const uint8_t* w, const float* x, const float*, int64_t k) {
@@ -797,8 +798,11 @@ TL_AVX2 void gemm_nt_avx2(const float* a, int64_t lda, int64_t m_rows, const flo
         c31 = _mm256_fmadd_ps(va, vb1, c31);
         c32 = _mm256_fmadd_ps(va, vb2, c32);
       }
-      float r[12] = {hsum256(c00), hsum256(c01), hsum256(c02), hsum256(c10), hsum256(c11), hsum256(c12),
-                     hsum256(c20), hsum256(c21), hsum256(c22), hsum256(c30), hsum256(c31), hsum256(c32)};
+      alignas(32) float r[16];  // the 12 sums, each hsum256's (two 8-way reductions, the second half used)
+      const __m256 first[8] = {c00, c01, c02, c10, c11, c12, c20, c21};
+      const __m256 rest[8] = {c22, c30, c31, c32, c22, c30, c31, c32};
+      _mm256_store_ps(r, hsum256_x8(first));
+      _mm256_store_ps(r + 8, hsum256_x8(rest));
       const float* ar[4] = {a0, a1, a2, a3};
       const float* br[3] = {b0, b1, b2};
       for (int64_t i = k8; i < k; ++i)
@@ -829,8 +833,9 @@ TL_AVX2 void gemm_nt_avx2(const float* a, int64_t lda, int64_t m_rows, const flo
         c30 = _mm256_fmadd_ps(va, vb0, c30);
         c31 = _mm256_fmadd_ps(va, vb1, c31);
       }
-      float r[8] = {hsum256(c00), hsum256(c01), hsum256(c10), hsum256(c11),
-                    hsum256(c20), hsum256(c21), hsum256(c30), hsum256(c31)};
+      alignas(32) float r[8];
+      const __m256 sums[8] = {c00, c01, c10, c11, c20, c21, c30, c31};
+      _mm256_store_ps(r, hsum256_x8(sums));
       for (int64_t i = k8; i < k; ++i) {
         r[0] += a0[i] * b0[i]; r[1] += a0[i] * b1[i];
         r[2] += a1[i] * b0[i]; r[3] += a1[i] * b1[i];
