@@ -798,7 +798,7 @@ TL_AVX2 void gemm_nt_avx2(const float* a, int64_t lda, int64_t m_rows, const flo
         c31 = _mm256_fmadd_ps(va, vb1, c31);
         c32 = _mm256_fmadd_ps(va, vb2, c32);
       }
-      alignas(32) float r[16];  // the 12 sums, each hsum256's (two 8-way reductions, the second half used)
+      alignas(32) float r[16];  // r[0..11]: the 12 sums, each hsum256's (r[12..15] repeat r[8..11])
       const __m256 first[8] = {c00, c01, c02, c10, c11, c12, c20, c21};
       const __m256 rest[8] = {c22, c30, c31, c32, c22, c30, c31, c32};
       _mm256_store_ps(r, hsum256_x8(first));
