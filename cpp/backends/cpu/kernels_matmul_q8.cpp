@@ -211,13 +211,16 @@ struct Q8Group {
 // kernel against 15.9 through row_simple; 2 rows 11.6-12.9 against 11.6. AVX2 (Zen 3), Q4_0: the
 // column kernel 17.1 ms for 4 rows against row_simple's 24.5, 13.1 for 2 rows through row_simple.
 constexpr int kColumnRows = 3;
-// Groups of kColumnRows..kLanesRows rows of Q4_0/Q4_1 products take, for each whole chunk of 8
+// Groups of kLanesMinRows..kLanesRows rows of Q4_0/Q4_1 products take, for each whole chunk of 8
 // weight rows, the column kernel's weight-rows-in-the-lanes form (avx2_rows::lanes_nibbles), whose
 // passes scale with the rows where the column kernel's cost is that of 8. SmolLM2's step of Q4_1
 // products, 1 thread, Zen 3 (bench_kernels_cpu --rows, three alternated rounds): 3 rows 13.1-17.5 ms
 // against the column kernel's 23.1-25.5; 5 and 6 rows even (22-25 either way); 7 and 8 rows
-// 27-34 against 22-27.
+// 27-34 against 22-27. Two rows (a batched step of two streams) too: 9.7-9.8 ms against
+// row_simple's 14.7-15.7 (then more than 3 or 4 rows cost; 6 alternated rounds on 2026-12-08).
+// One row stays with row_simple (11.3 against 11.1 ms, best of 6: the weight stream bounds both).
 constexpr int kLanesRows = 4;
+constexpr int kLanesMinRows = 2;
 // out[m * ldo] = the weight row at w times row m of the group, for its mg rows.
 using RowFn = void (*)(const uint8_t* w, const Q8Group& g, float* out, int64_t ldo);
 // out[m * ldo] and out[m * ldo + 1] = the weight rows at w0 and w1 times row m of the group.
@@ -376,10 +379,12 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   RowFn column = nullptr;
 #if defined(__x86_64__)
   avx2_rows::LanesFn lanes = nullptr;  // the column kernel's 8-weight-row form (Q4_0, Q4_1)
+  const bool vnni = cpu_has_avx512vnni(), avx2 = !vnni && cpu_has_avx2();
   if (M >= kColumnRows) {
-    if (cpu_has_avx512vnni()) pair = vnni_rows::pair_fn(t);
-    else if (cpu_has_avx2()) column = avx2_rows::column_fn(t), lanes = avx2_rows::lanes_fn(t);
+    if (vnni) pair = vnni_rows::pair_fn(t);
+    else if (avx2) column = avx2_rows::column_fn(t);
   }
+  if (avx2 && M >= kLanesMinRows) lanes = avx2_rows::lanes_fn(t);
 #endif
   padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
   padded_i.assign(static_cast<size_t>(M * nbp), 0);
@@ -477,7 +482,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
         const bool paired = pair && g.mg >= kColumnRows;
         const bool columned = column && g.mg >= kColumnRows;
 #if defined(__x86_64__)
-        if (columned && lanes && g.mg <= kLanesRows && n1 - n0 == 8) {  // a whole chunk: its 8 rows at once
+        if (lanes && g.mg >= kLanesMinRows && g.mg <= kLanesRows && n1 - n0 == 8) {  // a whole chunk: its 8 rows at once
           lanes(w + static_cast<size_t>(n0) * wrow, wrow, g, out + m0 * N + n0, N);
           continue;
         }
