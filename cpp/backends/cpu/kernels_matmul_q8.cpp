@@ -221,6 +221,13 @@ constexpr int kColumnRows = 3;
 // One row stays with row_simple (11.3 against 11.1 ms, best of 6: the weight stream bounds both).
 constexpr int kLanesRows = 4;
 constexpr int kLanesMinRows = 2;
+// The same for Q8_0 (avx2_rows::lanes_q8_0: SmolLM2's lm_head at 3-8 rows), from 3 rows to 6.
+// SmolLM2's step of products, all Q8_0, 1 thread (bench_kernels_cpu --rows 0.15 1 q8_0, best of 4
+// alternated rounds, 2026-12-08): 3 rows 16.8 ms against the column kernel's 26.9, 4 rows 21.2
+// against 26.6, 5 rows 22.6 against 29.4, 6 rows 24.8 against 27.3; 7 and 8 even (27-30), 2 rows
+// even with row_simple (13.8).
+constexpr int kLanesRowsQ8 = 6;
+constexpr int kLanesMinRowsQ8 = 3;
 // out[m * ldo] = the weight row at w times row m of the group, for its mg rows.
 using RowFn = void (*)(const uint8_t* w, const Q8Group& g, float* out, int64_t ldo);
 // out[m * ldo] and out[m * ldo + 1] = the weight rows at w0 and w1 times row m of the group.
@@ -378,13 +385,15 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   PairFn pair = nullptr;
   RowFn column = nullptr;
 #if defined(__x86_64__)
-  avx2_rows::LanesFn lanes = nullptr;  // the column kernel's 8-weight-row form (Q4_0, Q4_1)
+  avx2_rows::LanesFn lanes = nullptr;  // the column kernel's 8-weight-row form (Q4_0, Q4_1, Q8_0)
   const bool vnni = cpu_has_avx512vnni(), avx2 = !vnni && cpu_has_avx2();
   if (M >= kColumnRows) {
     if (vnni) pair = vnni_rows::pair_fn(t);
     else if (avx2) column = avx2_rows::column_fn(t);
   }
   if (avx2 && M >= kLanesMinRows) lanes = avx2_rows::lanes_fn(t);
+  const bool q8_0 = t == DType::Q8_0;
+  const int lanes_min = q8_0 ? kLanesMinRowsQ8 : kLanesMinRows, lanes_max = q8_0 ? kLanesRowsQ8 : kLanesRows;
 #endif
   padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
   padded_i.assign(static_cast<size_t>(M * nbp), 0);
@@ -482,7 +491,7 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
         const bool paired = pair && g.mg >= kColumnRows;
         const bool columned = column && g.mg >= kColumnRows;
 #if defined(__x86_64__)
-        if (lanes && g.mg >= kLanesMinRows && g.mg <= kLanesRows && n1 - n0 == 8) {  // a whole chunk: its 8 rows at once
+        if (lanes && g.mg >= lanes_min && g.mg <= lanes_max && n1 - n0 == 8) {  // a whole chunk: its 8 rows at once
           lanes(w + static_cast<size_t>(n0) * wrow, wrow, g, out + m0 * N + n0, N);
           continue;
         }
