@@ -603,14 +603,15 @@ void test_linear_matvec_formats(Kernels& k) {
 // M-row product is bitwise the product of that row alone (what lets tl serve --fast batch decode
 // steps): M = 1..8 (the decode sizes the ops layer sends here; 3..8 take the pair kernel where
 // the CPU has AVX-512 VNNI) and 13 (two groups of x rows); N not a multiple of the chunks of 8
-// weight rows; K of whole and partial groups of 8 blocks.
+// weight rows, and N = 40 (whole chunks alone: where the lanes kernels take every chunk, the column
+// kernel's layouts are not made); K of whole and partial groups of 8 blocks.
 void test_linear_q8_activations(Kernels& k) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const bool kq = block_elems(t) == 256;
     for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1280} : std::vector<int64_t>{32, 160, 576}) {
-      for (int64_t N : {1, 3, 4, 7, 37}) {
+      for (int64_t N : {1, 3, 4, 7, 37, 40}) {
         for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 13}) {
-          if (M > 1 && N != 7 && N != 37) continue;
+          if (M > 1 && N != 7 && N != 37 && N != 40) continue;
           std::vector<uint8_t> w = random_weights(t, N, K);
           std::vector<double> wd = ref_dequant(t, w, N, K);
           std::vector<float> x = randn(M * K);

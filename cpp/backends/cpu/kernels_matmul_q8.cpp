@@ -394,6 +394,9 @@ void q8_matmul(ThreadPool& pool, DType t, const uint8_t* w, size_t wrow, int64_t
   if (avx2 && M >= kLanesMinRows) lanes = avx2_rows::lanes_fn(t);
   const bool q8_0 = t == DType::Q8_0;
   const int lanes_min = q8_0 ? kLanesMinRowsQ8 : kLanesMinRows, lanes_max = q8_0 ? kLanesRowsQ8 : kLanesRows;
+  // one group whose every chunk of 8 weight rows takes the lanes kernel: the column kernel would
+  // never run, so its layouts (Q8Group's lane values and xc) are not made
+  if (lanes && N % 8 == 0 && M >= lanes_min && M <= std::min(lanes_max, 8)) column = nullptr;
 #endif
   padded_f.assign(static_cast<size_t>(M * nbp * 2), 0.0f);
   padded_i.assign(static_cast<size_t>(M * nbp), 0);
